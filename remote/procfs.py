@@ -1,0 +1,105 @@
+"""Read process facts from Linux /proc. Standard library only; runs on the host's Python 3.9+.
+
+Shipped to the GPU host beside agent.py (both files land in one cache directory
+keyed by their combined hash), so keep it dependency-free and small.
+
+Every reader returns None when the process is gone or unreadable: processes
+vanish between listdir() and open(), and that is normal, not an error.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from typing import Dict, List, Optional
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_USERS: Dict[int, str] = {}
+
+
+def boot_time() -> float:
+    """Seconds since the epoch at which the host booted (from /proc/stat btime)."""
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError("no btime in /proc/stat")
+
+
+def list_pids() -> List[int]:
+    """All numeric entries of /proc: one listdir, no per-process reads."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def read_stat(pid: int) -> Optional[dict]:
+    """Parse /proc/PID/stat. Fields per proc(5); `comm` may hold spaces and ')'."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    lpar, rpar = raw.find(b"("), raw.rfind(b")")
+    if lpar < 0 or rpar < 0:
+        return None
+    rest = raw[rpar + 2 :].split()
+    # rest[0] is field 3 (state); field N is rest[N - 3].
+    return {
+        "pid": pid,
+        "comm": raw[lpar + 1 : rpar].decode("utf-8", "replace"),
+        "state": rest[0].decode("ascii", "replace"),
+        "ppid": int(rest[1]),
+        "pgid": int(rest[2]),
+        "sid": int(rest[3]),
+        "utime": int(rest[11]),
+        "stime": int(rest[12]),
+        "start_ticks": int(rest[19]),
+        "rss": int(rest[21]) * PAGE_SIZE,
+    }
+
+
+def start_time(stat: dict, btime: float) -> float:
+    """Absolute start time (epoch seconds) of a process from its stat dict."""
+    return btime + stat["start_ticks"] / CLK_TCK
+
+
+def read_cmdline(pid: int) -> Optional[List[str]]:
+    """argv of a process; [] for kernel threads and zombies, None when gone."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def read_environ_var(pid: int, name: str) -> Optional[str]:
+    """One variable of a process's initial environment, None if absent or unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    key = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :].decode("utf-8", "replace")
+    return None
+
+
+def read_uid(pid: int) -> Optional[int]:
+    try:
+        return os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return None
+
+
+def user_name(uid: Optional[int]) -> Optional[str]:
+    if uid is None:
+        return None
+    if uid not in _USERS:
+        try:
+            _USERS[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _USERS[uid] = str(uid)
+    return _USERS[uid]

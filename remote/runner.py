@@ -1,0 +1,857 @@
+"""Run lifecycle on the GPU host: launch under a supervisor shim, list, kill.
+
+Standard library only; runs on the host's Python 3.9+. Imported by agent.py and
+also executed as the supervisor shim: ``python runner.py supervise RUN_DIR``.
+
+A run lives in ``RUNS_DIR/<run_id>/``: ``launch.json`` (the request),
+``manifest.json`` (written by the shim once the run's process exists),
+``output.log``, ``exit.json`` (written by the shim when every process of the run
+is gone) and ``killed.json`` (written by ``kill``). Every process of the run
+inherits ``EAGLE3_TUI_RUN_ID=<run_id>`` so workers that escape the process tree
+can still be found.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+try:  # imported as remote.runner (tests, client) or as a top-level module (host)
+    from . import procfs
+except ImportError:
+    import procfs  # type: ignore[no-redef]
+
+RUN_ENV = "EAGLE3_TUI_RUN_ID"
+LAUNCH_WAIT = 10.0  # seconds launch() waits for the shim's manifest
+KILL_WAIT = 10.0  # seconds to wait after SIGKILL (processes in D state die late)
+POLL = 0.1
+RESCAN_EVERY = 0.3
+PROGRESS_EVERY = 0.5
+PR_SET_CHILD_SUBREAPER = 36
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+GpuQuery = Callable[[], "list[dict] | None"]  # a string: `X | None` needs 3.10 at runtime
+"""Returns ``[{"index": int, "processes": [{"pid": int, "mem": int | None}]}]`` (the
+snapshot's gpu shape suffices), or None / raises when no GPU reading is available."""
+
+
+class RunnerError(Exception):
+    """A one-line, user-facing failure of a run operation."""
+
+
+def default_runs_dir() -> str:
+    """Where runs live unless configured otherwise."""
+    return os.path.expanduser("~/.cache/eagle3-tui/runs")
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _read_json(path: str) -> Any:
+    """Parsed JSON of a file, or None when missing, unreadable or half-written."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+    """Write JSON so readers see the old file or the whole new one, never a part."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "SIG%d" % num
+
+
+def _alive(pid: int | None, ticks: int | None) -> bool:
+    """True when pid is a live (non-zombie) process that started at `ticks`."""
+    if not isinstance(pid, int) or pid <= 0 or not isinstance(ticks, int):
+        return False
+    st = procfs.read_stat(pid)
+    return st is not None and st["start_ticks"] == ticks and st["state"] not in ("Z", "X")
+
+
+def _send(pid: int, ticks: int, sig: int) -> bool:
+    """Signal pid only if it is still the process first seen (same start_ticks).
+
+    A pidfd opened *before* the start-time check makes this race-free: if the
+    check passes, the process was alive all along, so the pidfd names it.
+    """
+    fd = None
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            fd = None  # kernel older than 5.3: fall back to kill()
+    try:
+        if not _alive(pid, ticks):
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _name_from_argv(argv: list[str]) -> str:
+    """A short human name: the script or module a Python command runs, else argv[0]."""
+    if not argv:
+        return "?"
+    if os.path.basename(argv[0]).startswith("python"):
+        args = iter(argv[1:])
+        for arg in args:
+            if arg == "-m":
+                return next(args, "python")
+            if arg == "-c":
+                return "python -c"
+            if not arg.startswith("-"):
+                return os.path.basename(arg)
+    return os.path.basename(argv[0])
+
+
+# ---------------------------------------------------------------- run records
+
+
+def _run_dir(runs_dir: str, run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id):
+        raise RunnerError("no run %s" % json.dumps(str(run_id)[:80]))
+    return os.path.join(runs_dir, run_id)
+
+
+def _record(run_dir: str, btime: float) -> dict | None:
+    """The run record of one run dir, or None when it holds no usable manifest."""
+    manifest = _read_json(os.path.join(run_dir, "manifest.json"))
+    if not isinstance(manifest, dict):
+        return None
+    rec = dict(manifest)
+    rec["run_id"] = os.path.basename(run_dir)
+    for key in ("pid", "pgid", "sid", "start_ticks", "shim_pid", "shim_start_ticks"):
+        if not isinstance(rec.get(key), int):
+            rec[key] = None
+    same_boot = abs(float(rec.get("boot_time") or 0) - btime) < 2.0
+    exit_info = _read_json(os.path.join(run_dir, "exit.json"))
+    killed = _read_json(os.path.join(run_dir, "killed.json"))
+    exit_info = exit_info if isinstance(exit_info, dict) else None
+    killed = killed if isinstance(killed, dict) else None
+    alive = same_boot and (
+        _alive(rec["pid"], rec["start_ticks"]) or _alive(rec["shim_pid"], rec["shim_start_ticks"])
+    )
+    # exit.json is written only once every process is gone, so it wins over liveness.
+    if exit_info is not None:
+        state = "killed" if killed is not None else "exited"
+    elif alive:
+        state = "running"
+    elif killed is not None:
+        state = "killed"
+    else:
+        state = "lost"
+    ended_at = (exit_info or {}).get("ended_at")
+    if ended_at is None and state == "killed":
+        ended_at = (killed or {}).get("at")
+    rec.update(
+        state=state,
+        exit_code=(exit_info or {}).get("exit_code"),
+        signal=(exit_info or {}).get("signal"),
+        ended_at=ended_at,
+        external=False,
+    )
+    start = rec.get("start_time")
+    end = ended_at if ended_at is not None else (time.time() if state == "running" else None)
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        rec["duration"] = round(end - start, 3)
+    else:
+        rec["duration"] = None
+    return rec
+
+
+def list_runs(runs_dir: str) -> list[dict]:
+    """Every run under runs_dir, newest first; junk and half-written dirs are skipped."""
+    try:
+        names = os.listdir(runs_dir)
+    except OSError:
+        return []
+    btime = procfs.boot_time()
+    out = []
+    for name in names:
+        path = os.path.join(runs_dir, name)
+        if name.startswith(".") or not os.path.isdir(path):
+            continue
+        rec = _record(path, btime)
+        if rec is not None:
+            out.append(rec)
+
+    def newest(r: dict) -> tuple[float, str]:
+        at = r.get("launched_at")
+        return (float(at) if isinstance(at, (int, float)) else 0.0, r["run_id"])
+
+    out.sort(key=newest, reverse=True)
+    return out
+
+
+# ---------------------------------------------------------------- launch
+
+
+def _validate(name: Any, argv: Any, cwd: Any, env: Any, patch_state: Any) -> None:
+    if name is not None and not isinstance(name, str):
+        raise RunnerError("name must be a string")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise RunnerError("argv must be a non-empty list of strings")
+    if any("\0" in a for a in argv):
+        raise RunnerError("argv must not contain NUL bytes")
+    if not isinstance(cwd, str) or not os.path.isdir(cwd):
+        raise RunnerError("cwd is not an existing directory: %r" % (cwd,))
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise RunnerError("env must map strings to strings")
+    for k, v in env.items():
+        if not k or "=" in k or "\0" in k or "\0" in v:
+            raise RunnerError("bad environment variable name or value: %r" % k)
+    try:
+        json.dumps(patch_state)
+    except (TypeError, ValueError):
+        raise RunnerError("patch_state must be JSON-serialisable") from None
+
+
+def _new_run_dir(runs_dir: str) -> tuple[str, str]:
+    for _ in range(100):
+        run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+        path = os.path.join(runs_dir, run_id)
+        try:
+            os.mkdir(path, 0o700)
+            return run_id, path
+        except FileExistsError:
+            continue
+    raise RunnerError("cannot allocate a run directory in %s" % runs_dir)
+
+
+def launch(
+    runs_dir: str,
+    name: str | None,
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    patch_state: Any = None,
+    log: str | None = None,
+    python: str = sys.executable,
+    allow_concurrent: bool = False,
+) -> dict:
+    """Start argv under a detached supervisor shim and return its run record."""
+    _validate(name, argv, cwd, env, patch_state)
+    if log is not None and not isinstance(log, str):
+        raise RunnerError("log must be a path or null")
+    name = name or _name_from_argv(argv)
+    cwd = os.path.abspath(cwd)
+    try:
+        os.makedirs(runs_dir, 0o700, exist_ok=True)
+        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
+    except OSError as e:
+        raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunnerError("another launch is in progress on this host") from None
+        if not allow_concurrent:
+            for rec in list_runs(runs_dir):
+                if rec["state"] == "running" and rec.get("name") == name:
+                    raise RunnerError(
+                        "run %s named %r is still running (pid %s)"
+                        % (rec["run_id"], name, rec.get("pid"))
+                    )
+        run_id, run_dir = _new_run_dir(runs_dir)
+        request = {
+            "run_id": run_id,
+            "name": name,
+            "argv": argv,
+            "cwd": cwd,
+            "env": env,
+            "patch_state": patch_state,
+            "log": log,
+            "launched_at": time.time(),
+        }
+        _write_json_atomic(os.path.join(run_dir, "launch.json"), request)
+        shim_env = dict(os.environ)
+        shim_env[RUN_ENV] = run_id  # marks the shim too, so snapshots attribute it
+        try:
+            first = subprocess.Popen(
+                [python, os.path.abspath(__file__), "supervise", run_dir],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
+                env=shim_env,
+                cwd=run_dir,
+            )
+            # The first stage forks the real shim and exits at once; reaping it here
+            # leaves no zombie in a long-lived agent.
+            first.wait(timeout=LAUNCH_WAIT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RunnerError("cannot start the supervisor: %s" % e) from None
+        deadline = time.monotonic() + LAUNCH_WAIT
+        while time.monotonic() < deadline:
+            started = _record(run_dir, procfs.boot_time())
+            if started is not None:
+                return started
+            err = _read_json(os.path.join(run_dir, "error.json"))
+            if isinstance(err, dict):
+                raise RunnerError("run %s did not start: %s" % (run_id, err.get("error")))
+            time.sleep(0.02)
+        raise RunnerError(
+            "run %s: the supervisor wrote no manifest within %gs" % (run_id, LAUNCH_WAIT)
+        )
+
+
+# ---------------------------------------------------------------- the shim
+
+
+def _become_subreaper() -> bool:
+    """Adopt orphaned descendants (double-forked workers) so they stay findable."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except Exception:  # no libc / no prctl: degrade to marker-only finding
+        return False
+
+
+def _marked_pids(run_id: str, skip: int) -> list[int]:
+    return [
+        pid
+        for pid in procfs.list_pids()
+        if pid != skip
+        and procfs.read_environ_var(pid, RUN_ENV) == run_id
+        and (procfs.read_stat(pid) or {}).get("state") not in (None, "Z", "X")
+    ]
+
+
+def supervise(run_dir: str) -> int:
+    """Body of ``runner.py supervise RUN_DIR``: run, record, wait, record the end."""
+    if os.fork():
+        os._exit(0)  # first stage: let launch() reap us; the child carries on
+    os.setsid()  # the shim leads its own session
+    run_dir = os.path.abspath(run_dir)
+    try:
+        req = _read_json(os.path.join(run_dir, "launch.json"))
+        if not isinstance(req, dict):
+            raise RunnerError("launch.json is missing or unreadable")
+        _validate(req.get("name"), req.get("argv"), req.get("cwd"), req.get("env"), None)
+        run_id = os.path.basename(run_dir)
+        subreaper = _become_subreaper()
+        # A Python-level handler (not SIG_IGN) shields the shim while exec() resets
+        # it to the default in the child; a SIG_IGN would be inherited by the run.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)
+        log = req.get("log") or os.path.join(run_dir, "output.log")
+        log = os.path.join(req["cwd"], os.path.expanduser(log))
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        env = dict(os.environ)
+        env.update(req["env"])
+        env[RUN_ENV] = run_id
+        kwargs: dict[str, Any] = {}
+        if sys.version_info >= (3, 11):
+            kwargs["process_group"] = 0
+        else:
+            kwargs["preexec_fn"] = lambda: os.setpgid(0, 0)
+        child = subprocess.Popen(
+            req["argv"],
+            cwd=req["cwd"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            **kwargs,
+        )
+        os.close(log_fd)
+    except Exception as e:  # top level of a detached process: report, never vanish
+        _write_json_atomic(os.path.join(run_dir, "error.json"), {"error": str(e)})
+        return 1
+    btime = procfs.boot_time()
+    # The child is not reaped yet, so its stat is readable even if it already exited.
+    st = procfs.read_stat(child.pid) or {}
+    me = procfs.read_stat(os.getpid()) or {}
+    manifest = {
+        "run_id": run_id,
+        "name": req.get("name"),
+        "argv": req["argv"],
+        "cwd": req["cwd"],
+        "env": req["env"],
+        "host": socket.gethostname(),
+        "user": _user(),
+        "pid": child.pid,
+        "pgid": st.get("pgid", child.pid),
+        "sid": st.get("sid", os.getsid(0)),
+        "start_ticks": st.get("start_ticks"),
+        "start_time": procfs.start_time(st, btime) if st else time.time(),
+        "shim_pid": os.getpid(),
+        "shim_start_ticks": me.get("start_ticks"),
+        "boot_time": btime,
+        "subreaper": subreaper,
+        "launched_at": req.get("launched_at"),
+        "patch_state": req.get("patch_state"),
+        "log": os.path.abspath(log),
+    }
+    _write_json_atomic(os.path.join(run_dir, "manifest.json"), manifest)
+    status, main_ended = None, None
+    strays: list[int] = []  # descendants still alive when the main process ended
+    while True:  # reap the child and every orphan re-parented to us
+        try:
+            pid, st_ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            status, main_ended = st_, time.time()
+            # Reaped here, not by Popen: tell Popen so it never waits on a stale pid.
+            child.returncode = os.waitstatus_to_exitcode(st_)
+        elif main_ended is not None:
+            strays.append(pid)
+    if not subreaper:  # orphans went to init: wait for them by their marker instead
+        while True:
+            left = _marked_pids(run_id, os.getpid())
+            if not left:
+                break
+            strays.extend(p for p in left if p not in strays)
+            time.sleep(1.0)
+    code = sig_name = None
+    if status is not None and os.WIFSIGNALED(status):
+        sig_name = _signal_name(os.WTERMSIG(status))
+    elif status is not None:
+        code = os.WEXITSTATUS(status)
+    ended = time.time()
+    _write_json_atomic(
+        os.path.join(run_dir, "exit.json"),
+        {
+            "exit_code": code,
+            "signal": sig_name,
+            "ended_at": ended,
+            "main_ended_at": main_ended,
+            "strays": strays,
+            "strays_outlived": bool(strays),
+        },
+    )
+    return 0
+
+
+# ---------------------------------------------------------------- external runs
+
+
+def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
+    """Records for process trees whose command line contains `match` and that
+    belong to no managed run; only the top-most matching process of a tree counts,
+    and a process whose group leader matches is part of the leader's record
+    (double-forked workers leave the tree but keep the group)."""
+    if not match:
+        return []
+    by_pid = {p["pid"]: p for p in procs if isinstance(p, dict) and isinstance(p.get("pid"), int)}
+
+    def matches(p: dict) -> bool:
+        cmd = p.get("cmdline") or []
+        return p.get("run_id") is None and match in " ".join(cmd)
+
+    def parent(pid: int) -> int | None:
+        p = by_pid.get(pid)
+        if p is not None and isinstance(p.get("ppid"), int):
+            return p["ppid"]
+        st = procfs.read_stat(pid)  # an unlisted (non-matching) ancestor
+        return st["ppid"] if st else None
+
+    out = []
+    host = socket.gethostname()
+    for pid, p in by_pid.items():
+        if not matches(p):
+            continue
+        leader = by_pid.get(p.get("pgid"))  # type: ignore[arg-type]
+        top, anc, hops = True, parent(pid), 0
+        if leader is not None and leader is not p and (matches(leader) or leader.get("run_id")):
+            top, anc = False, None
+        while anc and anc > 1 and hops < 64:
+            a = by_pid.get(anc)
+            if a is not None and (matches(a) or a.get("run_id") is not None):
+                top = False  # part of an ancestor's record, or of a managed run
+                break
+            anc, hops = parent(anc), hops + 1
+        if not top:
+            continue
+        try:
+            cwd: str | None = os.readlink("/proc/%d/cwd" % pid)
+        except OSError:
+            cwd = None
+        start = p.get("start_time")
+        out.append(
+            {
+                "run_id": "ext-%d" % pid,
+                "name": _name_from_argv(p.get("cmdline") or []),
+                "argv": p.get("cmdline") or [],
+                "cwd": cwd,
+                "env": {},
+                "host": host,
+                "user": p.get("user"),
+                "pid": pid,
+                "pgid": p.get("pgid"),
+                "sid": p.get("sid"),
+                "start_time": start,
+                "launched_at": None,
+                "patch_state": None,
+                "log": None,
+                "state": "running",
+                "exit_code": None,
+                "signal": None,
+                "ended_at": None,
+                "duration": round(time.time() - start, 3)
+                if isinstance(start, (int, float))
+                else None,
+                "external": True,
+                "shim_pid": None,
+            }
+        )
+    out.sort(key=lambda r: r["start_time"] or 0, reverse=True)
+    return out
+
+
+# ---------------------------------------------------------------- kill
+
+
+class _Finder:
+    """Finds the processes of one run by full /proc scans, remembering each one's
+    start_ticks at first sight so that a reused PID is never taken for it."""
+
+    def __init__(self, run_id: str, manifest: dict | None, ext_root: tuple[int, int] | None):
+        self.run_id = run_id
+        self.m = manifest or {}
+        self.ext_root = ext_root
+        self.tracked: dict[int, int] = {}  # pid -> start_ticks
+        self.env_cache: dict[tuple[int, int], str | None] = {}
+        self.never: set[int] = {0, 1, 2, os.getpid()}
+        stats = self._stats()
+        pid: int | None = os.getpid()
+        while pid and pid in stats:  # never signal ourselves or whoever runs us
+            self.never.add(pid)
+            pid = stats[pid]["ppid"]
+        if ext_root is not None and ext_root[0] in stats:
+            root = stats[ext_root[0]]
+            pid = root["ppid"]
+            while pid and pid in stats:  # the matched process's shell and its parents
+                self.never.add(pid)
+                pid = stats[pid]["ppid"]
+            if root["sid"] != ext_root[0]:
+                self.never.add(root["sid"])
+        same_boot = abs(float(self.m.get("boot_time") or 0) - procfs.boot_time()) < 2.0
+        self.shim = self._valid(stats, "shim_pid", "shim_start_ticks") if same_boot else None
+        if self.shim is not None:
+            self.never.add(self.shim)  # the shim reaps the run and writes exit.json
+        self.main = self._valid(stats, "pid", "start_ticks") if same_boot else None
+        # A session / group id stays reserved while it has members; it is trusted
+        # unless its leader's pid now belongs to a different process.
+        self.sid = self._id_ok(stats, "sid", self.m.get("shim_start_ticks")) if same_boot else None
+        self.pgid = self._id_ok(stats, "pgid", self.m.get("start_ticks")) if same_boot else None
+        self.scan(stats)
+
+    def _valid(self, stats: dict[int, dict], pid_key: str, ticks_key: str) -> int | None:
+        pid, ticks = self.m.get(pid_key), self.m.get(ticks_key)
+        st = stats.get(pid) if isinstance(pid, int) else None
+        return pid if st is not None and st["start_ticks"] == ticks else None
+
+    def _id_ok(self, stats: dict[int, dict], key: str, leader_ticks: Any) -> int | None:
+        ident = self.m.get(key)
+        if not isinstance(ident, int) or ident <= 1:
+            return None
+        leader = stats.get(ident)
+        return ident if leader is None or leader["start_ticks"] == leader_ticks else None
+
+    @staticmethod
+    def _stats() -> dict[int, dict]:
+        out = {}
+        for pid in procfs.list_pids():
+            st = procfs.read_stat(pid)
+            if st is not None:
+                out[pid] = st
+        return out
+
+    def _marker(self, pid: int, ticks: int) -> str | None:
+        key = (pid, ticks)
+        if key not in self.env_cache:  # a process's initial environ never changes
+            self.env_cache[key] = procfs.read_environ_var(pid, RUN_ENV)
+        return self.env_cache[key]
+
+    def scan(self, stats: dict[int, dict] | None = None) -> list[int]:
+        """Full /proc scan; returns the pids of the run seen for the first time."""
+        stats = self._stats() if stats is None else stats
+        live = {p: s for p, s in stats.items() if s["state"] not in ("Z", "X")}
+        children: dict[int, list[int]] = {}
+        for pid, st in live.items():
+            children.setdefault(st["ppid"], []).append(pid)
+        found: set[int] = set()
+        roots = [p for p, t in self.tracked.items() if p in live and live[p]["start_ticks"] == t]
+        if self.ext_root is not None:
+            pid, ticks = self.ext_root
+            if pid in live and live[pid]["start_ticks"] == ticks:
+                roots.append(pid)
+            leaders = set(roots)
+            for pid, st in live.items():  # a group counts only if our tree made it
+                if st["pgid"] in leaders or st["pgid"] in self.tracked:
+                    found.add(pid)
+        else:
+            roots += [p for p in (self.main, self.shim) if p is not None and p in live]
+            for pid, st in live.items():
+                if (
+                    (self.sid is not None and st["sid"] == self.sid)
+                    or (self.pgid is not None and st["pgid"] == self.pgid)
+                    or self._marker(pid, st["start_ticks"]) == self.run_id
+                ):
+                    found.add(pid)
+        stack = list(roots)
+        while stack:  # descendants, including orphans re-parented to the shim
+            pid = stack.pop()
+            found.add(pid)
+            stack.extend(c for c in children.get(pid, ()) if c not in found)
+        new = []
+        for pid in sorted(found - self.never):
+            if pid not in self.tracked:
+                self.tracked[pid] = live[pid]["start_ticks"]
+                new.append(pid)
+        return new
+
+    def alive(self) -> list[int]:
+        return sorted(p for p, t in self.tracked.items() if _alive(p, t))
+
+
+def _gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
+    if gpu_query is None:
+        return None
+    try:
+        gpus = gpu_query()
+    except Exception:  # the GPU source is optional; a failed reading is N/A
+        return None
+    return gpus if isinstance(gpus, list) else None
+
+
+def _run_mem(gpu: dict, pids: set[int]) -> tuple[int | None, list[int]]:
+    """Memory the run's pids hold on one GPU (None if unknown), and those pids."""
+    procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict) and p.get("pid") in pids]
+    mems = [p["mem"] for p in procs if isinstance(p.get("mem"), int)]
+    mem = sum(mems) if mems or not procs else None
+    return mem, sorted(p["pid"] for p in procs)
+
+
+def _gpu_report(before: list[dict] | None, now: list[dict] | None, pids: set[int]) -> list[dict]:
+    prior = {g.get("index"): _run_mem(g, pids)[0] for g in before or [] if isinstance(g, dict)}
+    out = []
+    for g in now or []:
+        if not isinstance(g, dict):
+            continue
+        mem, holders = _run_mem(g, pids)
+        was = prior.get(g.get("index"))
+        if not was and not holders:
+            continue  # a GPU the run never used
+        others = [
+            {"pid": p.get("pid"), "mem": p.get("mem")}
+            for p in g.get("processes") or []
+            if isinstance(p, dict) and p.get("pid") not in pids
+        ]
+        freed = was - mem if isinstance(was, int) and isinstance(mem, int) else None
+        out.append(
+            {
+                "index": g.get("index"),
+                "run_mem_before": was,
+                "run_mem": mem,
+                "freed": freed,
+                "run_pids": holders,
+                "other_pids": others,
+            }
+        )
+    return out
+
+
+def _ext_root(run_id: str, procs: list[dict] | None) -> tuple[int, int] | None:
+    """(pid, start_ticks) of an external run's process, None when it has ended or
+    its pid now belongs to a different process than the caller's snapshot saw."""
+    try:
+        pid = int(run_id[4:])
+    except ValueError:
+        raise RunnerError("no run %s" % run_id) from None
+    st = procfs.read_stat(pid)
+    if st is None or st["state"] in ("Z", "X"):
+        return None
+    seen = [p for p in procs or [] if isinstance(p, dict) and p.get("pid") == pid]
+    if seen and isinstance(seen[0].get("start_time"), (int, float)):
+        now = procfs.start_time(st, procfs.boot_time())
+        if abs(now - seen[0]["start_time"]) > 2.0 / procfs.CLK_TCK:
+            return None  # PID reused since the snapshot
+    return pid, st["start_ticks"]
+
+
+def kill(
+    runs_dir: str,
+    run_id: str,
+    graces: Iterable[float] = (10.0, 10.0),
+    gpu_wait: float = 30.0,
+    gpu_query: GpuQuery | None = None,
+    progress: Callable[[dict], None] | None = None,
+    procs: list[dict] | None = None,
+) -> dict:
+    """Stop every process of a run: SIGINT, SIGTERM, then SIGKILL, each after a grace;
+    then wait for the run's GPU memory to be released and report what still holds it."""
+    try:
+        g_int, g_term = (max(0.0, float(g)) for g in graces)
+        gpu_wait = max(0.0, float(gpu_wait))
+    except (TypeError, ValueError):
+        raise RunnerError("graces must be two numbers and gpu_wait a number") from None
+    t0 = time.monotonic()
+    run_dir: str | None = None
+    if isinstance(run_id, str) and run_id.startswith("ext-"):
+        root = _ext_root(run_id, procs)
+        finder = _Finder(run_id, None, root) if root else None
+        if root and finder and root[0] in finder.never:
+            raise RunnerError("refusing to kill %s: it runs the agent itself" % run_id)
+    else:
+        run_dir = _run_dir(runs_dir, run_id)
+        manifest = _read_json(os.path.join(run_dir, "manifest.json"))
+        if not isinstance(manifest, dict):
+            if not os.path.isfile(os.path.join(run_dir, "launch.json")):
+                raise RunnerError("no run %s" % run_id)
+            manifest = None  # shim never wrote it: find the run by its marker alone
+        finder = _Finder(run_id, manifest, None)
+
+    def elapsed() -> float:
+        return round(time.monotonic() - t0, 3)
+
+    before = _gpu_read(gpu_query)
+    latest = before
+    last_report = 0.0
+
+    def report(stage: str) -> None:
+        nonlocal last_report
+        last_report = time.monotonic()
+        if progress is None:
+            return
+        pids = set(finder.tracked) if finder else set()
+        gpus = [
+            {"index": g["index"], "run_mem": g["run_mem"]}
+            for g in _gpu_report(before, latest, pids)
+        ]
+        try:
+            progress(
+                {
+                    "run_id": run_id,
+                    "stage": stage,
+                    "alive": finder.alive() if finder else [],
+                    "gpus": gpus,
+                    "elapsed": elapsed(),
+                }
+            )
+        except Exception:  # a broken progress sink must not abort a kill half-way
+            pass
+
+    stages: list[dict] = []
+    for sig, wait in (
+        (signal.SIGINT, g_int),
+        (signal.SIGTERM, g_term),
+        (signal.SIGKILL, KILL_WAIT),
+    ):
+        if finder is None:
+            break
+        finder.scan()
+        alive = finder.alive()
+        if not alive:
+            break
+        sent_to = [p for p in alive if _send(p, finder.tracked[p], sig)]
+        stages.append({"signal": sig.name, "at": elapsed(), "sent_to": sent_to})
+        report(sig.name)
+        deadline = time.monotonic() + wait
+        last_scan = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(POLL)
+            if time.monotonic() - last_scan >= RESCAN_EVERY:
+                last_scan = time.monotonic()
+                for pid in finder.scan():  # a worker born during the wait
+                    if _send(pid, finder.tracked[pid], sig):
+                        sent_to.append(pid)
+            if not finder.alive():
+                finder.scan()
+                if not finder.alive():
+                    break
+            if time.monotonic() - last_report >= PROGRESS_EVERY:
+                latest = _gpu_read(gpu_query) if gpu_query else None
+                report(sig.name)
+    remaining = finder.alive() if finder else []
+    pids = set(finder.tracked) if finder else set()
+    latest = _gpu_read(gpu_query)
+    if latest is not None and pids and not remaining:
+        report("waiting_gpu")
+        deadline = time.monotonic() + gpu_wait
+        while any(_run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+            latest = _gpu_read(gpu_query) or latest
+            if time.monotonic() - last_report >= PROGRESS_EVERY:
+                report("waiting_gpu")
+    gpus = _gpu_report(before, latest, pids)
+    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    result = {
+        "run_id": run_id,
+        "ok": not remaining and gpus_free is not False,
+        "stages": stages,
+        "remaining": remaining,
+        "gpus": gpus,
+        "gpus_free": gpus_free,
+        "elapsed": elapsed(),
+    }
+    report("done")
+    if run_dir is not None and stages:
+        try:
+            _write_json_atomic(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
+        except OSError:
+            pass  # the processes are gone; a read-only run dir must not turn that into an error
+    return result
+
+
+def main(args: list[str]) -> int:
+    """Command line: ``runner.py supervise RUN_DIR`` (used by launch)."""
+    if len(args) == 2 and args[0] == "supervise":
+        return supervise(args[1])
+    sys.stderr.write("usage: runner.py supervise RUN_DIR\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

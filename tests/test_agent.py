@@ -1,0 +1,574 @@
+"""The real host agent as a subprocess, against real files and real processes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.agent_driver import AGENT, AgentCallError, AgentProc
+
+NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
+
+
+@pytest.fixture(params=["inotify", "poll"])
+def agent(request: pytest.FixtureRequest) -> Iterator[AgentProc]:
+    """An agent with no GPU source, once with inotify wake-ups and once with the poll."""
+    env = dict(NO_GPU)
+    if request.param == "poll":
+        env["EAGLE3_TUI_NO_INOTIFY"] = "1"
+    with AgentProc(env=env) as a:
+        yield a
+
+
+@pytest.fixture
+def plain() -> Iterator[AgentProc]:
+    with AgentProc(env=NO_GPU) as a:
+        yield a
+
+
+class LogStream:
+    """Rebuilds one subscription's byte stream from log/log_reset events, checking that
+    every chunk starts exactly where the previous one ended (no gap, no repeat)."""
+
+    def __init__(self, agent: AgentProc, sub: str, start: int = 0, since: int = 0) -> None:
+        self.agent, self.sub, self.cursor = agent, sub, since
+        self.data = bytearray()
+        self.end = start
+        self.resets: list[str] = []
+        self.log: list[tuple[str, bytes | str]] = []  # ("data", bytes) / ("reset", reason)
+
+    def _feed(self, m: dict) -> None:
+        if m.get("sub") != self.sub:
+            return
+        if m["type"] == "log_reset":
+            self.resets.append(m["reason"])
+            self.log.append(("reset", m["reason"]))
+            self.data.clear()
+            self.end = m["offset"]
+        elif m["type"] == "log":
+            assert m["offset"] == self.end, (m["offset"], self.end)
+            chunk = base64.b64decode(m["b64"])
+            assert 0 < len(chunk) <= 256 * 1024
+            self.data += chunk
+            self.end += len(chunk)
+            self.log.append(("data", chunk))
+
+    def wait(self, cond: Callable[[LogStream], bool], timeout: float = 10.0) -> None:
+        """Feed messages until `cond(self)` holds."""
+        if cond(self):
+            return
+
+        def pred(m: dict) -> bool:
+            self.cursor += 1
+            self._feed(m)
+            return cond(self)
+
+        self.agent.wait_for(pred, timeout=timeout, since=self.cursor, what="log state")
+
+    def wait_equal(self, path: Path, timeout: float = 10.0) -> None:
+        """Wait until the received stream equals the file, byte for byte."""
+        self.wait(lambda s: bytes(s.data) == path.read_bytes(), timeout)
+
+
+def subscribe(agent: AgentProc, path: Path, sub: str = "log", offset: int = 0,
+              inode: int | None = None) -> tuple[dict, LogStream]:
+    mark = agent.mark()
+    res = agent.call("subscribe", {"sub": sub, "path": str(path), "offset": offset,
+                                   "inode": inode})
+    return res, LogStream(agent, sub, start=offset, since=mark)
+
+
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+# ---------------------------------------------------------------- hello, snapshot
+
+
+def test_hello_fields(plain: AgentProc) -> None:
+    h = plain.hello
+    assert h["protocol"] == 1
+    assert h["agent_sha"] == hashlib.sha256(AGENT.read_bytes()).hexdigest()
+    assert h["pid"] == plain.proc.pid
+    assert h["python"] == "%d.%d.%d" % sys.version_info[:3]
+    assert abs(h["time"] - time.time()) < 60
+    assert {"snapshot", "logs", "files"} <= set(h["capabilities"])
+    assert h["gpu_source"] is None and "EAGLE3_TUI_GPU_SOURCE" in h["gpu_error"]
+
+
+def test_snapshot_shape_and_no_gpu(plain: AgentProc) -> None:
+    snap = plain.call("snapshot")
+    host = snap["host"]
+    assert host["cpu_count"] == os.cpu_count()
+    assert 0 < host["mem_available"] <= host["mem_total"]
+    assert len(host["load"]) == 3 and host["uptime"] > 0
+    assert snap["gpus"] == [] and snap["gpu_source"] is None and snap["gpu_error"]
+    assert snap["processes"] == [] and isinstance(snap["runs"], list)
+    assert plain.call("snapshot")["seq"] > snap["seq"]
+
+
+def test_missing_nvidia_smi_is_named(tmp_path: Path) -> None:
+    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": str(tmp_path)}
+    with AgentProc(env=env) as a:
+        assert a.hello["gpu_source"] is None
+        assert a.hello["gpu_error"] == "nvidia-smi not found"
+
+
+def test_no_periodic_snapshot_before_configure_then_periodic(plain: AgentProc) -> None:
+    mark = plain.mark()
+    # Absence can only be shown over a window: three 0.4 s round trips, no snapshot event.
+    for _ in range(3):
+        plain.call("snapshot")
+        time.sleep(0.4)
+    assert not [m for m in plain.since(mark) if m["type"] == "snapshot"]
+    mark = plain.mark()
+    plain.call("configure", {"interval": 0.2, "match": None})
+    first = plain.wait_for(lambda m: m["type"] == "snapshot", since=mark)
+    plain.wait_for(lambda m: m["type"] == "snapshot" and m["seq"] >= first["seq"] + 2,
+                   since=mark, timeout=5)
+
+
+def _snapshot_where(agent: AgentProc, since: int, cond: Callable[[list], bool],
+                    timeout: float = 10.0) -> dict:
+    return agent.wait_for(lambda m: m["type"] == "snapshot" and cond(m["processes"]),
+                          since=since, timeout=timeout, what="snapshot condition")
+
+
+def test_matching_process_appears_then_disappears(plain: AgentProc) -> None:
+    marker = "marker-" + uuid.uuid4().hex
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
+    try:
+        mark = plain.mark()
+        plain.call("configure", {"interval": 0.2, "match": marker})
+        mine = lambda procs: [p for p in procs if p["pid"] == child.pid]
+        snap = _snapshot_where(plain, mark, lambda ps: bool(mine(ps)))
+        (p,) = mine(snap["processes"])
+        assert p["why"] == ["match"] and p["run_id"] is None
+        assert marker in p["cmdline"] and p["ppid"] == os.getpid()
+        assert p["state"] in "RSD" and p["rss"] > 0 and p["elapsed"] >= 0
+        assert abs(p["start_time"] - time.time()) < 120
+        # cpu is a percentage once there is a previous sample
+        snap = _snapshot_where(plain, mark, lambda ps: any(q["cpu"] is not None
+                                                           for q in mine(ps)))
+        assert 0 <= mine(snap["processes"])[0]["cpu"] < 50
+        assert [q for q in snap["processes"] if q["pid"] == plain.proc.pid] == []
+    finally:
+        child.kill()
+        child.wait()
+    mark = plain.mark()
+    _snapshot_where(plain, mark, lambda ps: not mine(ps))
+
+
+def test_agent_excludes_itself_from_match(plain: AgentProc) -> None:
+    mark = plain.mark()
+    plain.call("configure", {"interval": 0.2, "match": str(AGENT)})
+    snap = plain.wait_for(lambda m: m["type"] == "snapshot", since=mark)
+    assert plain.proc.pid not in [p["pid"] for p in snap["processes"]]
+
+
+def test_run_env_marks_a_process_as_run(plain: AgentProc) -> None:
+    run_id = "test-run-" + uuid.uuid4().hex[:8]
+    env = dict(os.environ, EAGLE3_TUI_RUN_ID=run_id)
+    child = subprocess.Popen(["sleep", "600"], env=env)
+    try:
+        mark = plain.mark()
+        plain.call("configure", {"interval": 0.2})
+        snap = _snapshot_where(plain, mark, lambda ps: any(p["pid"] == child.pid for p in ps))
+        (p,) = [q for q in snap["processes"] if q["pid"] == child.pid]
+        assert p["why"] == ["run"] and p["run_id"] == run_id
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---------------------------------------------------------------- log following
+
+
+def test_log_missing_then_created_and_appends(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "run.log"  # even the directory does not exist yet
+    res, stream = subscribe(agent, path)
+    assert res == {"inode": None, "size": None}
+    stream.wait(lambda s: s.resets == ["missing"])
+    path.parent.mkdir()
+    path.write_bytes(b"line 1\n")
+    stream.wait_equal(path)
+    assert stream.resets == ["missing", "appeared"]
+    append(path, b"line 2\npartial")  # no trailing newline
+    stream.wait_equal(path)
+    append(path, b" completed\n")
+    stream.wait_equal(path)
+    assert stream.end == path.stat().st_size
+
+
+def test_log_odd_bytes_pass_exactly(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "odd.log"
+    path.write_bytes(b"")
+    _, stream = subscribe(agent, path)
+    append(path, b"Loading 10%\rLoading 55%\rLoading 100%\r\n")  # tqdm redraws
+    stream.wait_equal(path)
+    append(path, b"bad utf8: \xff\xfe\xc3\x28 end\n")
+    stream.wait_equal(path)
+    big = os.urandom(1024 * 1024).replace(b"\n", b"x") + b"\n"  # one 1 MiB line
+    append(path, big)
+    stream.wait_equal(path)
+    assert stream.resets == []
+    assert max(len(c) for k, c in stream.log if k == "data") <= 256 * 1024
+
+
+def test_log_truncation(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "t.log"
+    path.write_bytes(b"a long first line\nsecond\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    with open(path, "r+b") as f:
+        f.truncate(0)
+    stream.wait(lambda s: s.resets == ["truncated"])
+    append(path, b"fresh\n")
+    stream.wait_equal(path)
+
+
+def test_log_rotation_drains_old_tail(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "r.log"
+    path.write_bytes(b"old 1\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    old = path.read_bytes()
+    # Tail of the old file, then atomically put a new file in its place: the path
+    # never goes missing, so the only way to see the tail is the drain of the old fd.
+    append(path, b"old tail\n")
+    new = tmp_path / "r.log.new"
+    new.write_bytes(b"new 1\n")
+    os.link(path, tmp_path / "r.log.1")
+    os.replace(new, path)
+    stream.wait(lambda s: "rotated" in s.resets)
+    stream.wait_equal(path)
+    assert stream.resets == ["rotated"]
+    before = b"".join(c for k, c in stream.log[: stream.log.index(("reset", "rotated"))]
+                      if isinstance(c, bytes))
+    assert before == old + b"old tail\n"
+    assert stream.end == path.stat().st_size
+
+
+def test_log_resume_from_offset(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "resume.log"
+    path.write_bytes(b"".join(b"line %d \xfe\n" % i for i in range(2000)))
+    content = path.read_bytes()
+    ino = path.stat().st_ino
+    cut = len(content) // 3 + 5  # mid-line on purpose
+    res, stream = subscribe(agent, path, offset=cut, inode=ino)
+    assert res == {"inode": ino, "size": len(content), "offset": cut}
+    stream.wait(lambda s: s.end == len(content))
+    assert stream.resets == [] and bytes(stream.data) == content[cut:]
+    append(path, b"after resume\n")
+    stream.wait(lambda s: s.end == path.stat().st_size)
+    assert bytes(stream.data) == path.read_bytes()[cut:]
+    # a stale inode means another file: start over from 0
+    _, stale = subscribe(agent, path, sub="stale", offset=cut, inode=ino + 999999)
+    stale.wait_equal(path)
+    assert stale.resets == ["rotated"]
+    # an offset past the end with the right inode: the file was truncated meanwhile
+    _, past = subscribe(agent, path, sub="past", offset=len(content) * 2, inode=ino)
+    past.wait_equal(path)
+    assert past.resets == ["truncated"]
+
+
+def test_log_tail_starts_at_a_whole_line(agent: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "tail.log"
+    path.write_bytes(b"".join(b"line %05d\n" % i for i in range(10000)))  # 11 bytes a line
+    content = path.read_bytes()
+    res, _ = subscribe(agent, path, offset=-1000)
+    start = res["offset"]
+    assert len(content) - 1000 <= start < len(content) - 1000 + 11
+    assert content[start - 1 : start] == b"\n"  # the first line sent is whole
+    stream = LogStream(agent, "log", start=start, since=0)
+    stream.wait(lambda s: s.end == len(content))
+    assert bytes(stream.data) == content[start:]
+    small = tmp_path / "small.log"
+    small.write_bytes(b"a\nb\n")
+    res, _ = subscribe(agent, small, sub="small", offset=-1000)
+    assert res["offset"] == 0  # shorter than the tail asked for: everything
+
+
+def test_log_random_appends_and_truncations(agent: AgentProc, tmp_path: Path) -> None:
+    counter = iter(range(10**6))
+    ops = st.lists(st.one_of(st.binary(min_size=1, max_size=3000).map(lambda b: ("append", b)),
+                             st.integers(0, 2000).map(lambda n: ("truncate", n))),
+                   min_size=1, max_size=5)
+
+    @settings(max_examples=4, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(ops)
+    def run(seq: list) -> None:
+        n = next(counter)
+        path = tmp_path / ("h%d.log" % n)
+        path.write_bytes(b"")
+        _, stream = subscribe(agent, path, sub="h%d" % n)
+        for kind, value in seq:
+            size = path.stat().st_size
+            if kind == "append":
+                append(path, value)
+            elif value < size:
+                resets = len(stream.resets)
+                os.truncate(path, value)
+                stream.wait(lambda s: len(s.resets) > resets)  # noqa: B023
+                assert stream.resets[-1] == "truncated"
+            stream.wait_equal(path)
+        agent.call("unsubscribe", {"sub": "h%d" % n})
+
+    run()
+
+
+def test_read_range(plain: AgentProc, tmp_path: Path) -> None:
+    path = tmp_path / "range.bin"
+    data = os.urandom(100_000)
+    path.write_bytes(data)
+    res = plain.call("read_range", {"path": str(path), "offset": 1234, "length": 5000})
+    assert base64.b64decode(res["b64"]) == data[1234:6234]
+    assert res["size"] == len(data) and res["inode"] == path.stat().st_ino
+    with pytest.raises(AgentCallError, match="4 MiB"):
+        plain.call("read_range", {"path": str(path), "offset": 0, "length": 5 * 2**20})
+    with pytest.raises(AgentCallError, match="does not exist"):
+        plain.call("read_range", {"path": str(tmp_path / "nope"), "offset": 0, "length": 1})
+
+
+# ---------------------------------------------------------------- protocol hygiene
+
+
+def test_bad_request_lines(plain: AgentProc) -> None:
+    mark = plain.mark()
+    plain.send_raw(b"this is not json\n")
+    plain.send_raw(b"\xff\xfe\n")
+    plain.send_raw(b'{"op": "snapshot"}\n')
+    plain.send_raw(b"[1, 2]\n")
+    plain.wait_for(lambda m: m["type"] == "error" and "[1, 2]" in m["message"], since=mark)
+    errors = [m for m in plain.since(mark) if m["type"] == "error"]
+    assert len(errors) == 4 and all("\n" not in e["message"] for e in errors)
+    plain.send_raw(b'{"id": 50, "args": {}}\n')
+    assert "op" in plain.result(50)["error"]
+    plain.send_raw(b'{"id": 51, "op": "snapshot", "args": [1]}\n')
+    assert plain.result(51)["ok"] is False
+    bad = [("nonsense", {}, "unknown op"), ("subscribe", {"sub": "x"}, "'path'"),
+           ("read_range", {"path": 3, "offset": 0, "length": 1}, "wrong type"),
+           ("configure", {"interval": -1}, "interval")]
+    for op, args, text in bad:
+        with pytest.raises(AgentCallError, match=text):
+            plain.call(op, args)
+    assert plain.call("snapshot")["seq"] >= 1  # still alive and answering
+    assert plain.bad_lines == []
+
+
+def test_eof_exits_zero_promptly(tmp_path: Path) -> None:
+    with AgentProc(env=NO_GPU) as a:
+        path = tmp_path / "x.log"
+        path.write_bytes(b"x\n")
+        a.call("configure", {"interval": 0.5})
+        a.call("subscribe", {"sub": "s", "path": str(path), "offset": 0})
+        t0 = time.monotonic()
+        a.close_stdin()
+        assert a.wait_exit(timeout=5) == 0
+        assert time.monotonic() - t0 < 3
+
+
+def test_runner_missing_gives_clear_error(tmp_path: Path) -> None:
+    # A copy of the agent without runner.py beside it: the ops that need it say so.
+    for name in ("agent.py", "procfs.py"):
+        shutil.copy(AGENT.parent / name, tmp_path / name)
+    with AgentProc(env=NO_GPU, agent=tmp_path / "agent.py") as a:
+        assert "runs" not in a.hello["capabilities"]
+        for op, args in [("launch", {"name": "x", "argv": ["true"]}), ("runs", {}),
+                         ("kill", {"run_id": "x"})]:
+            with pytest.raises(AgentCallError, match="runner unavailable: .*runner"):
+                a.call(op, args)
+        assert a.call("snapshot")["runs"] == []
+
+
+# ---------------------------------------------------------------- file ops
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_file_read_write_atomic(plain: AgentProc, tmp_path: Path) -> None:
+    path, backup = tmp_path / "gen.py", tmp_path / "gen.py.orig"
+    assert plain.call("file_read", {"path": str(path)})["exists"] is False
+    v0 = b"print('pristine')\n"
+    w = lambda data, expect: plain.call("file_write", {
+        "path": str(path), "b64": base64.b64encode(data).decode(), "expect_sha256": expect,
+        "backup": str(backup)})
+    assert w(v0, None) == {"sha256": _sha(v0)}
+    assert not backup.exists()  # nothing to back up when the file did not exist
+    os.chmod(path, 0o751)
+    r = plain.call("file_read", {"path": str(path)})
+    assert r == {"exists": True, "sha256": _sha(v0), "size": len(v0), "mode": 0o751,
+                 "b64": base64.b64encode(v0).decode()}
+    v1 = b"print('v1')\n"
+    with pytest.raises(AgentCallError) as exc:
+        w(v1, _sha(b"something else"))
+    msg = str(exc.value)
+    assert _sha(v0)[:12] in msg and _sha(b"something else")[:12] in msg and "\n" not in msg
+    assert path.read_bytes() == v0
+    with pytest.raises(AgentCallError, match="must not exist"):
+        w(v1, None)
+    assert w(v1, _sha(v0)) == {"sha256": _sha(v1)}
+    assert path.read_bytes() == v1 and (path.stat().st_mode & 0o7777) == 0o751
+    assert backup.read_bytes() == v0
+    v2 = b"print('v2')\n"
+    w(v2, _sha(v1))
+    assert backup.read_bytes() == v0  # backed up once, never overwritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen.py", "gen.py.orig"]
+
+
+def test_resolve_module_never_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "boompkg"
+    (pkg / "data_generation").mkdir(parents=True)
+    sentinel = tmp_path / "IMPORTED"
+    (pkg / "__init__.py").write_text("open(%r, 'w').close()\n" % str(sentinel))
+    target = pkg / "data_generation" / "vllm_hidden_states_generator.py"
+    target.write_text("x = 1\n")
+    with AgentProc(env=dict(NO_GPU, PYTHONPATH=str(tmp_path))) as a:
+        res = a.call("resolve_module", {"python": sys.executable,
+                                        "module": "boompkg.data_generation."
+                                                  "vllm_hidden_states_generator"})
+        assert res == {"origin": str(target), "search_paths": [str(pkg)], "version": None}
+        assert not sentinel.exists()
+        res = a.call("resolve_module", {"python": sys.executable, "module": "hypothesis"})
+        import hypothesis
+        assert res["version"] == hypothesis.__version__
+        assert res["origin"] == hypothesis.__file__
+        res = a.call("resolve_module", {"python": sys.executable, "module": "no_such_pkg_xyz"})
+        assert res == {"origin": None, "search_paths": [], "version": None}
+        with pytest.raises(AgentCallError, match="^python3-nowhere not found on host$"):
+            a.call("resolve_module", {"python": "python3-nowhere", "module": "x"})
+        with pytest.raises(AgentCallError, match="dotted module"):
+            a.call("resolve_module", {"python": sys.executable, "module": "os; rm -rf"})
+
+
+def test_py_compile(plain: AgentProc) -> None:
+    good = base64.b64encode(b"def f(x):\n    return x\n").decode()
+    bad = base64.b64encode(b"def f(x:\n    return x\n").decode()
+    args = {"python": sys.executable, "filename": "gen.py"}
+    assert plain.call("py_compile", dict(args, b64=good)) == {"ok": True, "error": None}
+    res = plain.call("py_compile", dict(args, b64=bad))
+    assert res["ok"] is False and res["error"].startswith("gen.py:1:")
+
+
+
+# ---------------------------------------------------------------- GPU fallback, Python 3.9
+
+# Recorded on the H200 device machine while a torch process held 2 GiB (pid 1589).
+SMI_GPU_REAL = "0, NVIDIA H200, GPU-75dc73da-78d6-3405-d610-419a0819d22a, 2575, 143771, 0, " \
+               "35, 87.86, 700.00"
+SMI_APPS_REAL = "GPU-75dc73da-78d6-3405-d610-419a0819d22a, 1589, 2566"
+# Hand-edited second card: the unavailable markers nvidia-smi prints must become null.
+SMI_GPU_NA = "1, NVIDIA H200, GPU-00000000-0000-0000-0000-000000000001, 0, 143771, [N/A], " \
+             "[Not Supported], [N/A], [N/A]"
+
+FAKE_SMI = """#!{python}
+import sys
+arg = sys.argv[1]
+if arg.startswith("--query-gpu="):
+    print({gpu!r}); print({na!r})
+elif arg.startswith("--query-compute-apps="):
+    print({apps!r})
+else:
+    sys.exit("unexpected " + arg)
+"""
+
+
+def test_nvidia_smi_fallback_parses_recorded_output(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable, gpu=SMI_GPU_REAL, na=SMI_GPU_NA,
+                                   apps=SMI_APPS_REAL))
+    smi.chmod(0o755)
+    env = dict(NO_GPU, EAGLE3_TUI_GPU_SOURCE="nvidia-smi", PATH=str(tmp_path))
+    with AgentProc(env=env) as a:
+        assert a.hello["gpu_source"] == "nvidia-smi" and a.hello["gpu_error"] is None
+        snap = a.call("snapshot")
+    mib = 1024 * 1024
+    g0, g1 = snap["gpus"]
+    assert g0 == {"index": 0, "name": "NVIDIA H200",
+                  "uuid": "GPU-75dc73da-78d6-3405-d610-419a0819d22a", "mem_used": 2575 * mib,
+                  "mem_total": 143771 * mib, "util": 0, "temp": 35, "power": 87.86,
+                  "power_limit": 700.0, "processes": [{"pid": 1589, "mem": 2566 * mib}]}
+    assert g1["util"] is None and g1["temp"] is None and g1["power"] is None
+    assert g1["power_limit"] is None and g1["mem_used"] == 0 and g1["processes"] == []
+    # pid 1589 holds GPU memory, so it is listed even though it is not a process here
+    assert 1589 in [p["pid"] for p in snap["processes"] if "gpu" in p["why"]]
+
+
+def _python39() -> str | None:
+    """A working Python 3.9 interpreter (pyenv shims may exist yet refuse to run)."""
+    found = [shutil.which("python3.9")]
+    found += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))
+    for exe in filter(None, found):
+        if subprocess.run([exe, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+            return exe
+    return None
+
+
+PYTHON39 = _python39()
+
+
+@pytest.mark.skipif(PYTHON39 is None, reason="no working python3.9 on this machine")
+def test_agent_runs_on_python39(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b"hello \xff\n")
+    python = PYTHON39
+    assert python
+    with AgentProc(env=NO_GPU, python=python) as a:
+        assert a.hello["python"].startswith("3.9.")
+        assert a.call("snapshot")["host"]["mem_total"] > 0
+        _, stream = subscribe(a, path)
+        stream.wait_equal(path)
+        res = a.call("file_write", {"path": str(tmp_path / "f"), "b64": "eA==",
+                                    "expect_sha256": None, "backup": None})
+        assert res["sha256"] == _sha(b"x")
+
+
+# ---------------------------------------------------------------- runs through runner.py
+
+
+@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
+def test_launch_snapshot_kill_through_agent(plain: AgentProc, tmp_path: Path) -> None:
+    runs_dir = tmp_path / "runs"
+    mark = plain.mark()
+    plain.call("configure", {"interval": 0.2, "runs_dir": str(runs_dir)})
+    script = "import time; print('started', flush=True); time.sleep(600)"
+    rec = plain.call("launch", {"name": "agent-test", "argv": [sys.executable, "-c", script],
+                                "cwd": str(tmp_path), "env": {}, "patch_state": {"v": 2},
+                                "log": None})
+    run_id = rec["run_id"]
+    assert rec["state"] == "running" and rec["patch_state"] == {"v": 2}
+    snap = _snapshot_where(plain, mark, lambda ps: any(p["pid"] == rec["pid"] for p in ps))
+    (p,) = [q for q in snap["processes"] if q["pid"] == rec["pid"]]
+    assert "run" in p["why"] and p["run_id"] == run_id
+    assert [r["run_id"] for r in snap["runs"]] == [run_id]
+    _, stream = subscribe(plain, Path(rec["log"]), sub="run")
+    stream.wait(lambda s: b"started\n" in s.data)
+    assert plain.call("runs")["runs"][0]["run_id"] == run_id
+    mark = plain.mark()
+    rid = plain.send("kill", {"run_id": run_id, "graces": [2, 2], "gpu_wait": 0})
+    report = plain.result(rid, timeout=30)
+    assert report["ok"], report
+    stages = [m["stage"] for m in plain.since(mark)
+              if m["type"] == "kill_progress" and m["id"] == rid]
+    assert stages[0] == "SIGINT" and stages[-1] == "done"
+    after = plain.wait_for(lambda m: m["type"] == "snapshot"
+                           and m["runs"][0]["state"] in ("killed", "exited"), since=mark)
+    assert rec["pid"] not in [q["pid"] for q in after["processes"]]
+    with pytest.raises(AgentCallError, match="^no run nope$"):
+        plain.call("kill", {"run_id": "nope"})

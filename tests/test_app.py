@@ -1,0 +1,146 @@
+"""Pilot tests of the dashboard, fed recorded-shape agent messages through a replay client."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any, Callable
+
+import pytest
+
+from tests.replay import ReplayClient, snapshot
+from tui import protocol as p
+from tui.app import EagleApp, make_app
+from tui.config import parse_config
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.help import HelpScreen
+from tui.widgets.gpus import GpuPanel
+from tui.widgets.tables import ProcessTable, RunsTable
+
+CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
+RUN = {"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python", "02_extract.py"],
+       "pid": 1000, "launched_at": time.time() - 60, "log": "/srv/x.log", "cwd": "/srv", "env": {}}
+
+
+async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the app process messages until `cond()` holds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await pilot.pause(0.02)
+
+
+def gpu_text(app: EagleApp) -> str:
+    return str(app.query_one(GpuPanel).render())
+
+
+@pytest.mark.parametrize("n", [0, 2, 8])
+async def test_gpu_panel_shows_every_card(n: int) -> None:
+    client = ReplayClient([snapshot(n, runs=[RUN])])
+    app = make_app(client, CFG, "root@gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.pause()
+        text = gpu_text(app)
+        if n == 0:
+            assert "no GPU source: pynvml not installed" in text
+        else:
+            lines = [ln for ln in text.splitlines() if "H200" in ln]
+            assert len(lines) == n
+            assert "81.0/140 GiB" in lines[0] and "97%" in lines[0] and "55°C" in lines[0]
+        assert app.query_one(ProcessTable).row_count == n
+        assert app.query_one(RunsTable).row_count == 1
+
+
+async def test_eight_gpus_fit_a_small_terminal() -> None:
+    client = ReplayClient([snapshot(8, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.pause()
+        lines = [ln for ln in gpu_text(app).splitlines() if "H200" in ln]
+        assert len(lines) == 8 and all(len(ln) <= 100 for ln in lines)
+
+
+async def test_missing_readings_show_na_not_zero() -> None:
+    snap = snapshot(1)
+    g = dict(snap.gpus[0], util=None, temp=None, power=None)
+    client = ReplayClient([p.Snapshot(**{**snap.__dict__, "gpus": [g]})])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.pause()
+        line = next(ln for ln in gpu_text(app).splitlines() if "H200" in ln)
+        assert line.count("N/A") >= 3 and " 0%" not in line
+
+
+def log_event(data: bytes, offset: int = 0) -> p.LogData:
+    return p.LogData(sub="log", path="/srv/x.log", inode=7, offset=offset, data=data)
+
+
+async def test_shard_progress_and_log_tail() -> None:
+    bar = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  37% Completed | 24/64 [07:12<12:01, 18.0s/it]\n"
+    lines = b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model /m...\n" + bar
+    client = ReplayClient([snapshot(2, runs=[RUN]), log_event(lines)])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.log.offset == len(lines))
+        await pilot.pause()
+        progress = str(app.query_one("#progress").render())
+        assert "24/64" in progress and "18.0 s/shard" in progress and "ETA 12:01" in progress
+        # A later redraw replaces the bar.
+        more = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed | 25/64 [07:30<11:40, 18.0s/it]\n"
+        client.push(log_event(more, offset=len(lines)))
+        await until(pilot, lambda: "25/64" in str(app.query_one("#progress").render()))
+        assert ("subscribe", {"sub": "log", "path": "/srv/x.log", "offset": -4 * 1024 * 1024, "inode": None}) in client.requests
+
+
+async def test_kill_asks_first_and_cancel_is_the_default() -> None:
+    client = ReplayClient([snapshot(2, runs=[RUN])], answers={"kill": {"run_id": RUN["run_id"], "ok": True, "stages": [], "remaining": [], "gpus": [], "gpus_free": True, "elapsed": 1.0}})
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        body = str(app.screen.query_one("#body").render())
+        assert "20261130-015500-ab12" in body and "1000, 1001" in body and "GPU0 80.5 GiB, GPU1 80.5 GiB" in body
+        await pilot.press("enter")  # the focused button is Cancel
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert not [r for r in client.requests if r[0] == "kill"]
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: any(r[0] == "kill" for r in client.requests))
+        await until(pilot, lambda: "GPUs free" in str(app.query_one("#banner").render()))
+
+
+async def test_kill_is_disabled_without_a_live_run() -> None:
+    dead = dict(RUN, state="exited", exit_code=1)
+    client = ReplayClient([snapshot(1, runs=[dead])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        assert app.check_action("kill", ()) is False
+        assert app.check_action("relaunch", ()) is True
+        await pilot.press("k")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_reconnecting_banner_and_help_and_quit() -> None:
+    class Status:
+        state, attempt, error = "reconnecting", 3, "connection lost"
+
+    client = ReplayClient([snapshot(1), Status()])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.link.state == "reconnecting")
+        await pilot.pause()
+        assert "reconnecting (attempt 3)" in str(app.query_one("#banner").render())
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await pilot.press("q")
+    assert app.return_code in (0, None)

@@ -1,0 +1,66 @@
+"""eagle3.toml parsing: the documented example loads; every mistake names its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tui.config import ConfigError, load_config, parse_config
+
+EXAMPLE = """
+[host]
+target = "root@gpu-box"
+python = "/opt/venv/bin/python"
+[run]
+name = "kimi-extract"
+command = ["python", "extract.py", "--tp", "8"]
+cwd = "/srv/extract"
+env = { VLLM_LOGGING_LEVEL = "INFO" }
+match = "02_extract"
+log = "/srv/extract/extract.log"
+graces = [5, 15]
+[patches]
+set = "speculators-0.3.0-vllm-0.16"
+"""
+
+
+def test_example_parses() -> None:
+    cfg = parse_config(EXAMPLE)
+    assert cfg.host.target == "root@gpu-box"
+    assert cfg.host.python == "/opt/venv/bin/python"
+    assert cfg.run.command == ("python", "extract.py", "--tp", "8")
+    assert cfg.run.env == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert cfg.run.graces == (5.0, 15.0)
+    assert cfg.patches.set == "speculators-0.3.0-vllm-0.16"
+
+
+def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None)
+    assert cfg.host.target is None and cfg.host.python == "python3" and cfg.path is None
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[host]\ntarget = 3\n", "[host] target must be a string"),
+        ("[run]\ncommand = \"python x.py\"\n", "[run] command must be a list of strings"),
+        ("[run]\nnmae = \"x\"\n", "unknown key [run] nmae"),
+        ("[hots]\n", "unknown section [hots]"),
+        ("[run]\nenv = { A = 1 }\n", "[run] env must be a table of strings"),
+        ("[run]\ngraces = [1]\n", "[run] graces must be two"),
+        ("[host]\ninterval = -1\n", "[host] interval must not be negative"),
+        ("[host\n", "not valid TOML"),
+    ],
+)
+def test_mistakes_name_the_key(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "eagle3.toml")
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg and msg.startswith("eagle3.toml:")
+
+
+def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.toml")

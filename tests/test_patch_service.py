@@ -1,0 +1,211 @@
+"""tui/patch_service.py against the REAL agent (remote/agent.py over LocalLink) and a real
+file tree: a temp site-packages holding the real speculators 0.3.0 wheel, found by the
+host Python (sys.executable) through PYTHONPATH."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import spec_wheel
+from tests.agent_driver import AgentProc
+from tui import patch_service as S
+from tui.state import patches as P
+from tui.transport import AgentClient, LocalLink
+
+SET = "speculators-0.3.0-vllm-0.16"
+GEN = "data_generation/vllm_hidden_states_generator.py"
+WORKER = "data_generation/custom_worker.py"
+PY = sys.executable  # the "host" python
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    site = tmp_path / "site-packages"
+    spec_wheel.unpack(site)
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the agent and its host python inherit it
+    return site
+
+
+@pytest.fixture
+async def client(site: Path, tmp_path: Path) -> AsyncIterator[AgentClient]:
+    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), reconnect=False)
+    await c.start()
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path) -> Path:
+    return tmp_path / "user-patches"
+
+
+@pytest.fixture(scope="module")
+def pset() -> P.PatchSet:
+    return P.load_set_dir(P.bundled_sets_dir() / SET)
+
+
+@pytest.fixture(scope="module")
+def pristine() -> dict[str, bytes]:
+    return spec_wheel.pristine_files()
+
+
+def pkg(site: Path, rel: str) -> Path:
+    return site / "speculators" / rel
+
+
+async def test_status_of_a_fresh_install(client: AgentClient, site: Path, user_dir: Path) -> None:
+    st = await S.status(client, SET, PY, user_dir=user_dir)
+    assert st["state"] == "pristine" and "version" not in st
+    assert st["distribution_version"] == "0.3.0" and st["target"] == "speculators 0.3.0"
+    assert st["files"][GEN]["abs_path"] == str(pkg(site, GEN))
+    assert st["files"][WORKER]["state"] == "pristine,v1,v2"
+    assert not st["files"][GEN]["backup"]
+
+
+async def test_push_versions_then_rollback(client: AgentClient, site: Path, user_dir: Path,
+                                           pset: P.PatchSet, pristine: dict[str, bytes]) -> None:
+    gen, backup = pkg(site, GEN), Path(str(pkg(site, GEN)) + S.BACKUP_SUFFIX)
+    mode = gen.stat().st_mode
+    rep = await S.push(client, SET, "v1", PY, user_dir=user_dir)
+    assert rep["state"] == "v1" and rep["previous_state"] == "pristine" and rep["written"] == [GEN]
+    assert backup.read_bytes() == pristine[GEN]  # backed up once, from the pristine file
+    assert not Path(str(pkg(site, WORKER)) + S.BACKUP_SUFFIX).exists()  # untouched file
+    rep = await S.push(client, SET, "latest", PY, user_dir=user_dir)
+    assert rep["state"] == rep["version"] == "v5" and rep["written"] == [GEN, WORKER]
+    assert gen.read_bytes() == P.build_version(pset, "v5", pristine)[GEN]
+    assert gen.stat().st_mode == mode
+    assert backup.read_bytes() == pristine[GEN]  # still the pristine file, not v1
+    again = await S.push(client, SET, "v5", PY, user_dir=user_dir)
+    assert again["written"] == []  # already there: nothing rewritten
+    rep = await S.rollback(client, SET, PY, to="v3", user_dir=user_dir)
+    assert rep["state"] == "v3" and rep["written"] == [GEN]
+    rep = await S.rollback(client, SET, PY, user_dir=user_dir)
+    assert rep["state"] == "pristine"
+    assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+
+
+async def test_hand_edit_is_refused_then_forced(client: AgentClient, site: Path, user_dir: Path,
+                                                pset: P.PatchSet, pristine: dict[str, bytes]) -> None:
+    await S.push(client, SET, "v2", PY, user_dir=user_dir)
+    gen = pkg(site, GEN)
+    edited = gen.read_bytes().replace(b"MAX_NUM_SEQS = 32", b"MAX_NUM_SEQS = 8  # hand edit")
+    gen.write_bytes(edited)
+    assert (await S.status(client, SET, PY, user_dir=user_dir))["state"] == "unknown"
+    with pytest.raises(S.PatchServiceError) as info:
+        await S.push(client, SET, "latest", PY, user_dir=user_dir)
+    assert "edited by hand" in str(info.value) and "\n" not in str(info.value)
+    assert "+MAX_NUM_SEQS = 8  # hand edit" in info.value.detail
+    assert "-MAX_NUM_SEQS = 32" in info.value.detail
+    assert gen.read_bytes() == edited  # untouched
+    rep = await S.push(client, SET, "latest", PY, force=True, user_dir=user_dir)
+    assert rep["state"] == "v5" and rep["forced"]
+    assert gen.read_bytes() == P.build_version(pset, "v5", pristine)[GEN]
+
+
+async def test_capture_a_hand_edit_as_a_new_version(client: AgentClient, site: Path,
+                                                    user_dir: Path, pset: P.PatchSet) -> None:
+    await S.push(client, SET, "latest", PY, user_dir=user_dir)
+    gen = pkg(site, GEN)
+    edited = gen.read_bytes().replace(b"CACHE_MEMORY_FRACTION = 0.2", b"CACHE_MEMORY_FRACTION = 0.3")
+    gen.write_bytes(edited)
+    rep = await S.capture(client, SET, PY, "v6", "KV cache fraction 0.3", user_dir=user_dir)
+    assert Path(rep["diff_file"]).is_file()
+    mine = P.load_set(SET, user_dir=user_dir)
+    assert mine.user and P.version_order(mine) == P.version_order(pset) + ["v6"]
+    st = await S.status(client, SET, PY, user_dir=user_dir)
+    assert st["state"] == "v6"
+    await S.push(client, SET, "v4", PY, user_dir=user_dir)
+    await S.push(client, SET, "v6", PY, user_dir=user_dir)
+    assert gen.read_bytes() == edited
+    with pytest.raises(S.PatchServiceError, match="nothing to capture: the host files are v6"):
+        await S.capture(client, SET, PY, "v7", "again", user_dir=user_dir)
+    # The bundled set is untouched.
+    assert P.version_order(P.load_set_dir(P.bundled_sets_dir() / SET)) == P.version_order(pset)
+
+
+class EditsDuringWrite:
+    """The real client, but a second writer changes `victim` just before we write it."""
+
+    def __init__(self, client: AgentClient, victim: Path) -> None:
+        self.client, self.victim = client, victim
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        if op == "file_write" and args["path"] == str(self.victim) and args["expect_sha256"]:
+            self.victim.write_bytes(self.victim.read_bytes() + b"# someone else\n")
+        return await self.client.request(op, **args)
+
+
+async def test_failed_write_rolls_back_files_already_written(
+        client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes]) -> None:
+    worker = pkg(site, WORKER)
+    with pytest.raises(S.PatchServiceError) as info:
+        await S.push(EditsDuringWrite(client, worker), SET, "latest", PY, user_dir=user_dir)
+    msg = str(info.value)
+    assert f"writing {worker} failed" in msg and f"rolled back {GEN}" in msg
+    assert pkg(site, GEN).read_bytes() == pristine[GEN]  # put back
+    assert worker.read_bytes() == pristine[WORKER] + b"# someone else\n"  # theirs, kept
+
+
+async def test_rollback_without_backup_reverses_the_known_version(
+        client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes]) -> None:
+    await S.push(client, SET, "latest", PY, user_dir=user_dir)
+    for rel in pristine:
+        Path(str(pkg(site, rel)) + S.BACKUP_SUFFIX).unlink()
+    rep = await S.rollback(client, SET, PY, user_dir=user_dir)
+    assert rep["state"] == "pristine"
+    assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+
+
+async def test_hand_edit_without_backup_cannot_be_forced(client: AgentClient, site: Path,
+                                                         user_dir: Path) -> None:
+    gen = pkg(site, GEN)
+    gen.write_bytes(gen.read_bytes() + b"# edit\n")
+    with pytest.raises(S.PatchServiceError, match="no pristine copy"):
+        await S.push(client, SET, "latest", PY, force=True, user_dir=user_dir)
+
+
+async def test_missing_package_and_bad_version(client: AgentClient, user_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(P.PatchError, match="no version 'v9'"):
+        await S.push(client, SET, "v9", PY, user_dir=user_dir)
+    with pytest.raises(Exception, match="not found"):
+        await S.status(client, SET, "/nonexistent/python3", user_dir=user_dir)
+
+
+def test_killed_writer_leaves_old_or_new_never_half(site: Path) -> None:
+    """SIGKILL the agent while it writes (its temp file exists, the rename has not
+    happened): the target is the old file or the new one, never a mix."""
+    target = pkg(site, GEN)
+    old = target.read_bytes()
+    new = (b"# new\n" * 2_000_000)[: 12 << 20]  # 12 MiB: the write takes a while
+    tmp_prefix = "." + target.name + "."
+    killed_mid_write = 0
+    for _ in range(5):
+        before = target.read_bytes()
+        with AgentProc() as agent:
+            agent.send("file_write", {"path": str(target), "b64": base64.b64encode(new).decode(),
+                                      "expect_sha256": P.sha256(before), "backup": None})
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if any(n.startswith(tmp_prefix) for n in os.listdir(target.parent)):
+                    os.kill(agent.proc.pid, signal.SIGKILL)
+                    break
+                if target.read_bytes() != before:
+                    break  # finished before we saw the temp file
+            agent.proc.wait(timeout=10)
+        after = target.read_bytes()
+        assert after in (old, new)
+        if after == before and any(n.startswith(tmp_prefix) for n in os.listdir(target.parent)):
+            killed_mid_write += 1
+        if after == new:
+            target.write_bytes(old)
+    assert killed_mid_write >= 1  # the kill really landed between temp write and rename

@@ -1,0 +1,73 @@
+"""The pure reducer: snapshots become typed state; log chunks become lines exactly once."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.replay import hello, snapshot
+from tui import protocol as p
+from tui.state.model import HISTORY, AppState
+from tui.state.reducer import apply
+
+
+def feed(state: AppState, chunks: list[bytes], inode: int = 1) -> AppState:
+    offset = state.log.offset
+    for chunk in chunks:
+        state = apply(state, p.LogData("log", "/x.log", inode, offset, chunk), 0.0)
+        offset += len(chunk)
+    return state
+
+
+def test_snapshot_fields_and_missing_readings() -> None:
+    snap = snapshot(2)
+    gpus = [dict(snap.gpus[0], util=None, temp="hot"), snap.gpus[1]]
+    st_ = apply(AppState(), p.Snapshot(**{**snap.__dict__, "gpus": gpus}), 10.0)
+    assert st_.gpus[0].util is None and st_.gpus[0].temp is None  # N/A, never 0
+    assert st_.gpus[1].util == 97
+    assert st_.processes[0].gpu_mem == 81 * 2**30 - 2**29
+    assert st_.host.hostname == "gpu-box" and st_.link.last_data is None  # not connected yet
+
+
+def test_hello_connects_and_history_is_bounded() -> None:
+    state = apply(AppState(), hello(), 1.0)
+    assert state.link.state == "connected" and state.hostname == "gpu-box"
+    for i in range(HISTORY + 20):
+        state = apply(state, snapshot(1, seq=i), float(i))
+    assert len(state.gpu_history[0]) == HISTORY and state.link.last_data == HISTORY + 19
+
+
+STREAM = (
+    b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model\n"
+    b"(Worker_TP0 pid=1) \rLoading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]\n"
+    b"(Worker_TP0 pid=1) \rLoading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02,  1.00it/s]\n"
+    b"caf\xc3\xa9 \xff\xfe bytes\r\n"
+    b"no newline at the end"
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_any_chunking_gives_the_same_lines(cuts: list[int]) -> None:
+    points = sorted(set(cuts) | {0, len(STREAM)})
+    chunks = [STREAM[a:b] for a, b in zip(points, points[1:])]
+    whole = feed(AppState(), [STREAM])
+    split = feed(AppState(), chunks)
+    assert split.log.lines == whole.log.lines
+    assert split.log.offset == len(STREAM) and split.log.live == whole.log.live
+    assert split.log.analysis.shards == whole.log.analysis.shards
+
+
+def test_replayed_chunk_is_not_counted_twice() -> None:
+    state = feed(AppState(), [b"a\nb\n", b"c\n"])
+    again = apply(state, p.LogData("log", "/x.log", 1, 0, b"a\nb\n"), 0.0)
+    assert again.log.lines == ("a", "b", "c") and again.log.offset == 6
+
+
+def test_truncation_restarts_numbering_and_keeps_old_lines() -> None:
+    state = feed(AppState(), [b"one\ntwo\n"])
+    state = apply(state, p.LogReset("log", "/x.log", "truncated", 1, 0), 0.0)
+    assert state.log.generation == 1 and state.log.total_lines == 0
+    state = feed(state, [b"fresh\n"])
+    assert state.log.lines[-1] == "fresh" and state.log.total_lines == 1
+    assert "truncated" not in (state.log.note or "")  # the note clears once data flows

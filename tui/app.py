@@ -1,0 +1,366 @@
+"""The dashboard: one screen for one host and its run.
+
+Data flows one way: the agent worker feeds events to the pure reducer
+(`tui.state.reducer.apply`), and the new state is handed to the widgets, which only
+render it. Actions (kill, launch, relaunch) call `tui.services`, the same code the
+CLI subcommands run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui import protocol as p
+from tui import services
+from tui.config import Config
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.help import HelpScreen
+from tui.state import logparse
+from tui.state.model import AppState, KillView, LogTail, Run
+from tui.state.reducer import apply
+from tui.transport import AgentClient, AgentRequestError, TransportError
+from tui.widgets.gpus import GpuPanel
+from tui.widgets.logtail import LogPane
+from tui.widgets.progress import RunProgress
+from tui.widgets.render import gib
+from tui.widgets.status import StatusBar
+from tui.widgets.tables import ProcessTable, RunsTable
+
+LOG_SUB = "log"
+TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+
+
+class EagleApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "eagle3-tui"
+    BINDINGS = [
+        Binding("k", "kill", "Kill run"),
+        Binding("r", "relaunch", "Relaunch"),
+        Binding("l", "launch", "Launch"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, client: AgentClient, cfg: Config, target: str) -> None:
+        super().__init__()
+        self.client = client
+        self.cfg = cfg
+        self.state = AppState(target=target)
+        self.selected_run: str | None = None
+        self.fatal_error: str | None = None
+        self._log_path: str | None = None
+        self._busy: str | None = None  # an action in flight ("kill", "launch")
+
+    # ---- layout -------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield Static(id="banner")
+        with Horizontal(id="top"):
+            with Vertical(id="left"):
+                with Vertical(id="runs-box"):
+                    yield RunsTable(id="runs")
+                with Vertical(id="progress-box"):
+                    yield RunProgress(id="progress")
+            with VerticalScroll(id="gpu-box"):
+                yield GpuPanel(id="gpus")
+        yield ProcessTable(id="procs")
+        yield LogPane(id="log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#runs-box").border_title = "Runs"
+        self.query_one("#progress-box").border_title = "Progress"
+        self.query_one("#gpu-box").border_title = "GPUs"
+        self.query_one("#procs").border_title = "Processes"
+        self._render_all()
+        self.connect_agent()
+        self.set_interval(1.0, self._tick)
+
+    # ---- the agent stream ---------------------------------------------------------
+    @work(exclusive=True, group="agent")
+    async def connect_agent(self) -> None:
+        try:
+            hello = await self.client.start()
+            self._apply(hello)
+            await services.configure(self.client, self.cfg)
+        except (TransportError, AgentRequestError) as exc:
+            self.fatal_error = str(exc)
+            self.exit(return_code=3)
+            return
+        await self._follow_log()
+        async for event in self.client.events():
+            self._apply(event)
+            if isinstance(event, p.Snapshot):
+                await self._follow_log()
+
+    def _apply(self, event: Any) -> None:
+        self.state = apply(self.state, event, time.time())
+        if isinstance(event, (p.LogData, p.LogReset)):
+            self.query_one(LogPane).show(self.state.log)
+            self._render_progress()
+        elif isinstance(event, p.KillProgress):
+            self._render_banner()
+        else:
+            self._render_all()
+
+    async def _follow_log(self) -> None:
+        """Subscribe to the log of the selected run (or `[run] log`) when it changed."""
+        path = self._wanted_log()
+        if path is None or path == self._log_path:
+            return
+        if self._log_path is not None:
+            await self._request("unsubscribe", sub=LOG_SUB)
+        self._log_path = path
+        self.state = replace(self.state, log=LogTail(path=path))
+        self.query_one(LogPane).show(self.state.log)
+        await self._request("subscribe", sub=LOG_SUB, path=path, offset=-TAIL_BYTES, inode=None)
+
+    def _wanted_log(self) -> str | None:
+        if self.cfg.run.log:
+            return self.cfg.run.log
+        run = self._run()
+        return run.log if run else None
+
+    async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
+        try:
+            return await self.client.request(op, **args)
+        except (AgentRequestError, TransportError) as exc:
+            self.notify(f"{op}: {exc}", severity="error", timeout=8)
+            return None
+
+    # ---- rendering ----------------------------------------------------------------
+    def _render_all(self) -> None:
+        st = self.state
+        self.query_one(StatusBar).show(st)
+        self.query_one(GpuPanel).show(st)
+        self.query_one(ProcessTable).show(st)
+        self.query_one(RunsTable).show(st, self._run_notes())
+        self.query_one("#gpu-box").border_title = (
+            f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs"
+        )
+        self._render_progress()
+        self._render_banner()
+        self.refresh_bindings()  # kill/relaunch availability follows the runs
+
+    def _render_progress(self) -> None:
+        run = self._run()
+        label = f"run {run.run_id} ({run.state})" if run else "no run"
+        self.query_one(RunProgress).show(self.state, self._phase(run), label)
+
+    def _phase(self, run: Run | None) -> str | None:
+        a = self.state.log.analysis
+        phase = getattr(a, "phase", None)
+        if run is not None and run.state == "killed":
+            return "killed"
+        if phase in ("loading", "extracting") and a is not None and logparse.is_stalled(a, time.time()):
+            return "stalled"
+        return phase
+
+    def _render_banner(self) -> None:
+        banner = self.query_one("#banner", Static)
+        kill = self.state.kill
+        text, kind = None, ""
+        if kill is not None:
+            if kill.report is not None:
+                text = "  ·  ".join(services.describe_kill(kill.report))
+                kind = "ok" if kill.report.get("ok") and kill.report.get("gpus_free") is not False else "error"
+            elif kill.error:
+                text, kind = f"kill {kill.run_id} failed: {kill.error}", "error"
+            else:
+                held = sum((g.get("run_mem") or 0) for g in kill.gpus)
+                text = (
+                    f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
+                    f" · GPU memory held {gib(held)} GiB · {kill.elapsed:.1f} s"
+                )
+        elif self.state.link.state in ("reconnecting", "failed"):
+            link = self.state.link
+            age = time.time() - link.last_data if link.last_data else None
+            text = (
+                f"reconnecting (attempt {link.attempt}), data {age:.0f} s old" if link.state == "reconnecting" and age is not None
+                else f"link {link.state}: {link.error or ''}"
+            )
+            kind = "error" if link.state == "failed" else ""
+        banner.set_class(text is not None, "shown")
+        banner.set_class(kind == "error", "error")
+        banner.set_class(kind == "ok", "ok")
+        banner.update(text or "")
+
+    def _tick(self) -> None:
+        self.query_one(StatusBar).show(self.state)
+        if self.state.link.state != "connected":
+            self._render_banner()
+
+    def _run_notes(self) -> dict[str, str]:
+        notes = {}
+        a = self.state.log.analysis
+        run = self._run()
+        root = getattr(a, "root_cause", None)
+        if run is not None and root is not None:
+            notes[run.run_id] = root.title
+        return notes
+
+    # ---- selection ----------------------------------------------------------------
+    def _run(self) -> Run | None:
+        """The run actions apply to: the selected row, else the config's newest run."""
+        st = self.state
+        chosen = st.run(self.selected_run)
+        if chosen is not None:
+            return chosen
+        mine = [r for r in st.runs if r.name == self.cfg.run.name]
+        live = [r for r in st.runs if r.alive]
+        pool = [r for r in mine if r.alive] or live or mine or list(st.runs)
+        return pool[0] if pool else None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if isinstance(event.data_table, RunsTable) and event.row_key is not None:
+            self.selected_run = event.row_key.value
+            self._render_progress()
+            self.run_worker(self._follow_log(), group="follow", exclusive=True)
+
+    # ---- actions --------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        run = self._run()
+        if action == "kill":
+            return bool(run and run.alive) and self._busy is None
+        if action == "relaunch":
+            return (run is not None or bool(self.cfg.run.command)) and self._busy is None
+        if action == "launch":
+            return bool(self.cfg.run.command) and self._busy is None
+        return True
+
+    def _run_pids(self, run: Run) -> list[int]:
+        pids = [pr.pid for pr in self.state.processes if pr.run_id == run.run_id]
+        if run.pid is not None and run.pid not in pids:
+            pids.insert(0, run.pid)
+        return pids
+
+    def _kill_lines(self, run: Run) -> list[str]:
+        pids = self._run_pids(run)
+        per_gpu = []
+        for g in self.state.gpus:
+            held = sum(gp.mem or 0 for gp in g.processes if gp.pid in pids)
+            if held:
+                per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
+        return [
+            f"host:   {self.state.hostname or self.state.target}",
+            f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
+            f"argv:   {' '.join(run.argv)[:70]}",
+            f"PIDs:   {', '.join(map(str, pids[:16]))}" + (" …" if len(pids) > 16 else ""),
+            "GPU memory at stake: " + (", ".join(per_gpu) if per_gpu else "none seen"),
+            f"Signals: SIGINT, then SIGTERM after {self.cfg.run.graces[0]:.0f} s,"
+            f" then SIGKILL after {self.cfg.run.graces[1]:.0f} s more.",
+        ]
+
+    def action_kill(self) -> None:
+        run = self._run()
+        if run is None or not run.alive:
+            self.notify("no live run to kill", severity="warning")
+            return
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._kill_worker(run.run_id, None)
+
+        self.push_screen(ConfirmScreen(f"Kill run {run.run_id}?", self._kill_lines(run)), decided)
+
+    def action_relaunch(self) -> None:
+        run = self._run()
+        if run is not None and run.alive:
+            lines = self._kill_lines(run) + ["", "It is still running: kill it, then relaunch?"]
+
+            def decided(yes: bool | None) -> None:
+                if yes:
+                    self._kill_worker(run.run_id, run)
+
+            self.push_screen(ConfirmScreen(f"Relaunch run {run.run_id}?", lines, "Kill + relaunch"), decided)
+            return
+        self._launch_worker(run)
+
+    def action_launch(self) -> None:
+        self._launch_worker(None)
+
+    def action_help(self) -> None:
+        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
+        self.push_screen(HelpScreen(keys + [("ctrl+p", "Command palette")]))
+
+    @work(exclusive=True, group="action")
+    async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
+        self._busy = "kill"
+        self.refresh_bindings()
+        try:
+            report = await services.kill(self.client, self.cfg, run_id)
+            self.state = self._with_kill(report=report)
+        except (AgentRequestError, TransportError) as exc:
+            self.state = self._with_kill(error=str(exc), run_id=run_id)
+        finally:
+            self._busy = None
+            self.refresh_bindings()
+            self._render_banner()
+        kill = self.state.kill
+        if relaunch is not None and kill is not None and kill.report and kill.report.get("ok"):
+            await self._launch(relaunch if not relaunch.external else None)
+
+    def _with_kill(self, **changes: Any) -> AppState:
+        kill = self.state.kill or KillView(run_id=changes.get("run_id", "?"), stage="", alive=(), gpus=(), elapsed=0.0)
+        changes.pop("run_id", None)
+        if "report" in changes:
+            kill = replace(kill, run_id=changes["report"].get("run_id", kill.run_id), stage="done")
+        return replace(self.state, kill=replace(kill, **changes))
+
+    @work(exclusive=True, group="action")
+    async def _launch_worker(self, run: Run | None) -> None:
+        await self._launch(run)
+
+    async def _launch(self, run: Run | None) -> None:
+        from tui.cli import _patch_state
+
+        self._busy = "launch"
+        self.refresh_bindings()
+        try:
+            ps = await _patch_state(self.client, self.cfg)
+            if run is None:
+                record = await services.launch(self.client, self.cfg, ps)
+            else:
+                record = await services.relaunch(self.client, self.cfg, _run_dict(run), ps)
+        except (AgentRequestError, TransportError, ValueError) as exc:
+            self.notify(str(exc), title="launch refused", severity="error", timeout=10)
+            return
+        finally:
+            self._busy = None
+            self.refresh_bindings()
+        self.selected_run = record.get("run_id")
+        self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
+        await self._request("configure", interval=self.cfg.host.interval, match=self.cfg.run.match, runs_dir=self.cfg.host.runs_dir)  # an immediate snapshot
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", self.action_kill)
+        yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", self.action_relaunch)
+        yield SystemCommand("Launch run", "Launch the [run] command from eagle3.toml", self.action_launch)
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "name": run.name,
+        "state": run.state,
+        "argv": list(run.argv),
+        "cwd": run.cwd,
+        "env": dict(run.env),
+        "external": run.external,
+        "pid": run.pid,
+    }
+
+
+def make_app(client: AgentClient, cfg: Config, target: str) -> EagleApp:
+    """Build the dashboard around an injected client (local, SSH, or a test's)."""
+    return EagleApp(client, cfg, target)

@@ -1,0 +1,301 @@
+"""The `eagle3-tui` command. Every TUI key has a non-interactive twin here.
+
+User mistakes (unreachable host, auth failure, bad config, bad log file) print one
+line to stderr and exit non-zero; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Awaitable, Callable, TypeVar
+
+import click
+
+from tui import __version__, services
+from tui.config import Config, ConfigError, load_config
+from tui.transport import AgentClient, AgentRequestError, TransportError
+
+T = TypeVar("T")
+
+# Exit codes: 0 ok, 1 the action failed (e.g. GPUs not freed), 2 usage/config error,
+# 3 cannot reach or start the agent on the host.
+EXIT_FAILED, EXIT_USAGE, EXIT_CONNECT = 1, 2, 3
+
+
+class Ctx:
+    def __init__(self, config: str | None, ssh_config: str | None, accept_new: bool) -> None:
+        self.config_path = config
+        self.ssh_config = ssh_config
+        self.accept_new = accept_new
+        self._cfg: Config | None = None
+
+    @property
+    def cfg(self) -> Config:
+        if self._cfg is None:
+            self._cfg = load_config(self.config_path)
+        return self._cfg
+
+    def target(self, target: str | None) -> str:
+        return services.resolve_target(target, self.cfg)
+
+    def client(self, target: str, reconnect: bool = False) -> AgentClient:
+        return services.new_client(
+            target,
+            self.cfg,
+            ssh_config=self.ssh_config,
+            accept_new_host_key=self.accept_new,
+            reconnect=reconnect,
+        )
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"eagle3-tui: {message}", err=True)
+    sys.exit(code)
+
+
+def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]]) -> T:
+    """Connect, run `body(client)`, close; map every expected failure to one line."""
+
+    async def main() -> T:
+        client = ctx.client(ctx.target(target))
+        try:
+            await client.start()
+            return await body(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except TransportError as exc:
+        fail(str(exc), EXIT_CONNECT)
+    except (AgentRequestError, ValueError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    except OSError as exc:
+        fail(f"{exc.strerror or exc}", EXIT_CONNECT)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    raise AssertionError("unreachable")
+
+
+def print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+target_arg = click.argument("target", required=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="eagle3-tui")
+@click.option("--config", "config", metavar="FILE", help="eagle3.toml to use (default ./eagle3.toml).")
+@click.option("-F", "ssh_config", metavar="FILE", help="SSH config file, as with ssh -F.")
+@click.option(
+    "--accept-new-host-key",
+    is_flag=True,
+    help="Trust an unknown host key on first use and add it to known_hosts.",
+)
+@click.pass_context
+def main(ctx: click.Context, config: str | None, ssh_config: str | None, accept_new_host_key: bool) -> None:
+    """Supervise long-running GPU runs on a remote host over SSH.
+
+    TARGET is `local`, [user@]host[:port], or a Host alias from the SSH config;
+    without it, `[host] target` from eagle3.toml, else local.
+    """
+    ctx.obj = Ctx(config, ssh_config, accept_new_host_key)
+
+
+@main.command()
+@target_arg
+@click.pass_obj
+def connect(obj: Ctx, target: str | None) -> None:
+    """Open the live dashboard."""
+    from tui.app import make_app  # Textual is imported only for the dashboard
+
+    try:
+        cfg = obj.cfg
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    name = obj.target(target)
+    app = make_app(obj.client(name, reconnect=True), cfg, name)
+    app.run()
+    if app.fatal_error:
+        fail(app.fatal_error, EXIT_CONNECT)
+
+
+@main.command()
+@target_arg
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@click.pass_obj
+def status(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """Print one snapshot of the host and exit."""
+    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
+    snap = {k: v for k, v in snap.items() if k != "type"}
+    if as_json:
+        print_json(snap)
+        return
+    from tui.report import format_status
+
+    click.echo(format_status(snap))
+
+
+@main.command()
+@target_arg
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """List the runs on the host (the run ledger)."""
+    result = run_on_host(obj, target, services.list_runs)
+    if as_json:
+        print_json({"runs": result})
+        return
+    from tui.report import format_runs
+
+    click.echo(format_runs(result))
+
+
+@main.command()
+@target_arg
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """Launch the config's [run] on the host."""
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        return await services.launch(client, obj.cfg, await _patch_state(client, obj.cfg))
+
+    record = run_on_host(obj, target, body)
+    if as_json:
+        print_json(record)
+    else:
+        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}")
+
+
+@main.command()
+@target_arg
+@click.option("--run", "run_id", metavar="RUN_ID", help="Run to relaunch (default: the config's latest).")
+@click.option("--kill", "kill_first", is_flag=True, help="Kill the run first if it is still alive.")
+@click.option("--yes", is_flag=True, help="Do not ask before killing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool, yes: bool, as_json: bool) -> None:
+    """Launch again with the same argv, cwd and env as a previous run."""
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        runs = await services.list_runs(client)
+        run = services.pick_run(runs, run_id, obj.cfg) if run_id else _latest(runs, obj.cfg)
+        if run_id and run is None:
+            raise ValueError(f"no run {run_id} on this host")
+        if run and run.get("state") == "running":
+            if not kill_first:
+                raise ValueError(
+                    f"run {run['run_id']} is still running (pid {run.get('pid')}); "
+                    "use --kill to kill it first"
+                )
+            if not yes and not click.confirm(f"kill run {run['run_id']} first?", default=False):
+                raise ValueError("cancelled")
+            report = await services.kill(client, obj.cfg, run["run_id"])
+            if not report.get("ok"):
+                raise ValueError("kill did not finish: " + "; ".join(services.describe_kill(report)))
+            run = dict(run, state="killed")
+        return await services.relaunch(client, obj.cfg, run, await _patch_state(client, obj.cfg))
+
+    record = run_on_host(obj, target, body)
+    if as_json:
+        print_json(record)
+    else:
+        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
+
+
+def _latest(runs: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
+    mine = [r for r in runs if r.get("name") == cfg.run.name and not r.get("external")]
+    return mine[0] if mine else None
+
+
+@main.command()
+@target_arg
+@click.argument("run_id", required=False)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: bool) -> None:
+    """Kill a run (default: the config's live run) and wait until its GPUs are free."""
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        runs = await services.list_runs(client)
+        run = services.pick_run(runs, run_id, obj.cfg)
+        if run is None:
+            raise ValueError(f"no run {run_id}" if run_id else "no live run to kill")
+        if not yes:
+            prompt = f"kill run {run['run_id']} ({' '.join(run.get('argv') or [])[:60]}, pid {run.get('pid')})?"
+            confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
+            if not confirmed:
+                raise ValueError("cancelled")
+
+        def progress(ev: Any) -> None:
+            if not as_json:
+                click.echo(f"  {ev.stage}: {len(ev.alive)} process(es) left, {ev.elapsed:.1f} s", err=True)
+
+        return await services.kill(client, obj.cfg, run["run_id"], progress)
+
+    report = run_on_host(obj, target, body)
+    if as_json:
+        print_json(report)
+    else:
+        for line in services.describe_kill(report):
+            click.echo(line)
+    if not report.get("ok") or report.get("gpus_free") is False:
+        sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("logfile")
+@click.option("--json", "as_json", is_flag=True)
+def inspect(logfile: str, as_json: bool) -> None:
+    """Post-mortem of a log file on this machine (`-` reads stdin)."""
+    from tui.inspect import format_report, inspect_log
+
+    def chunks(f: Any) -> Any:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                return
+            yield block
+
+    try:
+        if logfile == "-":
+            result = inspect_log(chunks(sys.stdin.buffer))
+        else:
+            path = Path(logfile)
+            if path.is_dir():
+                fail(f"{logfile}: is a directory", EXIT_USAGE)
+            with path.open("rb") as f:
+                result = inspect_log(chunks(f))
+    except OSError as exc:
+        fail(f"{logfile}: {exc.strerror or exc}", EXIT_USAGE)
+    if as_json:
+        print_json(result)
+    else:
+        click.echo(format_report(result))
+
+
+async def _patch_state(client: AgentClient, cfg: Config) -> Any:
+    """The patch state a run is launched with (None when no patch set is configured)."""
+    if not cfg.patches.set:
+        return None
+    try:
+        from tui import patch_service
+    except ImportError:
+        return None
+    try:
+        st = await patch_service.status(client, cfg.patches.set, cfg.host.python)
+    except Exception as exc:  # noqa: BLE001 - a launch must not fail on a patch probe
+        return {"set": cfg.patches.set, "state": "error", "error": str(exc)}
+    return {"set": cfg.patches.set, "state": st.get("state"), "version": st.get("version")}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

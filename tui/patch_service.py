@@ -1,0 +1,287 @@
+"""Patch actions on a host: status, push, rollback, capture -- through the agent.
+
+Each function takes an agent client with `await client.request(op, **args) -> dict`
+(it raises on ok:false) and uses only the agent ops `resolve_module`, `file_read`,
+`file_write` and `py_compile` (docs/architecture.md, "Agent protocol"). Everything
+else -- building a version, classifying the host's state -- is the pure engine in
+tui/state/patches.py, run here on the client.
+
+Safety rules:
+- the target package is found with the host's Python without importing it;
+- a version is built from the *pristine* bytes (the host's one-time backup
+  `<file>.eagle3-pristine`, the current file when it is pristine, or the current file
+  with its known version's diff reversed), checked against the manifest's sha256;
+- an unknown state (hand edits) is never overwritten without `force`; the refusal
+  carries the diff of the host file against pristine;
+- every file is compiled with the host's Python before anything is written; writes go
+  in manifest order, each atomic and conditional on the hash we read; if one fails,
+  the files already written are put back, and the error says so;
+- the backup is made only from a pristine file, and only once.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tui.state import patches as P
+
+BACKUP_SUFFIX = ".eagle3-pristine"
+
+
+class AgentLike(Protocol):
+    async def request(self, op: str, **args: Any) -> dict[str, Any]: ...
+
+
+class PatchServiceError(Exception):
+    """A refused or failed patch action. `str()` is one line; `detail` may hold a diff."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+@dataclass
+class _HostFile:
+    rel: str
+    path: str
+    data: bytes | None  # None: missing
+    sha: str | None
+    backup: bytes | None  # the backup's bytes when it is the pristine file
+
+
+@dataclass
+class _Host:
+    pset: P.PatchSet
+    package_dir: str
+    dist_version: str | None
+    files: list[_HostFile]
+
+    @property
+    def current(self) -> dict[str, str | None]:
+        return {f.rel: f.sha for f in self.files}
+
+
+async def _read(client: AgentLike, path: str) -> tuple[bytes | None, str | None]:
+    r = await client.request("file_read", path=path)
+    if not r.get("exists"):
+        return None, None
+    return base64.b64decode(r["b64"]), r["sha256"]
+
+
+async def _inspect(client: AgentLike, pset: P.PatchSet, python: str) -> _Host:
+    """Find the package on the host (without importing it) and read its target files."""
+    r = await client.request("resolve_module", python=python, module=pset.package)
+    origin = r.get("origin")
+    if not origin:
+        raise PatchServiceError(f"package {pset.package!r} not found by {python} on the host")
+    pkg_dir = posixpath.dirname(origin)
+    files = []
+    for rel in pset.files:
+        path = posixpath.join(pkg_dir, rel)
+        data, sha = await _read(client, path)
+        backup, bsha = await _read(client, path + BACKUP_SUFFIX)
+        files.append(_HostFile(rel, path, data, sha, backup if bsha == pset.files[rel] else None))
+    return _Host(pset, pkg_dir, r.get("version"), files)
+
+
+def _pristine(host: _Host, state: str) -> dict[str, bytes] | None:
+    """Pristine bytes of every file, or None when they cannot be had."""
+    out: dict[str, bytes] = {}
+    for f in host.files:
+        if f.backup is not None:
+            out[f.rel] = f.backup
+        elif f.data is not None and f.sha == host.pset.files[f.rel]:
+            out[f.rel] = f.data
+        elif f.data is not None and state not in (P.UNKNOWN, P.MISSING, P.PRISTINE):
+            undone = P.apply_diff(f.data, P.reverse_diff(P.get_version(host.pset, state).diff),
+                                  f.rel)
+            if P.sha256(undone) != host.pset.files[f.rel]:
+                return None
+            out[f.rel] = undone
+        else:
+            return None
+    return out
+
+
+def _classify(host: _Host) -> str:
+    try:
+        return P.classify(host.pset, host.current)
+    except P.PatchError:  # a user version without sha256: build from the backup
+        return P.classify(host.pset, host.current, _pristine(host, P.UNKNOWN))
+
+
+def _report(host: _Host, state: str) -> dict[str, Any]:
+    pset = host.pset
+    files = {f.rel: {"abs_path": f.path, "sha256": f.sha, "backup": f.backup is not None,
+                     "state": _file_state(pset, f)} for f in host.files}
+    out: dict[str, Any] = {"set": pset.name, "target": f"{pset.distribution} {pset.version}",
+                           "package_dir": host.package_dir,
+                           "distribution_version": host.dist_version,
+                           "files": files, "state": state}
+    if state not in (P.PRISTINE, P.UNKNOWN, P.MISSING):
+        out["version"] = state
+    return out
+
+
+def _file_state(pset: P.PatchSet, f: _HostFile) -> str:
+    """Every state this file's bytes belong to, comma-separated (e.g. "v3,v4,v5")."""
+    try:
+        return ",".join(P.file_states(pset, f.rel, f.sha))
+    except P.PatchError:
+        return P.UNKNOWN
+
+
+def _hand_edit_diff(host: _Host, pristine: dict[str, bytes] | None) -> str:
+    if pristine is None:
+        return ""
+    return "".join(P.make_version_diff(pristine[f.rel], f.data or b"", f.rel)
+                   for f in host.files if f.data is not None and f.data != pristine[f.rel])
+
+
+async def status(client: AgentLike, set_name: str, python: str,
+                 user_dir: Path | None = None) -> dict[str, Any]:
+    """Where the host's files stand: {set, target, package_dir, distribution_version,
+    files: {path: {abs_path, sha256, backup, state}}, state, version (when a vK)}."""
+    host = await _inspect(client, P.load_set(set_name, user_dir), python)
+    return _report(host, _classify(host))
+
+
+async def push(client: AgentLike, set_name: str, version: str, python: str,
+               force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
+    """Make the host's files exactly `version` (`latest` allowed). Returns a report."""
+    pset = P.load_set(set_name, user_dir)
+    target = P.get_version(pset, version).name
+    return await _transition(client, pset, target, python, force)
+
+
+async def rollback(client: AgentLike, set_name: str, python: str, to: str = P.PRISTINE,
+                   force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
+    """Put the host's files back to `to`: `pristine` (default) or an earlier version."""
+    pset = P.load_set(set_name, user_dir)
+    target = to if to == P.PRISTINE else P.get_version(pset, to).name
+    return await _transition(client, pset, target, python, force)
+
+
+async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str,
+                      force: bool) -> dict[str, Any]:
+    host = await _inspect(client, pset, python)
+    state = _classify(host)
+    missing = [f.path for f in host.files if f.data is None]
+    if missing:
+        raise PatchServiceError(f"missing on the host: {', '.join(missing)}")
+    pristine = _pristine(host, state)
+    if state == P.UNKNOWN and not force:
+        raise PatchServiceError(
+            f"{pset.package} in {host.package_dir} has been edited by hand (not pristine "
+            f"{pset.distribution} {pset.version} nor a version of {pset.name}; host has "
+            f"{pset.distribution} {host.dist_version}); refusing without --force",
+            detail=_hand_edit_diff(host, pristine))
+    if pristine is None:
+        raise PatchServiceError(
+            f"no pristine copy of {pset.package} on the host (no valid {BACKUP_SUFFIX} backup "
+            f"and the files are not a known version); reinstall {pset.distribution}=="
+            f"{pset.version} first")
+    try:
+        wanted = P.build_version(pset, target, pristine)
+    except P.PatchError as exc:
+        raise PatchServiceError(str(exc)) from None
+    todo = [f for f in host.files if f.data != wanted[f.rel]]
+    for f in todo:
+        r = await client.request("py_compile", python=python, filename=f.path,
+                                 b64=base64.b64encode(wanted[f.rel]).decode())
+        if not r.get("ok"):
+            raise PatchServiceError(f"{target} does not compile on the host: {r.get('error')}")
+    written: list[_HostFile] = []
+    for f in todo:
+        backup = f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None
+        try:
+            await client.request("file_write", path=f.path, expect_sha256=f.sha, backup=backup,
+                                 b64=base64.b64encode(wanted[f.rel]).decode())
+        except Exception as exc:  # noqa: BLE001 - any failure (agent error, lost link) must undo
+            undone = await _undo(client, written, wanted)
+            raise PatchServiceError(f"writing {f.path} failed ({exc}); {undone}") from None
+        written.append(f)
+    after = await _inspect(client, pset, python)
+    bad = [f.path for f in after.files if f.data != wanted[f.rel]]
+    if bad:
+        raise PatchServiceError(f"verification failed after writing: {', '.join(bad)} "
+                                f"do not have the expected sha256")
+    report = _report(after, _classify(after))
+    report.update(previous_state=state, written=[f.rel for f in todo], forced=state == P.UNKNOWN)
+    return report
+
+
+async def _undo(client: AgentLike, written: list[_HostFile], wanted: dict[str, bytes]) -> str:
+    """Put back the files already written, newest first; says what happened."""
+    if not written:
+        return "nothing had been written"
+    done, failed = [], []
+    for f in reversed(written):
+        try:
+            await client.request("file_write", path=f.path, backup=None,
+                                 expect_sha256=P.sha256(wanted[f.rel]),
+                                 b64=base64.b64encode(f.data or b"").decode())
+            done.append(f.rel)
+        except Exception as exc:  # noqa: BLE001 - report every file that could not be undone
+            failed.append(f"{f.rel} ({exc})")
+    msg = f"rolled back {', '.join(done)}" if done else ""
+    if failed:
+        msg += ("; " if msg else "") + f"COULD NOT roll back {', '.join(failed)}"
+    return msg
+
+
+async def capture(client: AgentLike, set_name: str, python: str, new_version: str,
+                  title: str, notes: str = "", fixes: tuple[str, ...] = (),
+                  user_dir: Path | None = None) -> dict[str, Any]:
+    """Record the host's hand-edited files as a new version in the user's copy of the set."""
+    pset = P.load_set(set_name, user_dir)
+    host = await _inspect(client, pset, python)
+    state = _classify(host)
+    if state != P.UNKNOWN:
+        raise PatchServiceError(f"nothing to capture: the host files are {state}")
+    pristine = _pristine(host, state)
+    if pristine is None:
+        raise PatchServiceError(f"cannot capture: no pristine {BACKUP_SUFFIX} backup on the host")
+    current = {f.rel: f.data or b"" for f in host.files}
+    diff = "".join(P.make_version_diff(pristine[r], current[r], r) for r in pset.files)
+    version = P.PatchVersion(name=new_version, title=title, diff=diff,
+                             diff_file=f"{new_version}.diff", fixes=tuple(fixes), notes=notes,
+                             sha256={r: P.sha256(b) for r, b in current.items()})
+    try:
+        new_set = P.with_version(pset, version)
+    except P.PatchError as exc:
+        raise PatchServiceError(str(exc)) from None
+    dest = (P.user_sets_dir() if user_dir is None else user_dir) / pset.name
+    if not pset.user:  # first capture: start the user's copy from the bundled set
+        dest.mkdir(parents=True, exist_ok=True)
+        for v in pset.versions:
+            _write_local(dest / v.diff_file, v.diff)
+    _write_local(dest / version.diff_file, diff)
+    _write_local(dest / "manifest.toml", P.render_manifest(new_set))
+    again = P.load_set_dir(dest, user=True)
+    if P.build_version(again, new_version, pristine) != current:
+        raise PatchServiceError(f"captured {new_version} does not rebuild the host files")
+    return {"set": pset.name, "version": new_version, "dir": str(dest),
+            "diff_file": str(dest / version.diff_file), "files": sorted(pset.files)}
+
+
+def _write_local(path: Path, text: str) -> None:
+    """Atomic write of a local text file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["BACKUP_SUFFIX", "PatchServiceError", "capture", "push", "rollback", "status"]

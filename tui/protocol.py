@@ -1,0 +1,193 @@
+"""The agent protocol: message types and parsing of agent lines. Pure (no I/O).
+
+One JSON object per line. See docs/architecture.md, "Agent protocol", for the
+shapes. Snapshot payloads stay plain dicts here; `tui.state.model` turns them into
+frozen dataclasses, so this module only has to be strict about the envelope.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(ValueError):
+    """A line from the agent that is not a valid protocol message."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    protocol: int
+    agent_version: str
+    agent_sha: str
+    hostname: str
+    python: str
+    pid: int
+    time: float
+    gpu_source: str | None
+    gpu_error: str | None
+    capabilities: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    seq: int
+    time: float
+    host: dict[str, Any]
+    gpus: list[dict[str, Any]]
+    processes: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    gpu_source: str | None = None
+    gpu_error: str | None = None
+
+
+@dataclass(frozen=True)
+class LogData:
+    sub: str
+    path: str
+    inode: int | None
+    offset: int
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        """The resume offset after this chunk."""
+        return self.offset + len(self.data)
+
+
+@dataclass(frozen=True)
+class LogReset:
+    sub: str
+    path: str
+    reason: str  # truncated | rotated | missing | appeared
+    inode: int | None
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Result:
+    id: int
+    ok: bool
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class KillProgress:
+    id: int
+    run_id: str
+    stage: str
+    alive: tuple[int, ...]
+    gpus: tuple[dict[str, Any], ...]
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class AgentError:
+    message: str
+
+
+Message = Union[Hello, Snapshot, LogData, LogReset, Result, KillProgress, AgentError]
+
+
+def _req(obj: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in obj:
+        raise ProtocolError(f"{obj.get('type', '?')} message lacks {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f"{obj.get('type', '?')}.{key} has the wrong type")
+    return value
+
+
+def _b64(obj: dict[str, Any]) -> bytes:
+    try:
+        return base64.b64decode(_req(obj, "b64", str), validate=True)
+    except binascii.Error as exc:
+        raise ProtocolError(f"bad base64 in {obj.get('type')}: {exc}") from None
+
+
+def parse_message(obj: Any) -> Message:
+    """Turn one decoded JSON object into a message dataclass."""
+    if not isinstance(obj, dict):
+        raise ProtocolError("agent line is not a JSON object")
+    kind = obj.get("type")
+    num = (int, float)
+    if kind == "hello":
+        return Hello(
+            protocol=_req(obj, "protocol", int),
+            agent_version=str(obj.get("agent_version", "?")),
+            agent_sha=str(obj.get("agent_sha", "")),
+            hostname=str(obj.get("hostname", "?")),
+            python=str(obj.get("python", "?")),
+            pid=int(obj.get("pid") or 0),
+            time=float(obj.get("time") or 0.0),
+            gpu_source=obj.get("gpu_source"),
+            gpu_error=obj.get("gpu_error"),
+            capabilities=tuple(obj.get("capabilities") or ()),
+        )
+    if kind == "snapshot":
+        return Snapshot(
+            seq=_req(obj, "seq", int),
+            time=float(_req(obj, "time", num)),
+            host=obj.get("host") or {},
+            gpus=list(obj.get("gpus") or []),
+            processes=list(obj.get("processes") or []),
+            runs=list(obj.get("runs") or []),
+            gpu_source=obj.get("gpu_source"),
+            gpu_error=obj.get("gpu_error"),
+        )
+    if kind == "log":
+        return LogData(
+            sub=_req(obj, "sub", str),
+            path=str(obj.get("path", "")),
+            inode=obj.get("inode"),
+            offset=_req(obj, "offset", int),
+            data=_b64(obj),
+        )
+    if kind == "log_reset":
+        return LogReset(
+            sub=_req(obj, "sub", str),
+            path=str(obj.get("path", "")),
+            reason=str(obj.get("reason", "?")),
+            inode=obj.get("inode"),
+            offset=int(obj.get("offset") or 0),
+        )
+    if kind == "result":
+        return Result(
+            id=_req(obj, "id", int),
+            ok=bool(obj.get("ok")),
+            result=obj.get("result") or {},
+            error=obj.get("error"),
+        )
+    if kind == "kill_progress":
+        return KillProgress(
+            id=_req(obj, "id", int),
+            run_id=str(obj.get("run_id", "")),
+            stage=str(obj.get("stage", "")),
+            alive=tuple(obj.get("alive") or ()),
+            gpus=tuple(obj.get("gpus") or ()),
+            elapsed=float(obj.get("elapsed") or 0.0),
+        )
+    if kind == "error":
+        return AgentError(message=str(obj.get("message", "")))
+    raise ProtocolError(f"unknown message type {kind!r}")
+
+
+def parse_line(line: str | bytes) -> Message:
+    """Parse one line from the agent's stdout."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = line[:80] if isinstance(line, str) else line[:80].decode("utf-8", "replace")
+        raise ProtocolError(f"agent sent a line that is not JSON: {text!r} ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    return parse_message(obj)
+
+
+def encode_request(req_id: int, op: str, args: dict[str, Any]) -> bytes:
+    """One request line for the agent's stdin."""
+    return (json.dumps({"id": req_id, "op": op, "args": args}, separators=(",", ":")) + "\n").encode()

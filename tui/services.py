@@ -1,0 +1,158 @@
+"""Actions on a host, shared by the CLI subcommands and the TUI keys.
+
+Each function takes a started `AgentClient` and the config, so `eagle3-tui kill`
+and the `k` key run exactly the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from tui.config import Config
+from tui.transport import AgentClient, make_link
+
+
+@dataclass(frozen=True)
+class Connection:
+    target: str
+    client: AgentClient
+
+
+def resolve_target(target: str | None, cfg: Config) -> str:
+    """TARGET argument, else `[host] target`, else local."""
+    return target or cfg.host.target or "local"
+
+
+def new_client(
+    target: str,
+    cfg: Config,
+    *,
+    ssh_config: str | None = None,
+    accept_new_host_key: bool = False,
+    reconnect: bool = True,
+) -> AgentClient:
+    link = make_link(
+        target,
+        ssh_config=ssh_config,
+        accept_new_host_key=accept_new_host_key,
+        python=cfg.host.python,
+        runs_dir=cfg.host.runs_dir,
+        connect_timeout=cfg.host.connect_timeout,
+        keepalive_interval=cfg.host.keepalive,
+    )
+    return AgentClient(link, reconnect=reconnect)
+
+
+async def configure(client: AgentClient, cfg: Config) -> dict[str, Any]:
+    return await client.request(
+        "configure", interval=cfg.host.interval, match=cfg.run.match, runs_dir=cfg.host.runs_dir
+    )
+
+
+async def snapshot(client: AgentClient, cfg: Config) -> dict[str, Any]:
+    """One snapshot with the config's `match` applied."""
+    await configure(client, cfg)
+    return await client.request("snapshot")
+
+
+async def list_runs(client: AgentClient) -> list[dict[str, Any]]:
+    return list((await client.request("runs")).get("runs") or [])
+
+
+def _launch_args(cfg: Config, patch_state: Any) -> dict[str, Any]:
+    if not cfg.run.command:
+        raise ValueError("no [run] command in the config: nothing to launch")
+    return {
+        "name": cfg.run.name,
+        "argv": list(cfg.run.command),
+        "cwd": cfg.run.cwd,
+        "env": dict(cfg.run.env),
+        "patch_state": patch_state,
+        "log": cfg.run.log,
+    }
+
+
+async def launch(client: AgentClient, cfg: Config, patch_state: Any = None) -> dict[str, Any]:
+    """Start the config's run through the host's supervisor shim."""
+    return await client.request("launch", **_launch_args(cfg, patch_state))
+
+
+async def relaunch(
+    client: AgentClient, cfg: Config, run: dict[str, Any] | None, patch_state: Any = None
+) -> dict[str, Any]:
+    """Start again with the argv, cwd and env of `run` (or of the config's run)."""
+    if run is None:
+        return await launch(client, cfg, patch_state)
+    if run.get("state") == "running":
+        raise ValueError(
+            f"run {run.get('run_id')} is still running (pid {run.get('pid')}): kill it first"
+        )
+    if run.get("external"):
+        return await launch(client, cfg, patch_state)
+    return await client.request(
+        "launch",
+        name=run.get("name") or cfg.run.name,
+        argv=list(run.get("argv") or cfg.run.command),
+        cwd=run.get("cwd") or cfg.run.cwd,
+        env=dict(run.get("env") or {}),
+        patch_state=patch_state,
+        log=cfg.run.log,
+    )
+
+
+def pick_run(runs: list[dict[str, Any]], run_id: str | None, cfg: Config) -> dict[str, Any] | None:
+    """The run an action applies to: `run_id`, else the config's live run, else any live run."""
+    if run_id:
+        return next((r for r in runs if r.get("run_id") == run_id), None)
+    live = [r for r in runs if r.get("state") == "running"]
+    mine = [r for r in live if r.get("name") == cfg.run.name]
+    return (mine or live or [None])[0]
+
+
+async def kill(
+    client: AgentClient,
+    cfg: Config,
+    run_id: str,
+    on_progress: Callable[[Any], Awaitable[None] | None] | None = None,
+) -> dict[str, Any]:
+    """Kill a run: SIGINT -> SIGTERM -> SIGKILL, then wait for its GPU memory to be freed."""
+    return await client.call_with_progress(
+        "kill",
+        on_progress,
+        run_id=run_id,
+        graces=list(cfg.run.graces),
+        gpu_wait=cfg.run.gpu_wait,
+    )
+
+
+def describe_kill(report: dict[str, Any]) -> list[str]:
+    """Human lines for a kill report (CLI output and the TUI's final banner)."""
+    lines = []
+    for st in report.get("stages") or []:
+        sent = st.get("sent_to") or []
+        lines.append(f"{st.get('signal')}: sent to {len(sent)} process(es) {sent}")
+    left = report.get("remaining") or []
+    lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
+    for g in report.get("gpus") or []:
+        freed = g.get("freed")
+        holders = g.get("holders") or []
+        text = f"GPU {g.get('index')}: freed {fmt_bytes(freed)}"
+        if holders:
+            text += "; still held by " + ", ".join(
+                f"pid {h.get('pid')} ({fmt_bytes(h.get('mem'))})" for h in holders
+            )
+        lines.append(text)
+    free = report.get("gpus_free")
+    verdict = {True: "GPUs free", False: "GPUs NOT free", None: "no GPU source to check"}[free]
+    lines.append(f"{verdict} after {report.get('elapsed', 0):.1f} s")
+    return lines
+
+
+def fmt_bytes(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "N/A"
+    gib = n / 2**30
+    if gib >= 1:
+        return f"{gib:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB"

@@ -1,0 +1,239 @@
+"""The client's view of one host, as frozen dataclasses. Pure: no I/O, no Textual.
+
+`from_snapshot_*` helpers turn the agent's plain dicts into these types; a
+missing or malformed reading becomes None (shown as N/A), never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
+LOG_LINES = 1000  # lines of log tail kept in memory
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _int(value: Any) -> int | None:
+    v = _num(value)
+    return int(v) if v is not None else None
+
+
+@dataclass(frozen=True)
+class GpuProc:
+    pid: int
+    mem: int | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str | None
+    uuid: str | None
+    mem_used: int | None
+    mem_total: int | None
+    util: float | None
+    temp: float | None
+    power: float | None
+    power_limit: float | None
+    processes: tuple[GpuProc, ...] = ()
+
+    @property
+    def mem_fraction(self) -> float | None:
+        if self.mem_used is None or not self.mem_total:
+            return None
+        return self.mem_used / self.mem_total
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], fallback_index: int) -> Gpu:
+        procs = tuple(
+            GpuProc(pid=int(p["pid"]), mem=_int(p.get("mem")))
+            for p in d.get("processes") or ()
+            if isinstance(p, dict) and _int(p.get("pid")) is not None
+        )
+        return cls(
+            index=_int(d.get("index")) if _int(d.get("index")) is not None else fallback_index,
+            name=d.get("name") if isinstance(d.get("name"), str) else None,
+            uuid=d.get("uuid") if isinstance(d.get("uuid"), str) else None,
+            mem_used=_int(d.get("mem_used")),
+            mem_total=_int(d.get("mem_total")),
+            util=_num(d.get("util")),
+            temp=_num(d.get("temp")),
+            power=_num(d.get("power")),
+            power_limit=_num(d.get("power_limit")),
+            processes=procs,
+        )
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int | None
+    pgid: int | None
+    sid: int | None
+    user: str | None
+    state: str | None
+    cpu: float | None
+    rss: int | None
+    start_time: float | None
+    elapsed: float | None
+    cmdline: tuple[str, ...]
+    why: tuple[str, ...]
+    run_id: str | None
+    gpu_mem: int | None = None  # summed over GPUs, filled by the reducer
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Proc:
+        cmd = d.get("cmdline")
+        return cls(
+            pid=int(d["pid"]),
+            ppid=_int(d.get("ppid")),
+            pgid=_int(d.get("pgid")),
+            sid=_int(d.get("sid")),
+            user=d.get("user") if isinstance(d.get("user"), str) else None,
+            state=d.get("state") if isinstance(d.get("state"), str) else None,
+            cpu=_num(d.get("cpu")),
+            rss=_int(d.get("rss")),
+            start_time=_num(d.get("start_time")),
+            elapsed=_num(d.get("elapsed")),
+            cmdline=tuple(str(a) for a in cmd) if isinstance(cmd, list) else (),
+            why=tuple(str(w) for w in d.get("why") or ()),
+            run_id=d.get("run_id") if isinstance(d.get("run_id"), str) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str | None = None
+    load: tuple[float, ...] | None = None
+    cpu_count: int | None = None
+    mem_total: int | None = None
+    mem_available: int | None = None
+    uptime: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Host:
+        load = d.get("load")
+        return cls(
+            hostname=d.get("hostname") if isinstance(d.get("hostname"), str) else None,
+            load=tuple(float(x) for x in load) if isinstance(load, list) else None,
+            cpu_count=_int(d.get("cpu_count")),
+            mem_total=_int(d.get("mem_total")),
+            mem_available=_int(d.get("mem_available")),
+            uptime=_num(d.get("uptime")),
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    name: str
+    state: str
+    argv: tuple[str, ...]
+    pid: int | None
+    launched_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: str | None
+    patch_state: Any
+    external: bool
+    log: str | None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "running"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Run:
+        argv = d.get("argv")
+        env = d.get("env")
+        return cls(
+            run_id=str(d.get("run_id", "?")),
+            name=str(d.get("name") or ""),
+            state=str(d.get("state") or "unknown"),
+            argv=tuple(str(a) for a in argv) if isinstance(argv, list) else (),
+            pid=_int(d.get("pid")),
+            launched_at=_num(d.get("launched_at")) or _num(d.get("start_time")),
+            ended_at=_num(d.get("ended_at")),
+            exit_code=_int(d.get("exit_code")),
+            signal=d.get("signal") if isinstance(d.get("signal"), str) else None,
+            patch_state=d.get("patch_state"),
+            external=bool(d.get("external")),
+            log=d.get("log") if isinstance(d.get("log"), str) else None,
+            cwd=d.get("cwd") if isinstance(d.get("cwd"), str) else None,
+            env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        )
+
+
+@dataclass(frozen=True)
+class Link:
+    """Connection state as the screen shows it."""
+
+    state: str = "connecting"  # connecting | connected | reconnecting | failed | closed
+    attempt: int = 0
+    error: str | None = None
+    last_data: float | None = None  # client clock time of the last agent message
+
+
+@dataclass(frozen=True)
+class LogTail:
+    path: str | None = None
+    inode: int | None = None
+    offset: int = 0  # resume point: bytes of this inode already received
+    lines: tuple[str, ...] = ()
+    first_line_no: int = 1  # line number of lines[0] in the file (since the last reset)
+    partial: bytes = b""
+    live: str = ""  # the current unterminated line's latest `\r` redraw
+    analysis: Any = None  # tui.state.logparse.LogAnalysis
+    note: str | None = None  # "waiting for /x.log to appear", "log was truncated"
+    generation: int = 0  # bumped each time the byte stream restarts (truncate/rotate)
+
+    @property
+    def total_lines(self) -> int:
+        return self.first_line_no - 1 + len(self.lines)
+
+
+@dataclass(frozen=True)
+class KillView:
+    run_id: str
+    stage: str
+    alive: tuple[int, ...]
+    gpus: tuple[dict[str, Any], ...]
+    elapsed: float
+    report: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AppState:
+    target: str = "local"
+    link: Link = field(default_factory=Link)
+    hostname: str | None = None
+    agent: str | None = None  # "agent 0.1.0 (3f2a…) on Python 3.10"
+    host: Host = field(default_factory=Host)
+    gpu_source: str | None = None
+    gpu_error: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    gpu_history: dict[int, tuple[tuple[float | None, float | None], ...]] = field(
+        default_factory=dict
+    )  # index -> ((mem_fraction, util), ...) oldest first
+    processes: tuple[Proc, ...] = ()
+    runs: tuple[Run, ...] = ()
+    snapshot_time: float | None = None
+    seq: int = -1
+    log: LogTail = field(default_factory=LogTail)
+    kill: KillView | None = None
+    message: str | None = None  # last agent error line
+
+    def live_runs(self) -> tuple[Run, ...]:
+        return tuple(r for r in self.runs if r.alive)
+
+    def run(self, run_id: str | None) -> Run | None:
+        return next((r for r in self.runs if r.run_id == run_id), None)

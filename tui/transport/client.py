@@ -1,0 +1,372 @@
+"""AgentClient: the agent protocol over any link, with reconnect and log resume.
+
+One reader task per connection turns agent lines into messages: results go to the
+waiting `request()`, everything else (and `LinkStatus` changes) to `events()`.
+When the link drops, the client reconnects with backoff, re-sends the last
+`configure` and re-subscribes every log from the byte after the last one that
+passed through it, so the consumer sees each log byte exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tui.protocol import (
+    PROTOCOL_VERSION,
+    AgentError,
+    Hello,
+    KillProgress,
+    LogData,
+    LogReset,
+    Message,
+    ProtocolError,
+    Result,
+    Snapshot,
+    encode_request,
+    parse_line,
+)
+
+from .errors import AgentStartFailed, LinkLost, TransportError
+from .local import AgentStream, Link
+
+# Lines that are not JSON before the hello (a chatty ~/.bashrc) are skipped, up to this many.
+MAX_NOISE_LINES = 50
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    """The link's state, as an event: connecting | connected | reconnecting | failed | closed."""
+
+    state: str
+    attempt: int = 0
+    error: str | None = None
+    since: float = 0.0  # time.time() when the link was last known good (0: never)
+
+
+class AgentRequestError(Exception):
+    """The agent answered a request with ok: false; str() is its one-line error."""
+
+
+Event = Hello | Snapshot | LogData | LogReset | KillProgress | AgentError | LinkStatus
+_END = object()
+
+
+class _Events:
+    """Async iterator over the client's queue; a plain coroutine per item, so it survives cancellation."""
+
+    def __init__(self, queue: asyncio.Queue[Any]) -> None:
+        self._queue = queue
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> Event:
+        item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)  # let any other iterator end too
+            raise StopAsyncIteration
+        return item
+
+
+@dataclass
+class _Sub:
+    path: str
+    offset: int
+    inode: int | None
+
+
+class AgentClient:
+    """Requests and events over one link; reconnects unless the error is permanent."""
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        reconnect: bool = True,
+        backoff: Sequence[float] = (0.5, 1, 2, 4, 8, 10),
+        hello_timeout: float = 15,
+        max_attempts: int | None = None,
+    ) -> None:
+        self.link = link
+        self.reconnect = reconnect
+        self.backoff = tuple(backoff) or (1.0,)
+        self.hello_timeout = hello_timeout
+        self.max_attempts = max_attempts  # None: keep trying (hosts reboot)
+        self.hello: Hello | None = None
+        self.status = LinkStatus("connecting")
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._pending: dict[int, asyncio.Future[Result]] = {}
+        self._progress: dict[int, Callable[[KillProgress], Any]] = {}
+        self._next_id = 1
+        self._stream: AgentStream | None = None
+        self._write_lock = asyncio.Lock()
+        self._subs: dict[str, _Sub] = {}
+        self._configure: dict[str, Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._last_good = 0.0
+
+    # -- public -------------------------------------------------------------------
+
+    async def start(self) -> Hello:
+        """Connect and wait for the agent's hello. The first failure is raised, not retried."""
+        self._set_status("connecting")
+        try:
+            stream, hello = await self._open()
+        except TransportError as exc:
+            self._set_status("failed", error=str(exc))
+            self._queue.put_nowait(_END)
+            raise
+        self._attach(stream, hello)
+        self._task = asyncio.create_task(self._supervise(stream))
+        return hello
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one request and return its result; AgentRequestError or LinkLost otherwise.
+
+        `configure`, `subscribe` and `unsubscribe` also update the state that is
+        re-applied after a reconnect (even when the link drops before the result).
+        """
+        return await self.call_with_progress(op, None, **args)
+
+    async def call_with_progress(
+        self, op: str, on_event: Callable[[KillProgress], Any] | None, **args: Any
+    ) -> dict[str, Any]:
+        """Like request(), calling `on_event` for each kill_progress tagged with its id."""
+        sub: _Sub | None = None
+        previous_configure = self._configure
+        if op == "configure":
+            self._configure = dict(args)
+        elif op == "subscribe":
+            sub = _Sub(str(args.get("path", "")), int(args.get("offset") or 0), args.get("inode"))
+            self._subs[str(args.get("sub"))] = sub
+        elif op == "unsubscribe":
+            self._subs.pop(str(args.get("sub")), None)
+        try:
+            result = await self._call(op, args, on_event)
+        except AgentRequestError:
+            # The agent refused: forget what we meant to restore after a reconnect.
+            if op == "configure":
+                self._configure = previous_configure
+            elif sub is not None and self._subs.get(str(args.get("sub"))) is sub:
+                del self._subs[str(args.get("sub"))]
+            raise
+        if sub is not None and sub.inode is None and isinstance(result.get("inode"), int):
+            sub.inode = result["inode"]
+        if sub is not None and sub.offset < 0 and isinstance(result.get("offset"), int):
+            sub.offset = result["offset"]  # a tail request, now pinned to a real offset
+        return result
+
+    def events(self) -> AsyncIterator[Event]:
+        """Protocol events and LinkStatus changes, until the client fails or is closed.
+
+        Meant for one consumer. Cancelling a pending `__anext__` (wait_for with a
+        timeout) loses no event and leaves the iterator usable.
+        """
+        return _Events(self._queue)
+
+    async def close(self) -> None:
+        """Stop the agent and the link; pending requests get LinkLost."""
+        if self._closed:
+            return
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._detach(LinkLost("client closed"))
+        with contextlib.suppress(Exception):
+            await self.link.close()
+        self._set_status("closed")
+        self._queue.put_nowait(_END)
+
+    @property
+    def connected(self) -> bool:
+        """True while a stream to a live agent is attached."""
+        return self._stream is not None
+
+    def resume_points(self) -> dict[str, tuple[str, int, int | None]]:
+        """Each subscription's (path, offset, inode) as it would be resumed now."""
+        return {name: (s.path, s.offset, s.inode) for name, s in self._subs.items()}
+
+    # -- connection lifecycle -----------------------------------------------------
+
+    async def _open(self) -> tuple[AgentStream, Hello]:
+        try:
+            stream = await self.link.open()
+        except TransportError:
+            raise
+        except Exception as exc:  # an unforeseen library error still becomes one line
+            raise TransportError(
+                f"cannot reach the agent on {self.link.describe()}: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            hello = await asyncio.wait_for(self._read_hello(stream), self.hello_timeout)
+        except asyncio.TimeoutError:
+            stream.close()
+            await self.link.close()
+            raise AgentStartFailed(
+                f"agent on {self.link.describe()} did not say hello within {self.hello_timeout:g} s",
+                permanent=False,
+            ) from None
+        except BaseException:
+            stream.close()
+            await self.link.close()
+            raise
+        return stream, hello
+
+    async def _read_hello(self, stream: AgentStream) -> Hello:
+        for _ in range(MAX_NOISE_LINES):
+            line = await stream.readline()
+            try:
+                msg = parse_line(line)
+            except ProtocolError:
+                continue
+            if not isinstance(msg, Hello):
+                raise AgentStartFailed(f"agent on {self.link.describe()} did not start with hello")
+            if msg.protocol != PROTOCOL_VERSION:
+                raise AgentStartFailed(
+                    f"agent on {self.link.describe()} speaks protocol {msg.protocol}, "
+                    f"this client speaks {PROTOCOL_VERSION}"
+                )
+            return msg
+        raise AgentStartFailed(f"agent on {self.link.describe()} printed no hello")
+
+    def _attach(self, stream: AgentStream, hello: Hello) -> None:
+        self._stream = stream
+        self.hello = hello
+        self._last_good = time.time()
+        self._queue.put_nowait(hello)
+        self._set_status("connected", since=self._last_good)
+
+    def _detach(self, error: TransportError) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(LinkLost(str(error)))
+
+    async def _supervise(self, stream: AgentStream) -> None:
+        """Read until the link drops, then reconnect and restore, until told to stop."""
+        restore: asyncio.Task[None] | None = None
+        while True:
+            error = await self._read_loop(stream)
+            if restore is not None:
+                restore.cancel()
+            self._detach(error)
+            await self.link.close()
+            if self._closed:
+                return
+            if error.permanent or not self.reconnect:
+                return self._fail(error)
+            attempt = 0
+            while True:
+                attempt += 1
+                if self.max_attempts is not None and attempt > self.max_attempts:
+                    return self._fail(error)
+                self._set_status("reconnecting", attempt, str(error), self._last_good)
+                await asyncio.sleep(self.backoff[min(attempt - 1, len(self.backoff) - 1)])
+                try:
+                    stream, hello = await self._open()
+                    break
+                except TransportError as exc:
+                    error = exc
+                    if exc.permanent:
+                        return self._fail(exc)
+            self._attach(stream, hello)
+            restore = asyncio.create_task(self._restore())
+
+    def _fail(self, error: TransportError) -> None:
+        self._set_status("failed", error=str(error), since=self._last_good)
+        self._queue.put_nowait(_END)
+
+    async def _restore(self) -> None:
+        """Re-apply configure and every subscription from its resume point."""
+        with contextlib.suppress(TransportError, AgentRequestError):
+            if self._configure is not None:
+                await self._call("configure", self._configure, None)
+            for name, sub in list(self._subs.items()):
+                result = await self._call(
+                    "subscribe",
+                    {"sub": name, "path": sub.path, "offset": sub.offset, "inode": sub.inode},
+                    None,
+                )
+                if sub.inode is None and isinstance(result.get("inode"), int):
+                    sub.inode = result["inode"]
+
+    async def _read_loop(self, stream: AgentStream) -> TransportError:
+        while True:
+            try:
+                line = await stream.readline()
+            except TransportError as exc:
+                return exc
+            except Exception as exc:  # an unexpected failure of the link is still a lost link
+                return LinkLost(f"link to {self.link.describe()} lost: {exc}")
+            self._last_good = time.time()
+            try:
+                msg = parse_line(line)
+            except ProtocolError as exc:
+                self._queue.put_nowait(AgentError(str(exc)))
+                continue
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: Message) -> None:
+        if isinstance(msg, Result):
+            fut = self._pending.pop(msg.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            return
+        if isinstance(msg, LogData):
+            sub = self._subs.get(msg.sub)
+            if sub is not None:
+                sub.offset, sub.inode = msg.end, msg.inode
+        elif isinstance(msg, LogReset):
+            sub = self._subs.get(msg.sub)
+            if sub is not None:
+                sub.offset, sub.inode = msg.offset, msg.inode
+        elif isinstance(msg, KillProgress):
+            callback = self._progress.get(msg.id)
+            if callback is not None:
+                try:
+                    callback(msg)
+                except Exception as exc:  # a UI callback bug must not kill the reader
+                    self._queue.put_nowait(AgentError(f"progress callback failed: {exc}"))
+        self._queue.put_nowait(msg)
+
+    async def _call(
+        self, op: str, args: dict[str, Any], on_event: Callable[[KillProgress], Any] | None
+    ) -> dict[str, Any]:
+        stream = self._stream
+        if stream is None:
+            raise LinkLost(f"not connected to {self.link.describe()} ({self.status.state})")
+        req_id = self._next_id
+        self._next_id += 1
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        if on_event is not None:
+            self._progress[req_id] = on_event
+        try:
+            async with self._write_lock:
+                stream.write(encode_request(req_id, op, args))
+                await stream.drain()
+            msg = await fut
+        finally:
+            self._pending.pop(req_id, None)
+            self._progress.pop(req_id, None)
+        if not msg.ok:
+            raise AgentRequestError(f"{op}: {msg.error or 'failed'}")
+        return msg.result
+
+    def _set_status(
+        self, state: str, attempt: int = 0, error: str | None = None, since: float | None = None
+    ) -> None:
+        self.status = LinkStatus(state, attempt, error, self._last_good if since is None else since)
+        self._queue.put_nowait(self.status)

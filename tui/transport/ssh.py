@@ -1,0 +1,307 @@
+"""SshLink: run the agent on a remote host over asyncssh, on the running loop.
+
+Host keys are always verified against known_hosts. An unknown key is refused
+with its fingerprint unless the caller explicitly accepts new keys; a changed
+key is always refused. The agent files are uploaded by content hash, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import socket
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from .errors import (
+    AgentStartFailed,
+    AuthFailed,
+    ConfigError,
+    HostKeyChanged,
+    HostKeyUnknown,
+    HostUnreachable,
+    TransportError,
+)
+from .local import AgentStream, agent_files, agent_sha, default_agent_dir
+from .targets import parse_target
+
+
+class SshLink:
+    """The agent on `[user@]host[:port]` or an SSH config Host alias."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        ssh_config: str | os.PathLike[str] | None = None,
+        known_hosts: str | os.PathLike[str] | None = None,
+        accept_new_host_key: bool = False,
+        python: str = "python3",
+        cache_dir: str = ".cache/eagle3-tui",
+        connect_timeout: float = 10,
+        keepalive_interval: float = 15,
+        runs_dir: str | None = None,
+        agent_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        parsed = parse_target(target)
+        if parsed.kind != "ssh":
+            raise ConfigError(f"SshLink needs a remote target, not {target!r}")
+        self.target = parsed
+        self.ssh_config = str(ssh_config) if ssh_config else None
+        self.known_hosts = str(known_hosts) if known_hosts else None
+        self.accept_new_host_key = accept_new_host_key
+        self.python = python
+        # Paths relative to the remote home; a leading "~/" would not expand once quoted.
+        self.cache_dir = cache_dir.removeprefix("~/")
+        self.connect_timeout = connect_timeout
+        self.keepalive_interval = keepalive_interval
+        self.runs_dir = runs_dir
+        self.agent_dir = Path(agent_dir) if agent_dir else default_agent_dir()
+        self.uploads = 0  # how many times open() had to upload the agent (tests read it)
+        self.remote_dir: str | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._where = "{}{}{}".format(
+            f"{parsed.user}@" if parsed.user else "",
+            parsed.host,
+            f":{parsed.port}" if parsed.port else "",
+        )
+
+    def describe(self) -> str:
+        return self._where
+
+    # -- connecting -------------------------------------------------------------
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "host": self.target.host,
+            "port": self.target.port if self.target.port else (),
+            "config": [self.ssh_config] if self.ssh_config else (),
+            "connect_timeout": self.connect_timeout,
+            "keepalive_interval": self.keepalive_interval,
+        }
+        if self.target.user:
+            kw["username"] = self.target.user
+        if self.known_hosts:
+            kw["known_hosts"] = self.known_hosts
+        return kw
+
+    def _resolve(self, kw: dict[str, Any]) -> asyncssh.SSHClientConnectionOptions:
+        """Apply the SSH config: the real host, port, user, known_hosts, keys."""
+        if self.ssh_config and not os.path.isfile(self.ssh_config):
+            raise ConfigError(f"ssh config {self.ssh_config} does not exist")
+        try:
+            opts = asyncssh.SSHClientConnectionOptions(**kw)
+        except (ValueError, OSError, asyncssh.Error) as exc:
+            raise ConfigError(f"ssh options for {self.target.host}: {exc}") from None
+        if opts.known_hosts is None:
+            # Host key checking is never silently disabled (see DESIGN.md).
+            raise ConfigError(
+                f"the SSH config disables known_hosts for {self.target.host}; refusing to connect"
+            )
+        self._where = f"{opts.username}@{opts.host}:{opts.port}"
+        return opts
+
+    def _with_known_hosts(
+        self, kw: dict[str, Any], opts: asyncssh.SSHClientConnectionOptions
+    ) -> dict[str, Any]:
+        """kw with the known_hosts files that exist (none existing: trust nothing)."""
+        existing = [f for f in self._known_hosts_files(opts) if os.path.isfile(f)]
+        # asyncssh fails on a missing file; an empty list of trusted keys is the truth.
+        return {**kw, "known_hosts": existing or b""}
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        kw = self._connect_kwargs()
+        opts = self._resolve(kw)
+        try:
+            return await self._try_connect(self._with_known_hosts(kw, opts), opts)
+        except asyncssh.HostKeyNotVerifiable:
+            await self._handle_host_key(kw, opts)  # raises, or trusts the new key
+        try:
+            return await self._try_connect(self._with_known_hosts(kw, opts), opts)
+        except asyncssh.HostKeyNotVerifiable:
+            raise HostKeyChanged(
+                f"host key of {self._where} changed while connecting; refusing"
+            ) from None
+
+    async def _try_connect(
+        self, kw: dict[str, Any], opts: asyncssh.SSHClientConnectionOptions
+    ) -> asyncssh.SSHClientConnection:
+        host, port = opts.host, opts.port
+        try:
+            return await asyncssh.connect(**kw)
+        except asyncssh.HostKeyNotVerifiable:
+            raise
+        except asyncssh.PermissionDenied:
+            raise AuthFailed(
+                f"authentication failed for {self._where} (tried: {_identities(opts)})"
+            ) from None
+        except asyncio.TimeoutError:
+            raise HostUnreachable(
+                f"timed out connecting to {host}:{port} after {self.connect_timeout:g} s"
+            ) from None
+        except socket.gaierror as exc:
+            raise HostUnreachable(f"cannot resolve {host}: {exc.strerror}") from None
+        except ConnectionRefusedError:
+            raise HostUnreachable(f"connection refused by {host}:{port}") from None
+        except OSError as exc:
+            raise HostUnreachable(
+                f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        except asyncssh.DisconnectError as exc:
+            raise HostUnreachable(f"{host}:{port} closed the connection: {exc.reason}") from None
+        except (ValueError, asyncssh.Error) as exc:
+            raise ConfigError(f"cannot connect to {self._where}: {exc}") from None
+
+    def _known_hosts_files(self, opts: asyncssh.SSHClientConnectionOptions) -> list[str]:
+        """The known_hosts files that are checked, the first one gets new keys."""
+        if self.known_hosts:
+            return [self.known_hosts]
+        configured = opts.known_hosts
+        if isinstance(configured, (list, tuple)) and configured:
+            return [os.path.expanduser(str(p)) for p in configured]
+        return [os.path.expanduser("~/.ssh/known_hosts")]
+
+    async def _handle_host_key(
+        self, kw: dict[str, Any], opts: asyncssh.SSHClientConnectionOptions
+    ) -> None:
+        """Tell unknown from changed; trust an unknown key only when asked to."""
+        files = self._known_hosts_files(opts)
+        name = opts.host_key_alias or opts.host
+        port = opts.port
+        existing = [f for f in files if os.path.isfile(f)]
+        host_keys: list[Any] = []
+        known: list[Any] = []
+        revoked: list[Any] = []
+        if existing:
+            try:
+                matched = asyncssh.read_known_hosts(existing).match(
+                    name, name, port if port != 22 else None
+                )
+            except (ValueError, OSError) as exc:
+                raise ConfigError(f"cannot read known_hosts {existing[0]}: {exc}") from None
+            host_keys = list(matched[0])
+            known, revoked = host_keys + list(matched[1]), list(matched[2])
+        # Ask for a key of a type we already know, so "changed" means changed.
+        algs = [a.decode() for k in host_keys for a in k.sig_algorithms]
+        try:
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(
+                    opts.host, port, config=kw["config"], server_host_key_algs=algs or ()
+                ),
+                self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError, asyncssh.Error) as exc:
+            raise HostUnreachable(
+                f"cannot fetch the host key of {opts.host}:{port}: {exc}"
+            ) from None
+        if key is None:
+            raise HostKeyUnknown(f"{opts.host}:{port} presented no host key; refusing")
+        alg, fp = key.get_algorithm(), key.get_fingerprint("sha256")
+        if known or key in revoked:
+            raise HostKeyChanged(
+                f"HOST KEY CHANGED for {opts.host}:{port}: it now presents {alg} {fp}, "
+                f"which does not match {existing[0]}; possible man-in-the-middle; refusing"
+            )
+        if not self.accept_new_host_key:
+            raise HostKeyUnknown(
+                f"unknown host key for {opts.host}:{port}: {alg} {fp}; "
+                "re-run with --accept-new-host-key to trust it"
+            )
+        _append_known_host(files[0], name, port, key)
+
+    # -- agent upload and start -------------------------------------------------
+
+    async def _upload(self, conn: asyncssh.SSHClientConnection) -> str:
+        """Put the agent files in `<cache_dir>/agent-<sha12>` unless already there."""
+        files = agent_files(self.agent_dir)
+        sha = agent_sha(files)
+        rdir = f"{self.cache_dir}/agent-{sha[:12]}"
+        try:
+            async with conn.start_sftp_client() as sftp:
+                if await sftp.exists(f"{rdir}/.complete"):
+                    return rdir
+                await sftp.makedirs(rdir, exist_ok=True)
+                for fname, data in files.items():
+                    async with sftp.open(f"{rdir}/{fname}", "wb") as f:
+                        await f.write(data)
+                # Written last: a half-finished upload has no marker and is redone.
+                async with sftp.open(f"{rdir}/.complete", "wb") as f:
+                    await f.write(sha.encode() + b"\n")
+        except (OSError, asyncssh.Error) as exc:
+            raise AgentStartFailed(
+                f"cannot upload the agent to {self._where}:{rdir}: {exc}"
+            ) from None
+        self.uploads += 1
+        return rdir
+
+    async def open(self) -> AgentStream:
+        await self.close()
+        conn = await self._connect()
+        self._conn = conn
+        try:
+            rdir = await self._upload(conn)
+            self.remote_dir = rdir
+            argv = [self.python, "-u", f"{rdir}/agent.py"]
+            if self.runs_dir:
+                argv += ["--runs-dir", self.runs_dir]
+            proc = await conn.create_process(shlex.join(argv), encoding=None)
+        except TransportError:
+            await self.close()
+            raise
+        except (OSError, asyncssh.Error) as exc:
+            await self.close()
+            raise AgentStartFailed(f"cannot start the agent on {self._where}: {exc}") from None
+
+        async def wait_exit() -> int | None:
+            await proc.wait_closed()
+            return proc.exit_status
+
+        return AgentStream(
+            proc.stdout,
+            proc.stdin,
+            proc.stderr,
+            where=self._where,
+            python=self.python,
+            wait_exit=wait_exit,
+            close=proc.close,
+            io_errors=(OSError, asyncssh.Error),
+        )
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        conn.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(conn.wait_closed(), 3.0)
+
+
+def _identities(opts: asyncssh.SSHClientConnectionOptions) -> str:
+    """Names of the client keys offered (files or comments), for AuthFailed."""
+    names = []
+    for pair in opts.client_keys or ():
+        comment = pair.get_comment() if hasattr(pair, "get_comment") else None
+        names.append(comment or pair.get_algorithm())
+    if opts.agent_path:
+        names.append("ssh-agent keys")
+    return ", ".join(names) or "no identities"
+
+
+def _append_known_host(path: str, host: str, port: int, key: asyncssh.SSHKey) -> None:
+    """Append one OpenSSH known_hosts line; the file is created 0600."""
+    pattern = host if port == 22 else f"[{host}]:{port}"
+    alg, blob = key.export_public_key("openssh").decode().split()[:2]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(f.tell() - 1)
+            needs_nl = f.read(1) != b"\n"
+        else:
+            needs_nl = False
+        f.write((("\n" if needs_nl else "") + f"{pattern} {alg} {blob}\n").encode())

@@ -1,0 +1,75 @@
+"""The GPU panel: one card per GPU with memory bar, utilisation, temperature, power
+and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.state.model import AppState, Gpu
+from tui.widgets.render import bar, gib, num, sparkline
+
+
+class GpuPanel(Static):
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._state: AppState | None = None
+
+    def show(self, state: AppState) -> None:
+        self._state = state
+        n = len(state.gpus)
+        src = state.gpu_source or "no GPU source"
+        self.border_title = f"GPUs ({n}, {src})" if n else "GPUs"
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        state = self._state
+        if state is None:
+            return Text("waiting for the first snapshot…", style="dim")
+        if not state.gpus:
+            reason = state.gpu_error or "the host reported no GPUs"
+            return Text.assemble(("no GPU source: ", "bold yellow"), (reason, "yellow"))
+        width = max(self.size.width, 40)
+        # Two lines per card when there is room, one otherwise (100x30 with 8 cards).
+        compact = self.size.height and self.size.height < 2 * len(state.gpus)
+        out = Text()
+        for i, gpu in enumerate(state.gpus):
+            if i:
+                out.append("\n")
+            hist = state.gpu_history.get(gpu.index, ())
+            out.append_text(self._card(gpu, hist, width, bool(compact)))
+        return out
+
+    @staticmethod
+    def _card(gpu: Gpu, hist: tuple, width: int, compact: bool) -> Text:
+        name = (gpu.name or "N/A").replace("NVIDIA ", "")
+        head = Text.assemble((f"{gpu.index:>2} ", "bold"), (f"{name[:14]:<14} ", ""))
+        mem = f" {gib(gpu.mem_used)}/{gib(gpu.mem_total, 0)} GiB"
+        power = num(gpu.power, "{:.0f}")
+        if gpu.power_limit is not None and gpu.power is not None:
+            power += f"/{gpu.power_limit:.0f}"
+        stats = (
+            f"{mem:>17} {num(gpu.util, '{:.0f}%'):>5} {num(gpu.temp, '{:.0f}°C'):>5}"
+            f" {power + ' W' if gpu.power is not None else 'N/A W':>9} "
+            f"{len(gpu.processes)}p"
+        )
+        fixed = len(head) + len(stats) + 1
+        if compact:
+            spark_w = max(min(20, (width - fixed) // 3), 0)
+            bar_w = max(width - fixed - spark_w - 1, 4)
+            line = head + bar(gpu.mem_fraction, bar_w) + Text(stats)
+            line.append(" ")
+            line.append_text(sparkline((u for _, u in hist), spark_w, top=100.0))
+            return line
+        bar_w = max(width - fixed, 4)
+        line = head + bar(gpu.mem_fraction, bar_w) + Text(stats)
+        half = max((width - 18) // 2, 4)
+        spark = Text("   mem ", style="dim")
+        spark.append_text(sparkline((m for m, _ in hist), half))
+        spark.append(" util ", style="dim")
+        spark.append_text(sparkline((u for _, u in hist), half, top=100.0))
+        return line + Text("\n") + spark

@@ -1,0 +1,62 @@
+"""The log tail: a bounded RichLog that only ever appends the new lines, plus one
+line below it for the bar being redrawn in place (`\\r` without a newline)."""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import RichLog, Static
+
+from tui.state.model import LOG_LINES, LogTail
+
+_ERROR = re.compile(r"\b(ERROR|CRITICAL|FATAL|Traceback|Error:|Exception:)|\w+Error\b")
+_WARN = re.compile(r"\bWARN(ING)?\b")
+
+
+def style_line(line: str) -> Text:
+    """Colour a log line by severity; markup in the log is never interpreted."""
+    if _ERROR.search(line):
+        return Text(line, style="red")
+    if _WARN.search(line):
+        return Text(line, style="yellow")
+    if "Loading" in line and "Completed" in line:
+        return Text(line, style="cyan")
+    return Text(line)
+
+
+class LogPane(Vertical):
+    DEFAULT_CSS = """
+    LogPane RichLog { height: 1fr; background: $surface; }
+    LogPane #live { height: auto; max-height: 1; color: $accent; }
+    LogPane #note { height: auto; max-height: 1; color: $warning; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._shown = 0  # log.total_lines already written
+        self._generation = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="note")
+        yield RichLog(max_lines=LOG_LINES, wrap=False, markup=False, auto_scroll=True)
+        yield Static("", id="live")
+
+    def show(self, log: LogTail) -> None:
+        view = self.query_one(RichLog)
+        if log.generation != self._generation:
+            # The stream restarted (truncation/rotation): mark it instead of clearing,
+            # so what the user was reading stays on screen. Line counts start again.
+            view.write(Text(f"── {log.note or 'log restarted'} ──", style="bold magenta"))
+            self._generation = log.generation
+            self._shown = 0
+        new = log.total_lines - self._shown
+        if new > 0:
+            for line in log.lines[-min(new, len(log.lines)) :]:
+                view.write(style_line(line))
+            self._shown = log.total_lines
+        self.query_one("#live", Static).update(Text(log.live[-500:]))
+        self.query_one("#note", Static).update(log.note or "")
+        self.border_title = f"Log {log.path or '(none)'}"

@@ -1,0 +1,83 @@
+"""The run's phase: shard loading (n/N, rate, ETA; one bar per worker that shows one),
+then extraction progress, then the outcome with the failure's root cause."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.state.model import AppState
+from tui.widgets.render import bar
+
+PHASE_STYLE = {
+    "starting": "yellow",
+    "loading": "cyan",
+    "loaded": "cyan",
+    "extracting": "green",
+    "finished": "bold green",
+    "failed": "bold red",
+    "stalled": "bold yellow",
+    "killed": "yellow",
+}
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _rate(rate_it_s: float | None) -> str:
+    if not rate_it_s:
+        return "? s/shard"
+    return f"{1 / rate_it_s:.1f} s/shard" if rate_it_s < 1 else f"{rate_it_s:.2f} shards/s"
+
+
+def shard_line(sp: Any, width: int) -> Text:
+    label = f"{sp.worker or 'load'}"
+    tail = (
+        f" {sp.done}/{sp.total} {sp.percent:3.0f}%  {_rate(sp.rate_it_s)}"
+        f"  elapsed {_clock(sp.elapsed_s)}  ETA {_clock(sp.remaining_s)}"
+    )
+    bar_w = max(width - len(label) - len(tail) - 2, 5)
+    return Text.assemble((f"{label:<5}", "bold"), " ", bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
+
+
+class RunProgress(Static):
+    DEFAULT_CSS = """
+    RunProgress { height: auto; min-height: 3; padding: 0 1; }
+    """
+
+    def show(self, state: AppState, phase: str | None, run_label: str) -> None:
+        a = state.log.analysis
+        width = max(self.size.width - 2, 40)
+        out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
+        out.append(f"   {run_label}", style="dim")
+        if a is not None:
+            shards = list(getattr(a, "shards", {}).values()) if isinstance(getattr(a, "shards", None), dict) else []
+            for sp in shards[:8]:
+                out.append("\n")
+                out.append_text(shard_line(sp, width))
+            ex = getattr(a, "extract", None)
+            if ex is not None and ex.batches:
+                out.append("\n")
+                frac = (ex.tokens / ex.tokens_total) if ex.tokens and ex.tokens_total else (ex.batch or 0) / ex.batches
+                tail = (
+                    f" batch {ex.batch}/{ex.batches}  seqs {ex.seqs}/{ex.seqs_total}"
+                    f"  {ex.tok_s or 0:.0f} tok/s  ETA {_clock(getattr(ex, 'eta_s', None))}"
+                )
+                out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
+            root = getattr(a, "root_cause", None)
+            if root is not None:
+                out.append("\n")
+                out.append(f"✖ {root.title}", style="bold red")
+                out.append(f"  (log line {root.line_no})", style="dim")
+                fix = getattr(root, "fix", None)
+                if fix:
+                    out.append(f"\n  fix: {fix}", style="yellow")
+        self.update(out)

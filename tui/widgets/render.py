@@ -1,0 +1,49 @@
+"""Small text renderers shared by widgets: bars, sparklines, N/A-aware numbers."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.text import Text
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def bar(fraction: float | None, width: int, style: str = "green") -> Text:
+    """A horizontal bar; an unknown fraction draws a dim N/A track, not an empty bar."""
+    width = max(width, 1)
+    if fraction is None:
+        return Text("·" * width, style="dim")
+    fraction = min(max(fraction, 0.0), 1.0)
+    full = round(fraction * width)
+    if fraction >= 0.9:
+        style = "red" if style == "green" else style
+    elif fraction >= 0.7:
+        style = "yellow" if style == "green" else style
+    return Text.assemble(("█" * full, style), ("░" * (width - full), "grey37"))
+
+
+def sparkline(values: Iterable[float | None], width: int, top: float = 1.0) -> Text:
+    """Values as block characters, squeezed into `width` cells by taking each bucket's
+    peak (so the whole history stays visible); missing samples are blank."""
+    vals = list(values) if width > 0 else []
+    if len(vals) > width:
+        step = len(vals) / width
+        buckets = [vals[int(i * step) : int((i + 1) * step)] for i in range(width)]
+        vals = [max((v for v in b if v is not None), default=None) for b in buckets]
+    out = Text(" " * (width - len(vals)))
+    for v in vals:
+        if v is None:
+            out.append(" ")
+            continue
+        level = min(max(v / top, 0.0), 1.0)
+        out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="cyan")
+    return out
+
+
+def gib(n: int | None, digits: int = 1) -> str:
+    return "N/A" if n is None else f"{n / 2**30:.{digits}f}"
+
+
+def num(value: float | None, fmt: str) -> str:
+    return "N/A" if value is None else fmt.format(value)

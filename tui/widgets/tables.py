@@ -1,0 +1,109 @@
+"""Process and run tables, updated by row key: only changed cells are touched,
+inside one batch, so a 1 Hz snapshot never flickers or loses the cursor."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.state.model import AppState, Proc, Run
+from tui.widgets.render import gib, num
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "N/A"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class KeyedTable(DataTable):
+    """A DataTable kept in sync with a dict of row key -> cells."""
+
+    COLUMNS: Sequence[tuple[str, str]] = ()  # (key, label)
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for key, label in self.COLUMNS:
+            self.add_column(label, key=key)
+
+    def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
+        keys = [k for k, _ in self.COLUMNS]
+        with self.app.batch_update():
+            existing = {rk.value for rk in self.rows}
+            for gone in existing - rows.keys():
+                self.remove_row(gone)
+            for key, cells in rows.items():
+                if key not in existing:
+                    self.add_row(*cells, key=key)
+                    continue
+                current = self.get_row(key)
+                for col, old, new in zip(keys, current, cells):
+                    if str(old) != str(new):
+                        self.update_cell(key, col, new)
+
+
+class ProcessTable(KeyedTable):
+    COLUMNS = (
+        ("pid", "PID"), ("ppid", "PPID"), ("user", "USER"), ("s", "S"), ("cpu", "CPU%"),
+        ("rss", "RSS GiB"), ("gpu", "GPU GiB"), ("elapsed", "ELAPSED"), ("why", "WHY"),
+        ("run", "RUN"), ("cmd", "COMMAND"),
+    )
+
+    def show(self, state: AppState) -> None:
+        procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.pid))
+        self.sync({str(p.pid): self._cells(p) for p in procs})
+        self.border_title = f"Processes ({len(procs)})"
+
+    @staticmethod
+    def _cells(p: Proc) -> tuple[Any, ...]:
+        cmd = " ".join(p.cmdline) or "N/A"
+        return (
+            p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
+            gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
+            _dur(p.elapsed), ",".join(p.why), (p.run_id or "-")[-8:], cmd[:200],
+        )
+
+
+STATE_STYLE = {"running": "bold green", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
+
+
+class RunsTable(KeyedTable):
+    COLUMNS = (
+        ("id", "RUN"), ("name", "NAME"), ("state", "STATE"), ("started", "STARTED"),
+        ("dur", "DURATION"), ("exit", "EXIT"), ("patch", "PATCH"), ("note", "FAILURE / NOTE"),
+    )
+
+    def show(self, state: AppState, notes: dict[str, str] | None = None) -> None:
+        notes = notes or {}
+        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in state.runs})
+        self.border_title = f"Runs ({len(state.runs)})"
+
+    @staticmethod
+    def _cells(r: Run, note: str) -> tuple[Any, ...]:
+        now = time.time()
+        started = time.strftime("%m-%d %H:%M:%S", time.localtime(r.launched_at)) if r.launched_at else "N/A"
+        end = r.ended_at or (now if r.alive else None)
+        dur = _dur(end - r.launched_at) if end and r.launched_at else "N/A"
+        exit_ = str(r.exit_code) if r.exit_code is not None else (r.signal or "")
+        ps = r.patch_state
+        patch = (ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-"
+        state = "failed" if r.state == "exited" and r.exit_code not in (0, None) else r.state
+        return (
+            r.run_id, (r.name or "")[:20], Text(state, style=STATE_STYLE.get(state, "")),
+            started, dur, exit_, str(patch), note[:60],
+        )
+
+    def selected_run_id(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - cursor outside the table after rows vanished
+            return None
