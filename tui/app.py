@@ -143,7 +143,10 @@ class EagleApp(App[None]):
         self.query_one(StatusBar).show(st)
         self.query_one(GpuPanel).show(st)
         self.query_one(ProcessTable).show(st)
-        self.query_one(RunsTable).show(st, self._run_notes())
+        runs_table = self.query_one(RunsTable)
+        runs_table.show(st, self._run_notes())
+        if self.selected_run and runs_table.selected_run_id() != self.selected_run:
+            runs_table.select(self.selected_run)
         self.query_one("#gpu-box").border_title = (
             f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs"
         )

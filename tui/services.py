@@ -144,9 +144,13 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
             )
         lines.append(text)
     free = report.get("gpus_free")
-    verdict = {True: "GPUs free", False: "GPUs NOT free", None: "no GPU source to check"}[free]
-    lines.append(f"{verdict} after {report.get('elapsed', 0):.1f} s")
-    return lines
+    took = f"{report.get('elapsed') or 0:.1f} s"
+    verdict = {
+        True: f"GPUs free after {took}",
+        False: f"GPUs NOT free after {took}",
+        None: f"done in {took} (no GPU source to check memory)",
+    }[free]
+    return [f"run {report.get('run_id')} killed: {verdict}"] + lines
 
 
 def fmt_bytes(n: Any) -> str:

@@ -38,6 +38,7 @@ class LogPane(Vertical):
         super().__init__(**kwargs)
         self._shown = 0  # log.total_lines already written
         self._generation = 0
+        self._path: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
@@ -46,6 +47,9 @@ class LogPane(Vertical):
 
     def show(self, log: LogTail) -> None:
         view = self.query_one(RichLog)
+        if log.path != self._path:  # another run's log: start afresh
+            view.clear()
+            self._path, self._shown, self._generation = log.path, 0, log.generation
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.

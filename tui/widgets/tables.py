@@ -34,19 +34,31 @@ class KeyedTable(DataTable):
             self.add_column(label, key=key)
 
     def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
+        """Show `rows` in their given order. Cells update in place; only a change in
+        which rows exist rebuilds the table (keeping the cursor on the same row)."""
         keys = [k for k, _ in self.COLUMNS]
         with self.app.batch_update():
-            existing = {rk.value for rk in self.rows}
-            for gone in existing - rows.keys():
-                self.remove_row(gone)
-            for key, cells in rows.items():
-                if key not in existing:
+            if [rk.value for rk in self.rows] != list(rows):
+                selected = self._cursor_key()
+                self.clear()
+                for key, cells in rows.items():
                     self.add_row(*cells, key=key)
-                    continue
+                if selected in rows:
+                    self.move_cursor(row=list(rows).index(selected), animate=False)
+                return
+            for key, cells in rows.items():
                 current = self.get_row(key)
                 for col, old, new in zip(keys, current, cells):
                     if str(old) != str(new):
                         self.update_cell(key, col, new)
+
+    def _cursor_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - cursor outside the table after rows vanished
+            return None
 
 
 class ProcessTable(KeyedTable):
@@ -82,7 +94,8 @@ class RunsTable(KeyedTable):
 
     def show(self, state: AppState, notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
-        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in state.runs})
+        runs = sorted(state.runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
+        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in runs})
         self.border_title = f"Runs ({len(state.runs)})"
 
     @staticmethod
@@ -101,9 +114,9 @@ class RunsTable(KeyedTable):
         )
 
     def selected_run_id(self) -> str | None:
-        if not self.row_count:
-            return None
-        try:
-            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001 - cursor outside the table after rows vanished
-            return None
+        return self._cursor_key()
+
+    def select(self, run_id: str) -> None:
+        keys = [rk.value for rk in self.rows]
+        if run_id in keys:
+            self.move_cursor(row=keys.index(run_id), animate=False)
