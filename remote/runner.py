@@ -20,6 +20,7 @@ import pwd
 import re
 import secrets
 import signal
+import stat
 import socket
 import subprocess
 import sys
@@ -200,6 +201,11 @@ def _record(run_dir: str, btime: float) -> dict | None:
     return rec
 
 
+# Records of ended runs never change while their directory does not: the agent lists
+# runs every tick, so re-reading three JSON files per old run would dominate its cost.
+_ENDED: dict[str, tuple[int, dict]] = {}
+
+
 def list_runs(runs_dir: str) -> list[dict]:
     """Every run under runs_dir, newest first; junk and half-written dirs are skipped."""
     try:
@@ -210,11 +216,24 @@ def list_runs(runs_dir: str) -> list[dict]:
     out = []
     for name in names:
         path = os.path.join(runs_dir, name)
-        if name.startswith(".") or not os.path.isdir(path):
+        if name.startswith("."):
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        cached = _ENDED.get(path)
+        if cached is not None and cached[0] == st.st_mtime_ns:
+            out.append(dict(cached[1]))
             continue
         rec = _record(path, btime)
-        if rec is not None:
-            out.append(rec)
+        if rec is None:
+            continue
+        if rec["state"] in ("exited", "killed"):
+            _ENDED[path] = (st.st_mtime_ns, rec)
+        out.append(rec)
 
     def newest(r: dict) -> tuple[float, str]:
         at = r.get("launched_at")
