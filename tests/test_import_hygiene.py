@@ -16,6 +16,9 @@ DOMAIN = [
     "tui.state.logparse",
     "tui.services",
     "tui.inspect",
+    "tui.state.advice",
+    "tui.state.patches",
+    "tui.ledger",
 ]
 
 

@@ -19,11 +19,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from tui import ledger, services
 from tui import protocol as p
-from tui import services
 from tui.config import Config
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
+from tui.state import advice as advisor
 from tui.state import logparse
 from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
@@ -37,6 +38,7 @@ from tui.widgets.tables import ProcessTable, RunsTable
 
 LOG_SUB = "log"
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 
 
 class EagleApp(App[None]):
@@ -46,12 +48,14 @@ class EagleApp(App[None]):
         Binding("k", "kill", "Kill run"),
         Binding("r", "relaunch", "Relaunch"),
         Binding("l", "launch", "Launch"),
+        Binding("p", "patches", "Patches"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, client: AgentClient, cfg: Config, target: str) -> None:
+    def __init__(self, client: AgentClient, cfg: Config, target: str, launch: bool = False) -> None:
         super().__init__()
+        self._launch_on_connect = launch
         self.client = client
         self.cfg = cfg
         self.state = AppState(target=target)
@@ -59,6 +63,10 @@ class EagleApp(App[None]):
         self.fatal_error: str | None = None
         self._log_path: str | None = None
         self._busy: str | None = None  # an action in flight ("kill", "launch")
+        self._summaries: dict[str, advisor.RunSummary] = {}
+        self._applied_patch: str | None = None  # "v5", "pristine", … on the host now
+        self._version_order: list[str] = []
+        self._ledger_at = float("-inf")
 
     # ---- layout -------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -97,10 +105,42 @@ class EagleApp(App[None]):
             self.exit(return_code=3)
             return
         await self._follow_log()
+        if self._launch_on_connect:
+            self._launch_worker(None)
         async for event in self.client.events():
             self._apply(event)
             if isinstance(event, p.Snapshot):
                 await self._follow_log()
+                if time.monotonic() - self._ledger_at > LEDGER_EVERY:
+                    self._ledger_at = time.monotonic()
+                    self._refresh_ledger()
+
+    @work(exclusive=True, group="ledger")
+    async def _refresh_ledger(self) -> None:
+        """Summaries of ended runs (cached; one read each) and the host's applied patch."""
+        self._summaries = await ledger.fetch_summaries(self.client, self.state.runs)
+        if self.cfg.patches.set:
+            from tui import patch_service
+            from tui.state import patches as patchsets
+
+            try:
+                st = await patch_service.status(self.client, self.cfg.patches.set, self.cfg.host.python)
+                self._applied_patch = st.get("version") or st.get("state")
+                self._version_order = [v.name for v in patchsets.load_set(self.cfg.patches.set).versions]
+            except Exception:  # noqa: BLE001 - advice is optional; no probe, no stale warning
+                self._applied_patch = None
+        self._render_banner()
+
+    def _advice(self) -> advisor.Advice | None:
+        run = self._run()
+        if run is None or not run.alive:
+            return None
+        log = self.state.log
+        analysis = log.analysis if log.path in (run.log, self.cfg.run.log) else None
+        return advisor.advise(
+            run, analysis, self._summaries, self._applied_patch, self._version_order,
+            time.time(), patch_set=self.cfg.patches.set,
+        )
 
     def _apply(self, event: Any) -> None:
         self.state = apply(self.state, event, time.time())
@@ -192,6 +232,8 @@ class EagleApp(App[None]):
                 else f"link {link.state}: {link.error or ''}"
             )
             kind = "error" if link.state == "failed" else ""
+        elif (adv := self._advice()) is not None:
+            text, kind = f"⚠ {adv.text}  — press k to kill", "error"
         banner.set_class(text is not None, "shown")
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
@@ -238,6 +280,8 @@ class EagleApp(App[None]):
             return (run is not None or bool(self.cfg.run.command)) and self._busy is None
         if action == "launch":
             return bool(self.cfg.run.command) and self._busy is None
+        if action == "patches":
+            return bool(self.cfg.patches.set)
         return True
 
     def _run_pids(self, run: Run) -> list[int]:
@@ -290,6 +334,22 @@ class EagleApp(App[None]):
 
     def action_launch(self) -> None:
         self._launch_worker(None)
+
+    def action_patches(self) -> None:
+        """Open the patch screen for `[patches] set`; relaunch when it asks to."""
+        from tui.screens.patches import RELAUNCH, PatchScreen
+
+        if not self.cfg.patches.set:
+            self.notify("no [patches] set in eagle3.toml", severity="warning")
+            return
+
+        def done(result: str | None) -> None:
+            self._ledger_at = float("-inf")  # re-read the applied patch on the next snapshot
+            if result == RELAUNCH:
+                self.action_relaunch()
+
+        host = self.state.hostname or self.state.target
+        self.push_screen(PatchScreen(self.client, self.cfg.patches.set, self.cfg.host.python, host), done)
 
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
@@ -349,6 +409,7 @@ class EagleApp(App[None]):
         yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", self.action_kill)
         yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", self.action_relaunch)
         yield SystemCommand("Launch run", "Launch the [run] command from eagle3.toml", self.action_launch)
+        yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", self.action_patches)
 
 
 def _run_dict(run: Run) -> dict[str, Any]:
@@ -364,6 +425,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
     }
 
 
-def make_app(client: AgentClient, cfg: Config, target: str) -> EagleApp:
-    """Build the dashboard around an injected client (local, SSH, or a test's)."""
-    return EagleApp(client, cfg, target)
+def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False) -> EagleApp:
+    """Build the dashboard around an injected client (local, SSH, or a test's);
+    `launch` starts the config's run once connected (the demo)."""
+    return EagleApp(client, cfg, target, launch)

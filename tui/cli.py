@@ -127,6 +127,38 @@ def connect(obj: Ctx, target: str | None) -> None:
 
 
 @main.command()
+@click.option(
+    "--dir", "demo_dir", default="eagle3-demo", show_default=True, metavar="DIR",
+    help="Where to build the demo model, dataset, outputs and eagle3.toml.",
+)
+@click.pass_obj
+def demo(obj: Ctx, demo_dir: str) -> None:
+    """The embedded default: a real (tiny) extraction run on this machine, in the dashboard.
+
+    Builds a random Llama-style model as 64 safetensors shards and a token dataset (no
+    downloads), launches remote/extract.py through the normal launch path on `local`,
+    and opens the dashboard on it.
+    """
+    from tui.demo import DemoError, build_demo
+
+    click.echo(f"building the demo in {demo_dir}/ (first time: ~10 s)…", err=True)
+    try:
+        paths = build_demo(Path(demo_dir), clear_out=True)
+        cfg = load_config(paths.config)
+    except (DemoError, ConfigError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    from tui.app import make_app
+
+    if paths.busy:
+        click.echo("a demo run is still going: attaching to it", err=True)
+    app = make_app(services.new_client("local", cfg, reconnect=True), cfg, "local", launch=not paths.busy)
+    app.run()
+    if app.fatal_error:
+        fail(app.fatal_error, EXIT_CONNECT)
+    click.echo(f"demo outputs: {paths.out}/ (index.json describes them); config: {paths.config}")
+
+
+@main.command()
 @target_arg
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 @click.pass_obj
@@ -296,6 +328,10 @@ async def _patch_state(client: AgentClient, cfg: Config) -> Any:
         return {"set": cfg.patches.set, "state": "error", "error": str(exc)}
     return {"set": cfg.patches.set, "state": st.get("state"), "version": st.get("version")}
 
+
+from tui.cli_patch import patch  # noqa: E402 - cli_patch imports tui.cli lazily, so no cycle
+
+main.add_command(patch)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -67,9 +67,9 @@ def changing_files(st: dict[str, Any], target: str) -> list[str]:
 def plan_lines(st: dict[str, Any], target: str, title: str, host: str) -> list[str]:
     """What a push/rollback will do, for the confirmation prompt (CLI and TUI)."""
     files = changing_files(st, target) or ["(none: already there)"]
+    have = st.get("distribution_version") or "unknown version"
     lines = [f"host:    {host}",
-             f"set:     {st.get('set')} ({st.get('target')}, host has "
-             f"{st.get('distribution_version') or 'unknown version'})",
+             f"set:     {st.get('set')} ({st.get('target')}, host has {have})",
              f"state:   {describe_state(st)} → {target}" + (f"  {title}" if title else "")]
     lines += [("files:   " if i == 0 else "         ") + f for i, f in enumerate(files)]
     return lines

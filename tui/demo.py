@@ -9,12 +9,13 @@ bar can be watched. torch and transformers are imported only inside `build_demo`
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 EXTRACT_SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "extract.py"
@@ -53,6 +54,7 @@ class DemoPaths:
     config: Path
     extract: Path
     command: tuple[str, ...]
+    busy: bool = False  # a demo run is still writing to out/ (its lock is held)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -107,7 +109,8 @@ def _shard_groups(names: list[str], sizes: dict[str, int], shards: int) -> list[
         acc = sizes[names[i]]
         i += 1
         # Keep adding while under target, leaving at least one tensor per later shard.
-        while i < len(names) - (shards - g - 1) and (acc + sizes[names[i]] / 2 <= target or g == shards - 1):
+        last = g == shards - 1
+        while i < len(names) - (shards - g - 1) and (last or acc + sizes[names[i]] / 2 <= target):
             group.append(names[i])
             acc += sizes[names[i]]
             i += 1
@@ -199,6 +202,8 @@ def build_demo(
         _write_model(paths.model, spec)
         _write_data(paths.data, spec)
         if paths.out.exists():
+            if _out_in_use(paths.out):
+                raise DemoError(f"a demo run is still writing to {paths.out}: kill it first (eagle3-tui --config {paths.config} kill)")
             shutil.rmtree(paths.out)  # outputs of another model are meaningless now
     if not paths.data.is_file():
         _write_data(paths.data, spec)
@@ -206,9 +211,25 @@ def build_demo(
     _atomic_write(paths.config, _config_text(root, python, command).encode())
     if not complete:
         _atomic_write(marker, want.encode())
+    if paths.out.exists() and _out_in_use(paths.out):
+        return replace(paths, busy=True)  # never delete what a live run is writing
     if clear_out and paths.out.exists():
         shutil.rmtree(paths.out)
     return paths
+
+
+def _out_in_use(out: Path) -> bool:
+    """True while an extract.py run holds out/.extract.lock."""
+    lock = out / ".extract.lock"
+    if not lock.exists():
+        return False
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return False
 
 
 def _model_complete(model_dir: Path) -> bool:

@@ -93,7 +93,7 @@ def patch_key(patch_state: Any) -> tuple[str | None, str | None]:
 
 def format_minutes(seconds: float) -> str:
     """A rounded duration for a banner: "<1 min", "14 min", "1 h 05 min"."""
-    minutes = int(round(max(seconds, 0.0) / 60.0))
+    minutes = round(max(seconds, 0.0) / 60.0)
     if minutes < 1:
         return "<1 min"
     if minutes < 90:
@@ -109,7 +109,7 @@ def _short(title: str | None) -> str:
 # ---------------------------------------------------------------- summaries
 
 
-def _outcome(record: Mapping[str, Any], phase: Any, root: Any) -> str:
+def _outcome(record: Mapping[str, Any], root: Any) -> str:
     state = record.get("state")
     if state == "running":
         return "running"
@@ -163,7 +163,7 @@ def summarize(run_record: Mapping[str, Any], inspect_result: Mapping[str, Any],
     launched = _num(run_record.get("launched_at"))
     ended = _num(run_record.get("ended_at"))
     span = ended - launched if launched is not None and ended is not None and ended >= launched else None
-    outcome = _outcome(run_record, inspect_result.get("phase"), root)
+    outcome = _outcome(run_record, root)
     fail_s = span if root is not None and run_record.get("state") == "exited" else None
     return RunSummary(
         run_id=str(run_record.get("run_id", "?")),

@@ -22,6 +22,9 @@ from .errors import AgentStartFailed, LinkLost, TransportError
 STDERR_TAIL_BYTES = 4096
 
 
+# The longest agent line: a 16 MiB file_read answer is ~22 MiB of base64 in JSON.
+MAX_LINE = 32 * 1024 * 1024
+
 class Link(Protocol):
     """Something that can start an agent and hand back its byte stream."""
 
@@ -203,7 +206,7 @@ class LocalLink:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 # Log chunks are up to 256 KiB base64 (~350 KB per line).
-                limit=4 * 1024 * 1024,
+                limit=MAX_LINE,
             )
         except FileNotFoundError:
             raise AgentStartFailed(

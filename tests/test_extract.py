@@ -1,0 +1,415 @@
+"""remote/extract.py, run for real as a subprocess on a tiny demo model (hf backend, CPU)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    import safetensors.torch  # noqa: F401
+    import torch
+    import transformers  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    if os.environ.get("CI"):
+        raise  # CI installs the demo extra: a missing one is a failure there
+    pytest.skip(f"needs torch, transformers, safetensors ({exc})", allow_module_level=True)
+
+from safetensors.torch import load_file
+
+from tui.demo import build_demo
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRACT = ROOT / "remote" / "extract.py"
+STANDIN = ROOT / "tests" / "standin_vllm"
+
+BAR = re.compile(
+    r"^Loading safetensors checkpoint shards: (?P<pct>[ \d]{2}\d)% Completed \| "
+    r"(?P<n>\d+)/(?P<total>\d+) \[(?P<el>\d{2}:\d{2}|\d+:\d{2}:\d{2})<"
+    r"(?P<rem>\?|\d{2}:\d{2}|\d+:\d{2}:\d{2}), (?P<rate>\?it/s|\s*\d+\.\d{2}(?:it/s|s/it))\]$"
+)
+PROGRESS = re.compile(
+    r"^\[extract\] batch (\d+)/(\d+) \| seqs (\d+)/(\d+) \| tokens (\d+)/(\d+) \| "
+    r"(\d+\.\d) tok/s \| elapsed \d+:\d{2}:\d{2} \| eta \d+:\d{2}:\d{2}$"
+)
+SKIPPED = re.compile(r"^\[extract\] batch (\d+)/(\d+) skipped \(already done\)$")
+DONE = re.compile(
+    r"^\[extract\] done: (\d+) sequences, (\d+) tokens in \d+:\d{2}:\d{2} "
+    r"\((\d+\.\d) tok/s\) -> (/.+/index\.json)$"
+)
+
+
+def extract(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(EXTRACT), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory):
+    """A 5-layer model in 6 shards, and a dataset of unequal lengths (padding matters)."""
+    paths = build_demo(tmp_path_factory.mktemp("demo"), shards=6, layers=5, hidden=64,
+                       sequences=2, seq_len=8, shard_delay=0.0)
+    data = paths.root / "varied.jsonl"
+    lengths = [5, 17, 9, 33, 2, 12, 21, 7, 14, 3]
+    with open(data, "w") as f:
+        for i, n in enumerate(lengths):
+            ids = [(7 * i + 13 * t) % 1000 + 3 for t in range(n)]
+            f.write(json.dumps({"input_ids": ids}) + "\n")
+    return paths, data, lengths
+
+
+@pytest.fixture(scope="module")
+def first_run(demo, tmp_path_factory: pytest.TempPathFactory):
+    paths, data, _ = demo
+    out = tmp_path_factory.mktemp("out")
+    proc = extract("--backend", "hf", "--model", str(paths.model), "--data", str(data),
+                   "--out", str(out), "--batch-size", "4", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_shapes_and_index(demo, first_run) -> None:
+    _, _, lengths = demo
+    out, _ = first_run
+    index = json.loads((out / "index.json").read_text())
+    # speculators' default for 5 layers: [2, 5 // 2, 5 - 3, 5 - 1] deduplicated.
+    assert index["layers"] == [2, 4]
+    assert index["hidden_size"] == 64 and index["sequences"] == len(lengths)
+    assert [b["sequences"] for b in index["batches"]] == [4, 4, 2]
+    for b in index["batches"]:
+        blob = (out / b["file"]).read_bytes()
+        assert hashlib.sha256(blob).hexdigest() == b["sha256"]
+        t = load_file(str(out / b["file"]))
+        seqs = lengths[b["first_sequence"]: b["first_sequence"] + b["sequences"]]
+        assert t["seq_lens"].tolist() == seqs
+        assert t["hidden_states"].shape == (2, sum(seqs), 64)
+        assert t["input_ids"].shape == (sum(seqs),)
+        assert "loss_mask" not in t
+
+
+def test_matches_direct_forward(demo, first_run) -> None:
+    """Each captured layer equals transformers' own forward of that sequence alone."""
+    paths, data, _ = demo
+    out, _ = first_run
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(paths.model)).float()
+    model.eval()
+    index = json.loads((out / "index.json").read_text())
+    layers = index["layers"]
+    last = index["num_hidden_layers"] - 1
+    for b in index["batches"]:
+        t = load_file(str(out / b["file"]))
+        start = 0
+        for n in t["seq_lens"].tolist():
+            ids = t["input_ids"][start: start + n]
+            with torch.no_grad():
+                ref = model(ids[None], output_hidden_states=True).hidden_states
+            for k, layer in enumerate(layers):
+                ours = t["hidden_states"][k, start: start + n]
+                if layer == last:
+                    # hidden_states[-1] is after the final norm; ours is before it, as
+                    # speculators captures it.
+                    ours = model.model.norm(ours[None])[0]
+                    assert torch.allclose(ours, ref[-1][0], atol=1e-4, rtol=1e-4)
+                else:
+                    assert torch.allclose(ours, ref[layer + 1][0], atol=1e-4, rtol=1e-4)
+            start += n
+
+
+def test_log_lines_parse(first_run) -> None:
+    out, proc = first_run
+    bars = [BAR.match(line) for line in proc.stderr.splitlines() if "checkpoint shards" in line]
+    assert all(bars), proc.stderr
+    assert [int(m["n"]) for m in bars] == list(range(0, 7))
+    assert {int(m["total"]) for m in bars} == {6}
+    assert int(bars[-1]["pct"]) == 100 and bars[-1]["rem"] == "00:00"
+    assert int(bars[3]["pct"]) == 50
+    assert re.search(r"^Loading weights took \d+\.\d\d seconds$", proc.stderr, re.M)
+    lines = proc.stdout.splitlines()
+    progress = [PROGRESS.match(line) for line in lines[:-1]]
+    assert all(progress), proc.stdout
+    assert [(m[1], m[2], m[3], m[5]) for m in progress] == [
+        ("1", "3", "4", "64"), ("2", "3", "8", "106"), ("3", "3", "10", "123")]
+    done = DONE.match(lines[-1])
+    assert done and done[1] == "10" and done[2] == "123"
+    assert Path(done[4]) == out / "index.json"
+
+
+def _digests(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def test_killed_and_resumed_is_byte_identical(demo, first_run, tmp_path: Path) -> None:
+    paths, data, lengths = demo
+    args = ["--backend", "hf", "--model", str(paths.model), "--data", str(data),
+            "--batch-size", "1", "--device", "cpu"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    # The uninterrupted reference runs alongside the run that gets killed.
+    ref = subprocess.Popen([sys.executable, str(EXTRACT), *args, "--out", str(full)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(EXTRACT), *args, "--out", str(part)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (part / "batch-00000.safetensors").exists():
+            assert proc.poll() is None, "extract.py ended before writing its first batch"
+            assert time.monotonic() < deadline, "no batch file within 60 s"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+        _, ref_err = ref.communicate(timeout=120)
+    assert ref.returncode == 0, ref_err
+    assert proc.returncode == -signal.SIGKILL
+    assert not (part / "index.json").exists(), "the run finished before the kill; nothing tested"
+    kept = sorted(p.name for p in part.glob("batch-*.safetensors"))
+    resumed = extract(*args, "--out", str(part))
+    assert resumed.returncode == 0, resumed.stderr
+    skipped = [SKIPPED.match(line) for line in resumed.stdout.splitlines()]
+    assert [int(m[1]) for m in skipped if m] == [int(k[6:11]) + 1 for k in kept]
+    assert _digests(part) == _digests(full)
+    assert len(_digests(full)) == len(lengths) + 2  # batches, index.json, the lock file
+
+
+@pytest.mark.parametrize("case", ["no_model", "bad_json", "no_keys", "big_id", "empty",
+                                  "bad_layers", "no_data_arg", "empty_ids"])
+def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
+    paths, data, _ = demo
+    bad = tmp_path / "bad.jsonl"
+    lines = {"bad_json": ['{"input_ids": [1, 2]}', '{"input_ids": [3]}', "{not json"],
+             "no_keys": ['{"input_ids": [1]}', '{"prompt": "x"}'],
+             "big_id": ['{"input_ids": [1, 5000]}'],
+             "empty": [],
+             "empty_ids": ['{"input_ids": []}']}.get(case, ['{"input_ids": [1]}'])
+    bad.write_text("".join(line + "\n" for line in lines))
+    args = ["--backend", "hf", "--model", str(paths.model), "--data", str(bad),
+            "--out", str(tmp_path / "out")]
+    expect = {"no_model": "model directory not found",
+              "bad_json": "bad.jsonl line 3: not valid JSON",
+              "no_keys": "bad.jsonl line 2: needs one of",
+              "big_id": "token id 5000 >= vocab size 1024",
+              "empty": "no sequences", "bad_layers": "--layers: 9 is out of range [0, 4]",
+              "no_data_arg": "--data is required",
+              "empty_ids": "line 1: 'input_ids' must be a non-empty"}
+    if case == "no_model":
+        args[3] = str(tmp_path / "nope")
+    if case == "bad_layers":
+        args += ["--layers", "1,9"]
+    if case == "no_data_arg":
+        del args[4:6]
+    proc = extract(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert expect[case] in proc.stderr
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_text_and_chat_with_loss_mask(demo, tmp_path: Path) -> None:
+    """Text and chat lines go through the model's tokenizer; assistant tokens get mask 1."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    paths, _, _ = demo
+    words = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "hello", "there", "how",
+             "are", "you", "fine", "thanks"]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|> {% endif %}")
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in paths.model.iterdir():
+        (model / f.name).symlink_to(f)
+    fast.save_pretrained(str(model))
+    data = tmp_path / "chat.jsonl"
+    data.write_text(
+        json.dumps({"text": "hello there"}) + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "how are you"},
+                                   {"role": "assistant", "content": "fine thanks"}]}) + "\n"
+        + json.dumps({"conversations": [{"from": "human", "value": "hello"},
+                                        {"from": "gpt", "value": "hello there"},
+                                        {"from": "human", "value": "thanks"}]}) + "\n")
+    proc = extract("--model", str(model), "--data", str(data), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    t = load_file(str(tmp_path / "out" / "batch-00000.safetensors"))
+    ids, mask = t["input_ids"].tolist(), t["loss_mask"].tolist()
+    assert t["seq_lens"].tolist() == [2, 7, 7]
+    assert [words[i] for i in ids[:2]] == ["hello", "there"] and mask[:2] == [1, 1]
+    # <|user|> how are you <|assistant|> | fine thanks
+    assert mask[2:9] == [0, 0, 0, 0, 0, 1, 1]
+    # <|user|> hello <|assistant|> | hello there | <|user|> thanks
+    assert mask[9:] == [0, 0, 0, 1, 1, 0, 0]
+
+
+def test_preflight_without_vllm_fails_fast(tmp_path: Path) -> None:
+    gen = tmp_path / "gen.py"
+    gen.write_text("x = 1\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))  # no vllm on this machine's path
+    proc = subprocess.run([sys.executable, str(EXTRACT), "--preflight",
+                           "--generator-file", str(gen)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    if "[preflight] ok import vllm" in proc.stdout:
+        pytest.skip("vllm is installed here; the stand-in tests cover preflight")
+    assert proc.returncode == 1
+    assert re.search(r"^\[preflight\] FAIL import vllm: ", proc.stdout, re.M), proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("[preflight] FAILED 1 check(s): import vllm")
+
+
+# ---------------------------------------------------------------- against the vLLM stand-in
+
+GEN = "data_generation/vllm_hidden_states_generator.py"
+# The checks each patch version still fails on the stand-in, in the order users meet them.
+STILL_FAILING = {
+    "pristine": {"Scheduler.__init__", "get_kv_cache_config_from_groups", "sample_tokens",
+                 "collective_rpc reply", "custom_worker embeddings"},
+    "v1": {"Scheduler.__init__", "get_kv_cache_config_from_groups", "sample_tokens",
+           "collective_rpc reply", "custom_worker embeddings"},
+    "v2": {"sample_tokens", "collective_rpc reply", "custom_worker embeddings"},
+    "v3": {"sample_tokens", "collective_rpc reply"},
+    "v4": {"sample_tokens"},
+    "v5": set(),
+}
+
+
+def _speculators_site(root: Path, version: str) -> Path:
+    """A site dir holding the real speculators 0.3.0 data_generation files at `version`
+    (empty package __init__, as in test_patch_contract) plus a sitecustomize that gives
+    torch.cuda.mem_get_info fixed numbers, since there is no GPU here."""
+    from tests import spec_wheel
+    from tui.state import patches as P
+
+    pset = P.load_set_dir(P.bundled_sets_dir() / "speculators-0.3.0-vllm-0.16")
+    pristine = spec_wheel.pristine_files()
+    files = pristine if version == "pristine" else P.build_version(pset, version, pristine)
+    pkg = root / "speculators"
+    (pkg / "data_generation").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for rel in ("data_generation/__init__.py", "data_generation/logging_utils.py"):
+        (pkg / rel).write_bytes(spec_wheel.package_bytes(rel))
+    for rel, data in files.items():
+        (pkg / rel).write_bytes(data)
+    (root / "sitecustomize.py").write_text(
+        "import torch\ntorch.cuda.mem_get_info = lambda *a: (16 << 30, 80 << 30)\n")
+    return root
+
+
+def _standin_env(site: Path | None = None) -> dict[str, str]:
+    parts = [str(site)] if site else []
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(parts + [str(STANDIN), str(ROOT)]))
+
+
+needs_standin = pytest.mark.skipif(not (STANDIN / "vllm").is_dir(),
+                                   reason="tests/standin_vllm (the vLLM 0.16 stand-in) is missing")
+
+
+@needs_standin
+@pytest.mark.parametrize("version", list(STILL_FAILING))
+def test_preflight_names_what_each_version_still_breaks(tmp_path: Path, version: str) -> None:
+    site = _speculators_site(tmp_path, version)
+    proc = subprocess.run([sys.executable, str(EXTRACT), "--preflight", "--generator-file",
+                           str(site / "speculators" / GEN)], capture_output=True, text=True,
+                          timeout=60, env=_standin_env())
+    lines = proc.stdout.splitlines()
+    assert all(re.match(r"^\[preflight\] (ok|FAIL) [^:]+: .+$", x) for x in lines[:-1]), proc.stdout
+    failed = {re.match(r"^\[preflight\] FAIL ([^:]+):", x)[1] for x in lines if " FAIL " in x}
+    assert "ok import vllm: vllm 0.16.0+standin" in proc.stdout
+    assert failed == STILL_FAILING[version], proc.stdout
+    assert proc.returncode == (1 if failed else 0)
+    assert lines[-1].startswith("[preflight] FAILED" if failed else "[preflight] all ")
+
+
+@needs_standin
+def test_preflight_sees_scheduler_config_initvars(tmp_path: Path) -> None:
+    """Real vLLM's SchedulerConfig is a pydantic dataclass whose signature lists the
+    required InitVar is_encoder_decoder; the pristine generator omits it."""
+    probe = subprocess.run([sys.executable, "-c", "import inspect, vllm.config as c; "
+                            "print(list(inspect.signature(c.SchedulerConfig).parameters))"],
+                           capture_output=True, text=True, timeout=60, env=_standin_env())
+    if "is_encoder_decoder" not in probe.stdout:
+        pytest.skip("the stand-in's SchedulerConfig hides its signature behind **kwargs "
+                    "(needs __signature__ listing its fields and InitVars)")
+    site = _speculators_site(tmp_path, "pristine")
+    proc = subprocess.run([sys.executable, str(EXTRACT), "--preflight", "--generator-file",
+                           str(site / "speculators" / GEN)], capture_output=True, text=True,
+                          timeout=60, env=_standin_env())
+    assert re.search(r"^\[preflight\] FAIL SchedulerConfig: .*is_encoder_decoder",
+                     proc.stdout, re.M)
+
+
+def _standin_model(d: Path) -> Path:
+    from tokenizers import Tokenizer, models
+
+    d.mkdir()
+    vocab = {"<unk>": 0, "</s>": 1}
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "unk_token": "<unk>"}))
+    (d / "config.json").write_text(json.dumps(
+        {"model_type": "llama", "num_hidden_layers": 8, "hidden_size": 4, "vocab_size": 6000,
+         "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 8,
+         "bos_token_id": 0, "eos_token_id": 1, "max_position_embeddings": 4096}))
+    return d
+
+
+@needs_standin
+def test_vllm_backend_on_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vllm backend drives the real (v5-patched) generator on the stand-in, tp=2;
+    every stored layer equals what the toy model computes for each sequence alone."""
+    site = _speculators_site(tmp_path / "site", "v5")
+    model = _standin_model(tmp_path / "model")
+    prompts = [[2 + (j * 131 + k * 7) % 5000 for k in range(5 + (j * 7) % 29)] for j in range(11)]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": p}) + "\n" for p in prompts))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(EXTRACT), "--backend", "vllm", "--model", str(model),
+                           "--data", str(data), "--out", str(out), "--tp", "2", "--batch-size", "4",
+                           "--dtype", "float32"], capture_output=True, text=True, timeout=120,
+                          env=_standin_env(site))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[preflight] all " in proc.stdout
+    assert DONE.match(proc.stdout.splitlines()[-1])
+    index = json.loads((out / "index.json").read_text())
+    assert index["layers"] == [2, 4, 5, 7] and index["hidden_size"] == 4
+    monkeypatch.syspath_prepend(str(STANDIN))
+    from vllm.model_executor.models.llama import reference_hidden_states
+
+    try:
+        seen = 0
+        for b in index["batches"]:
+            t = load_file(str(out / b["file"]))
+            start = 0
+            for n in t["seq_lens"].tolist():
+                ids = t["input_ids"][start: start + n].tolist()
+                assert ids == prompts[seen]
+                want = torch.stack(reference_hidden_states(ids, index["layers"], 8))
+                assert torch.equal(t["hidden_states"][:, start: start + n], want)
+                start += n
+                seen += 1
+        assert seen == len(prompts)
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] == "vllm"]:
+            del sys.modules[name]
+
+
+@needs_standin
+def test_vllm_backend_refuses_to_load_when_preflight_fails(tmp_path: Path) -> None:
+    site = _speculators_site(tmp_path / "site", "v4")
+    model = _standin_model(tmp_path / "model")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"input_ids": [5, 6, 7]}) + "\n")
+    proc = subprocess.run([sys.executable, str(EXTRACT), "--backend", "vllm", "--model", str(model),
+                           "--data", str(data), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, env=_standin_env(site))
+    assert proc.returncode == 1
+    assert "[preflight] FAIL sample_tokens" in proc.stdout
+    assert not list((tmp_path / "out").glob("batch-*"))

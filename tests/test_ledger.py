@@ -1,0 +1,108 @@
+"""The run ledger (tui/ledger.py) against the real agent: real runs, real log files."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tui.ledger import fetch_summaries, read_tail
+from tui.state.model import Run
+from tui.transport import AgentClient, AgentRequestError, LocalLink
+
+FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"
+PATCH = {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}
+# the run prints a file to stdout (its output.log) and exits with a code
+PRINT_AND_EXIT = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read()); sys.exit(int(sys.argv[2]))"
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
+    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
+    await c.start()
+    yield c
+    await c.close()
+
+
+async def run_to_end(client: AgentClient, tmp_path: Path, name: str, log_source: Path,
+                     code: int = 1, timeout: float = 20) -> dict[str, Any]:
+    """Launch a real run that prints log_source and exits; its record once it has ended."""
+    rec = await client.request("launch", name=name, argv=[sys.executable, "-c", PRINT_AND_EXIT,
+                                                          str(log_source), str(code)],
+                               cwd=str(tmp_path), env={}, patch_state=PATCH, log=None)
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = (await client.request("runs"))["runs"]
+        mine = next(r for r in runs if r["run_id"] == rec["run_id"])
+        if mine["state"] != "running":
+            return mine
+        assert time.monotonic() < deadline, f"run {name} never ended: {mine}"
+        await asyncio.sleep(0.1)
+
+
+async def test_failed_run_is_summarized_from_its_log(client: AgentClient, tmp_path: Path) -> None:
+    rec = await run_to_end(client, tmp_path, "extract_test3", FIXTURE)
+    assert rec["state"] == "exited" and rec["exit_code"] == 1
+    assert Path(rec["log"]).read_bytes() == FIXTURE.read_bytes()
+    got = await fetch_summaries(client, [rec], cache={})
+    s = got[rec["run_id"]]
+    assert (s.outcome, s.failure_id, s.failed_after_load) == ("failed", "sample-tokens-state", True)
+    assert s.patch_state == "v4" and s.patch_set == PATCH["set"]
+    assert s.fail_seconds == pytest.approx(rec["ended_at"] - rec["launched_at"])
+    assert s.load_seconds == 1226.1
+    # the app holds Run objects, not dicts: same answer
+    assert await fetch_summaries(client, [Run.from_dict(rec)], cache={}) == got
+
+
+async def test_tail_read_cuts_at_a_line_and_spans_several_requests(client: AgentClient,
+                                                                   tmp_path: Path) -> None:
+    big = tmp_path / "big.log"
+    filler = b"".join(b"INFO 11-29 11:00:00 [x.py:1] warming up %07d\n" % i for i in range(150_000))
+    big.write_bytes(filler + FIXTURE.read_bytes())
+    size = big.stat().st_size
+    assert size > 5 * 1024 * 1024  # several read_range requests (2 MiB each)
+    data, whole = await read_tail(client, str(big), 5 * 1024 * 1024)
+    assert not whole
+    assert big.read_bytes().endswith(data) and size - len(data) > 0
+    assert big.read_bytes()[size - len(data) - 1:size - len(data)] == b"\n"  # starts on a line
+    assert len(data) > 5 * 1024 * 1024 - 200  # only the cut line was dropped
+    data, whole = await read_tail(client, str(big), size)
+    assert whole and data == big.read_bytes()
+
+
+async def test_only_the_tail_of_a_long_log_is_needed(client: AgentClient, tmp_path: Path) -> None:
+    rec = await run_to_end(client, tmp_path, "tail", FIXTURE)
+    got = await fetch_summaries(client, [rec], tail_bytes=4096, cache={})
+    s = got[rec["run_id"]]
+    # the load milestones are out of reach, the failure and its after-load nature are not
+    assert (s.failure_id, s.failed_after_load, s.load_seconds) == ("sample-tokens-state", True, None)
+
+
+async def test_gone_logs_are_skipped_running_runs_ignored_ended_runs_cached(
+        client: AgentClient, tmp_path: Path) -> None:
+    ok = tmp_path / "ok.log"
+    ok.write_bytes(b"INFO 11-29 12:00:01 [model.py:547] Resolved architecture: DeepseekV3ForCausalLM\n")
+    first = await run_to_end(client, tmp_path, "first", FIXTURE)
+    second = await run_to_end(client, tmp_path, "second", ok, code=0)
+    gone = await run_to_end(client, tmp_path, "gone", FIXTURE)
+    Path(gone["log"]).unlink()
+    with pytest.raises(AgentRequestError, match="does not exist"):
+        await client.request("read_range", path=gone["log"], offset=0, length=0)
+    running = {**first, "run_id": "20990101-000000-beef", "state": "running", "ended_at": None}
+    cache: dict[Any, Any] = {}
+    got = await fetch_summaries(client, [first, second, gone, running], cache=cache)
+    assert set(got) == {first["run_id"], second["run_id"]}
+    assert got[second["run_id"]].outcome == "finished"
+    # an ended run never changes: with its log gone now, the cached summary still answers
+    Path(first["log"]).unlink()
+    again = await fetch_summaries(client, [first, second, gone, running], cache=cache)
+    assert again == got
+    assert await fetch_summaries(client, [first], cache={}) == {}
+    # limit keeps the newest runs
+    newest = await fetch_summaries(client, [first, second], limit=1, cache=cache)
+    assert list(newest) == [second["run_id"]]

@@ -1,0 +1,133 @@
+"""Pilot tests of the patch screen against the REAL local agent and a temp site-packages
+holding the real speculators 0.3.0 files."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from textual.app import App
+from textual.widgets import DataTable, Static
+
+from tests import spec_wheel
+from tests.patch_fixtures import GEN, HAND_EDIT, PY, SET, WORKER, client, hand_edit, pkg, site  # noqa: F401
+from tui import patch_service as S
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.patches import APPLIED, RELAUNCH, PatchScreen
+from tui.state import patches as P
+from tui.transport import AgentClient
+
+
+class Host(App[None]):
+    """A bare app that opens the patch screen and records how it was dismissed."""
+
+    def __init__(self, client: AgentClient, user_dir: Path) -> None:  # noqa: F811
+        super().__init__()
+        self.client, self.user_dir = client, user_dir
+        self.results: list[str | None] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(PatchScreen(self.client, SET, PY, "gpu-box", self.user_dir), self.results.append)
+
+
+async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await pilot.pause(0.02)
+
+
+def text_of(static: Static) -> str:
+    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
+    console.print(static.content)
+    return console.export_text()
+
+
+def marks(table: DataTable) -> dict[str, str]:
+    return {str(k.value): str(table.get_row(k)[0]) for k in table.rows}
+
+
+@pytest.fixture
+def pset() -> P.PatchSet:
+    return P.load_set_dir(P.bundled_sets_dir() / SET)
+
+
+async def test_versions_preview_push_and_relaunch(client: AgentClient, site: Path, tmp_path: Path,  # noqa: F811
+                                                  pset: P.PatchSet) -> None:
+    await S.push(client, SET, "v2", PY, user_dir=tmp_path)
+    app = Host(client, tmp_path)
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        table = screen.query_one(DataTable)
+        await until(pilot, lambda: screen.status is not None and marks(table).get("v2") == APPLIED)
+        assert list(marks(table)) == ["pristine", *P.version_order(pset)]  # pristine first
+        assert [n for n, m in marks(table).items() if m] == ["v2"]  # only the applied one
+        assert "v2" in text_of(screen.query_one("#patch-status", Static))
+
+        await pilot.press("down", "down", "down")  # pristine -> v1 -> v2 -> v3
+        preview = screen.query_one("#preview", Static)
+        def added(name: str) -> set[str]:
+            return {ln.rstrip() for ln in P.get_version(pset, name).diff.splitlines()
+                    if ln.startswith("+") and not ln.startswith("+++") and len(ln.strip()) > 8}
+
+        v3_added = added("v3") - added("v2")  # lines only the highlighted version has
+        assert v3_added
+        await until(pilot, lambda: any(ln.rstrip() in v3_added for ln in text_of(preview).splitlines()))
+        assert P.get_version(pset, "v3").title in text_of(preview)
+
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        body = text_of(app.screen.query_one("#body", Static))
+        assert "gpu-box" in body and "v2 → v3" in body
+        assert str(pkg(site, WORKER)) in body and str(pkg(site, GEN)) not in body  # v3 adds to the worker only
+        await pilot.press("y")
+        pristine = spec_wheel.pristine_files()
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                    and "Relaunch" in text_of(app.screen.query_one("#title", Static)))
+        v3 = P.build_version(pset, "v3", pristine)
+        assert pkg(site, GEN).read_bytes() == v3[GEN] and pkg(site, WORKER).read_bytes() == v3[WORKER]
+        assert (await S.status(client, SET, PY, user_dir=tmp_path))["state"] == "v3"
+        await pilot.press("y")
+        await until(pilot, lambda: app.results == [RELAUNCH])
+
+
+async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site: Path,  # noqa: F811
+                                                       tmp_path: Path) -> None:
+    pristine = spec_wheel.pristine_files()
+    await S.push(client, SET, "latest", PY, user_dir=tmp_path)
+    app = Host(client, tmp_path)
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        table = screen.query_one(DataTable)
+        await until(pilot, lambda: screen.status is not None and marks(table).get("v5") == APPLIED)
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("n")  # cancelled: nothing changes
+        await until(pilot, lambda: app.screen is screen)
+        assert pkg(site, GEN).read_bytes() != pristine[GEN]
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: marks(table).get("pristine") == APPLIED)
+        assert {rel: pkg(site, rel).read_bytes() for rel in pristine} == pristine
+        assert app.screen is screen  # no relaunch offered after a rollback
+
+        edited = hand_edit(site)
+        await pilot.press("r")
+        await until(pilot, lambda: screen.status is not None and screen.status["state"] == "unknown")
+        assert not any(marks(table).values())
+        await pilot.press("down", "p")  # push v1 over hand edits: refused, their diff shown
+        preview = screen.query_one("#preview", Static)
+        await until(pilot, lambda: "+" + HAND_EDIT[1].decode() in text_of(preview))
+        assert app.screen is screen  # no confirmation was offered
+        assert pkg(site, GEN).read_bytes() == edited
+        await pilot.press("escape")
+        await until(pilot, lambda: app.results == [None])
