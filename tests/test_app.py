@@ -144,3 +144,19 @@ async def test_reconnecting_banner_and_help_and_quit() -> None:
         await pilot.press("escape")
         await pilot.press("q")
     assert app.return_code in (0, None)
+
+
+async def test_recorded_h200_snapshot_renders_two_lines_per_card() -> None:
+    """A snapshot recorded from the real agent on an H200 (tests/fixtures/h200_snapshot.json)."""
+    import json
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).parent / "fixtures" / "h200_snapshot.json").read_text())
+    client = ReplayClient([p.parse_message({"type": "snapshot", **raw})])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == raw["seq"])
+        await pilot.pause()
+        lines = gpu_text(app).splitlines()
+        assert "H200" in lines[0] and "0.6/140 GiB" in lines[0] and "37°C" in lines[0] and "103/700 W" in lines[0]
+        assert lines[1].lstrip().startswith("mem")  # the history line under the card

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from tui.state.lines import split_lines
-from tui.state.logindex import Chunk, LineIndex, LogDocument, RootCause, nth_newline, nth_newline_back
+from tui.state.logindex import (
+    Chunk,
+    LineIndex,
+    LogDocument,
+    RootCause,
+    nth_newline,
+    nth_newline_back,
+)
 from tui.state.model import LogTail
 
 
@@ -26,12 +33,21 @@ def local_fetch(path: Path, calls: list[tuple[int, int]] | None = None):
         assert 0 <= length <= 4 << 20
         if calls is not None:
             calls.append((offset, length))
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = os.pread(f.fileno(), length, offset)
-        return Chunk(offset, data, st.st_size, st.st_ino)
+        return pread(path, offset, length)
 
     return fetch
+
+
+def pread(path: Path, offset: int, length: int) -> Chunk:
+    """What the agent's read_range does: fstat + pread on one open."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        return Chunk(offset, os.pread(f.fileno(), length, offset), st.st_size, st.st_ino)
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
 
 
 def expected_lines(path: Path) -> list[tuple[int, str]]:
@@ -198,17 +214,21 @@ async def test_search_forward_and_backward_line_numbers(log: Path, scan_chunk: i
 async def test_progress_is_reported_and_growth_and_truncation_are_seen(tmp_path: Path) -> None:
     p = tmp_path / "grow.log"
     write_log(p, 500)
-    doc = small_doc(p)
+    calls: list[tuple[int, int]] = []
+    doc = small_doc(p, calls)
     seen: list[float] = []
     assert await doc.find(0, [re.compile("no such thing")], progress=seen.append) is None
     assert seen and seen == sorted(seen) and seen[-1] == pytest.approx(1.0)
     size = doc.size
-    with open(p, "a") as f:
-        f.write("appended ERROR line\n")
+    await doc.lines(await doc.skip_back(size, 1), 1)  # the tail block is cached now
+    append(p, "appended ERROR line\n")
+    calls.clear()
     assert not await doc.refresh()
     assert doc.size > size
     last = (await doc.lines(await doc.skip_back(doc.size, 1), 1))[0]
     assert last.text == "appended ERROR line"
+    # Following costs the new bytes only: one read at the old end, the tail block extended.
+    assert calls == [(size, 4096 - size % 4096)]
     p.write_text("short\n")
     assert await doc.refresh()  # truncated: reported, index reset
     assert doc.index.frontier == 0
@@ -240,7 +260,6 @@ async def test_root_cause_anchor_from_a_log_tail(log: Path) -> None:
     hit = await doc.locate(rc)
     assert hit is not None and hit.start == exp[2119][0] and hit.line_no is None  # index not built
     # A stale anchor (the file grew since) still finds the line by its text.
-    with open(log, "a") as f:
-        f.write("more\nmore\n")
+    append(log, "more\nmore\n")
     hit = await doc.locate(rc)
     assert hit is not None and hit.start == exp[2119][0]

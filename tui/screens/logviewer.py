@@ -19,12 +19,12 @@ import contextlib
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
@@ -55,7 +55,7 @@ class LogViewerScreen(Screen[None]):
     LogViewerScreen #lv-search { dock: bottom; }
     """
     AUTO_FOCUS = ""  # nothing focused: keys go to the screen's bindings until `/` opens the search box
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "back", "Back"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("slash", "search", "Search"),
@@ -71,6 +71,7 @@ class LogViewerScreen(Screen[None]):
         Binding("down", "scroll(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown,space", "page(1)", "Page down", show=False),
+        *[Binding(str(d), f"jump({d / 10})", f"Jump to {d}0%", show=False) for d in range(1, 10)],
     ]
 
     def __init__(self, client: Any, path: str, root_cause: RootCause | None = None,
@@ -192,7 +193,7 @@ class LogViewerScreen(Screen[None]):
         width = max(1, body.size.width - (gutter + 1 if gutter else 0))
         if self.wrap and lines:
             # Wrapped lines take several rows: keep the end in view when following.
-            rows, kept = 0, []
+            rows, kept = 0, list[Line]()
             seq = reversed(lines) if self.follow else iter(lines)
             for ln in seq:
                 need = max(1, math.ceil(len(ln.text) / width))
@@ -309,10 +310,14 @@ class LogViewerScreen(Screen[None]):
             if self.follow and self.searching is None:
                 await self._guard(self._follow_tick(before))
             elif self.doc.size:
-                await self._guard(self.doc.refresh())
+                await self._guard(self._refresh())
                 self._render_status()
         finally:
             self.set_timer(self.poll_s, self._poll)
+
+    async def _refresh(self) -> None:
+        if await self.doc.refresh():
+            raise FileChanged("reset")
 
     async def _follow_tick(self, before: int) -> None:
         if await self.doc.refresh():
@@ -435,11 +440,19 @@ class LogViewerScreen(Screen[None]):
         if self.pattern is None:
             return
         self.matches_only = not self.matches_only
-        self._view(self._refill)
+        self._refilter()
 
     def action_toggle_errors(self) -> None:
         self.errors_only = not self.errors_only
-        self._view(self._refill)
+        self._refilter()
+
+    def _refilter(self) -> None:
+        """Re-show with the new filters, keeping the highlighted line in view if it is."""
+        hit = self.match
+        if hit is not None and not self.follow and any(ln.start == hit.start for ln in self.window):
+            self._jump_to(hit)
+        else:
+            self._view(self._refill)
 
     def action_toggle_wrap(self) -> None:
         self.wrap = not self.wrap
@@ -459,6 +472,16 @@ class LogViewerScreen(Screen[None]):
 
     def action_page(self, direction: int) -> None:
         self.action_scroll(direction * self.rows)
+
+    def action_jump(self, fraction: float) -> None:
+        """Show the line at ``fraction`` of the file's bytes (like less's ``50%``)."""
+        self.follow = False
+
+        async def show() -> None:
+            await self.doc.refresh()
+            await self._show_from(await self.doc.line_start(int(self.doc.size * fraction)))
+
+        self._view(show)
 
     def action_root_cause(self) -> None:
         rc = self.root_cause

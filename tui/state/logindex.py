@@ -504,35 +504,57 @@ class LogDocument:
 
     # -- scanning --------------------------------------------------------------
 
-    async def _chunk_forward(self, pos: int) -> tuple[int, bytes]:
-        """Whole lines from ``pos``: at least one line unless at end of file."""
-        data = await self._scan_fetch(pos, self.scan_chunk)
-        if pos + len(data) >= self.size:
-            return pos, data
-        cut = data.rfind(b"\n")
-        while cut < 0 and len(data) < MAX_LINE:  # one line longer than a chunk
-            more = await self._scan_fetch(pos + len(data), self.scan_chunk)
-            if not more:
-                return pos, data
-            cut = more.find(b"\n")
-            data += more
-            cut = -1 if cut < 0 else len(data) - len(more) + cut
-        return pos, data if cut < 0 else data[: cut + 1]
+    async def _pieces(self, start: int, forward: bool) -> AsyncIterator[tuple[int, bytes]]:
+        """Whole-line pieces from the line start ``start`` to the end (or back to 0).
 
-    async def _chunk_back(self, end: int) -> tuple[int, bytes]:
-        """Whole lines ending at the line start ``end``."""
-        lo = max(0, end - self.scan_chunk)
-        data = await self._scan_fetch(lo, end - lo)
-        while lo > 0:
-            i = data.find(b"\n", 0, len(data) - 1)  # the newline before `end` is not a cut
-            if i >= 0:
-                return lo + i + 1, data[i + 1 :]
-            if end - lo >= MAX_LINE:
-                return lo, data
-            nlo = max(0, lo - self.scan_chunk)
-            data = await self._scan_fetch(nlo, lo - nlo) + data
-            lo = nlo
-        return lo, data
+        The next range is requested before the current one is searched, so the agent
+        reads and encodes while we match (a pipeline of one). A line longer than
+        ``MAX_LINE`` is cut, so a file without newlines stays bounded.
+        """
+        size = self.size
+        step = self.scan_chunk
+
+        def rng(p: int) -> tuple[int, int]:
+            return (p, min(step, size - p)) if forward else (max(0, p - step), p - max(0, p - step))
+
+        pos = start
+        pending = asyncio.ensure_future(self._scan_fetch(*rng(pos))) if (pos < size if forward else pos > 0) else None
+        carry = b""
+        try:
+            while pending is not None:
+                data = await pending
+                lo, n = rng(pos)
+                pos = lo + n if forward else lo
+                more = pos < size if forward else pos > 0
+                pending = asyncio.ensure_future(self._scan_fetch(*rng(pos))) if more and data else None
+                if forward:
+                    buf = carry + data
+                    base = pos - len(buf)
+                    cut = buf.rfind(b"\n") + 1 if pending is not None else len(buf)
+                    if cut == 0 and len(buf) >= MAX_LINE:
+                        cut = len(buf)
+                    carry = buf[cut:]
+                    if cut:
+                        yield base, buf[:cut]
+                else:
+                    buf = data + carry
+                    base = pos
+                    # the first (partial) line continues in the range before; `buf` ends at a line start
+                    cut = buf.find(b"\n") + 1 if pending is not None else 0
+                    if pending is not None and cut == 0:  # no line starts in here yet
+                        carry = buf
+                        if len(buf) >= MAX_LINE:  # too long: emit it cut, so memory stays bounded
+                            carry = b""
+                            yield base, buf
+                        continue
+                    carry = buf[:cut]
+                    if cut < len(buf):
+                        yield base + cut, buf[cut:]
+        finally:
+            if pending is not None:
+                pending.cancel()
+                if pending.done() and not pending.cancelled():
+                    pending.exception()  # retrieved: the caller is leaving anyway
 
     @staticmethod
     def _matching(base: int, data: bytes, patterns: Patterns) -> list[Line]:
@@ -561,8 +583,7 @@ class LogDocument:
             if m is None:
                 break
             ls_t = text.rfind("\n", 0, m.start()) + 1
-            if ls_t < cur_t:  # the match began in a line already judged
-                ls_t = cur_t
+            ls_t = max(ls_t, cur_t)  # a match that began in a line already judged
             if ascii_:
                 ls_b = ls_t
             else:
@@ -587,29 +608,17 @@ class LogDocument:
         Forward scans also extend the line index when they pass its frontier.
         """
         await self.refresh()
-        origin = start
-        pos = start
-        if forward:
-            while pos < self.size:
-                base, data = await self._chunk_forward(pos)
-                if not data:
-                    break
+        origin, size = start, max(1, self.size)
+        async for base, data in self._pieces(start, forward):
+            if forward:
                 self.index.feed(base, data)
-                for line in self._matching(base, data, patterns):
-                    yield line
-                pos = base + len(data)
-                if progress:
-                    progress((pos - origin) / max(1, self.size - origin))
-                await asyncio.sleep(0)  # let the UI breathe between chunks
-        else:
-            while pos > 0:
-                base, data = await self._chunk_back(pos)
-                for line in reversed(self._matching(base, data, patterns)):
-                    yield line
-                pos = base
-                if progress:
-                    progress((origin - pos) / max(1, origin))
-                await asyncio.sleep(0)
+            found = self._matching(base, data, patterns)
+            for line in found if forward else reversed(found):
+                yield line
+            if progress:
+                done = base + len(data) - origin if forward else origin - base
+                progress(done / max(1, size - origin if forward else origin))
+            await asyncio.sleep(0)  # let the UI breathe between chunks
 
     async def find(self, start: int, patterns: Patterns, forward: bool = True,
                    progress: Callable[[float], None] | None = None) -> Line | None:

@@ -4,6 +4,7 @@ and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import Static
 
 from tui.state.model import AppState, Gpu
@@ -35,7 +36,8 @@ class GpuPanel(Static):
             return Text.assemble(("no GPU source: ", "bold yellow"), (reason, "yellow"))
         width = max(self.size.width, 40)
         # Two lines per card when there is room, one otherwise (100x30 with 8 cards).
-        compact = self.size.height and self.size.height < 2 * len(state.gpus)
+        room = self.parent.size.height if isinstance(self.parent, Widget) else 0
+        compact = 0 < room < 2 * len(state.gpus)
         out = Text()
         for i, gpu in enumerate(state.gpus):
             if i:

@@ -101,7 +101,10 @@ class RunsTable(KeyedTable):
     @staticmethod
     def _cells(r: Run, note: str) -> tuple[Any, ...]:
         now = time.time()
-        started = time.strftime("%m-%d %H:%M:%S", time.localtime(r.launched_at)) if r.launched_at else "N/A"
+        started = "N/A"
+        if r.launched_at:
+            today = time.localtime(now)[:3] == time.localtime(r.launched_at)[:3]
+            started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(r.launched_at))
         end = r.ended_at or (now if r.alive else None)
         dur = _dur(end - r.launched_at) if end and r.launched_at else "N/A"
         exit_ = str(r.exit_code) if r.exit_code is not None else (r.signal or "")
