@@ -24,8 +24,10 @@ from tui import protocol as p
 from tui.config import Config
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
+from tui.screens.logviewer import LogViewerScreen
 from tui.state import advice as advisor
 from tui.state import logparse
+from tui.state.logindex import RootCause
 from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, TransportError
@@ -49,6 +51,8 @@ class EagleApp(App[None]):
         Binding("r", "relaunch", "Relaunch"),
         Binding("l", "launch", "Launch"),
         Binding("p", "patches", "Patches"),
+        Binding("L", "open_log", "Log viewer"),
+        Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -282,6 +286,8 @@ class EagleApp(App[None]):
             return bool(self.cfg.run.command) and self._busy is None
         if action == "patches":
             return bool(self.cfg.patches.set)
+        if action == "open_log":
+            return self.state.log.path is not None
         return True
 
     def _run_pids(self, run: Run) -> list[int]:
@@ -351,6 +357,16 @@ class EagleApp(App[None]):
         host = self.state.hostname or self.state.target
         self.push_screen(PatchScreen(self.client, self.cfg.patches.set, self.cfg.host.python, host), done)
 
+    def action_open_log(self) -> None:
+        """Full-screen viewer of the followed log: search, filter, errors, root cause."""
+        log = self.state.log
+        if log.path is None:
+            self.notify("no log to open", severity="warning")
+            return
+        self.push_screen(
+            LogViewerScreen(client=self.client, path=log.path, root_cause=RootCause.from_log(log), follow=True)
+        )
+
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
         self.push_screen(HelpScreen(keys + [("ctrl+p", "Command palette")]))
@@ -409,6 +425,7 @@ class EagleApp(App[None]):
         yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", self.action_kill)
         yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", self.action_relaunch)
         yield SystemCommand("Launch run", "Launch the [run] command from eagle3.toml", self.action_launch)
+        yield SystemCommand("Log viewer", "The whole log: follow, search, filter, errors, root cause", self.action_open_log)
         yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", self.action_patches)
 
 
