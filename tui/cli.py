@@ -333,5 +333,30 @@ from tui.cli_patch import patch  # noqa: E402 - cli_patch imports tui.cli lazily
 
 main.add_command(patch)
 
+
+def _setter(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def set_on_ctx(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value not in (None, False):
+            setattr(ctx.ensure_object(Ctx), attr, value)
+
+    return set_on_ctx
+
+
+def _add_host_options(cmd: click.Command) -> None:
+    """Accept the global options after the subcommand too (`connect local --config F`)."""
+    cmd.params += [
+        click.Option(["--config"], metavar="FILE", expose_value=False, callback=_setter("config_path"),
+                     help="eagle3.toml to use (default ./eagle3.toml)."),
+        click.Option(["-F"], metavar="FILE", expose_value=False, callback=_setter("ssh_config"),
+                     help="SSH config file, as with ssh -F."),
+        click.Option(["--accept-new-host-key"], is_flag=True, expose_value=False,
+                     callback=_setter("accept_new"), help="Trust an unknown host key on first use."),
+    ]
+
+
+for _cmd in [*main.commands.values(), *patch.commands.values()]:
+    if not isinstance(_cmd, click.Group):
+        _add_host_options(_cmd)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
