@@ -160,3 +160,49 @@ async def test_recorded_h200_snapshot_renders_two_lines_per_card() -> None:
         lines = gpu_text(app).splitlines()
         assert "H200" in lines[0] and "0.6/140 GiB" in lines[0] and "37°C" in lines[0] and "103/700 W" in lines[0]
         assert lines[1].lstrip().startswith("mem")  # the history line under the card
+
+
+FIXLOGS = __import__("pathlib").Path(__file__).parent / "fixtures" / "logs"
+
+
+def serve_file(path: "__import__('pathlib').Path") -> Callable[[dict], dict]:
+    """A read_range answer for one local file, shaped like the agent's."""
+    data = path.read_bytes()
+
+    def answer(args: dict) -> dict:
+        off, n = args["offset"], args["length"]
+        return {"offset": off, "b64": base64.b64encode(data[off : off + n]).decode(), "size": len(data), "inode": 1}
+
+    return answer
+
+
+async def test_doomed_banner_names_the_earlier_run_and_the_saving() -> None:
+    now = time.time()
+    v4 = {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}
+    earlier = dict(RUN, run_id="20261130-010000-0007", state="exited", exit_code=1, patch_state=v4,
+                   launched_at=now - 3000, ended_at=now - 3000 + 21 * 60, log="/srv/old.log")
+    live = dict(RUN, patch_state=v4, launched_at=now - 7 * 60)
+    client = ReplayClient([snapshot(2, runs=[live, earlier])],
+                          answers={"read_range": serve_file(FIXLOGS / "vllm016_tp8_sample_tokens.log")})
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: "likely fails like run" in str(app.query_one("#banner").render()))
+        text = str(app.query_one("#banner").render())
+        assert "20261130-010000-0007" in text and "kill now saves ~14 min" in text and "press k" in text
+        runs = app.query_one(RunsTable)
+        assert "sample_tokens" in str(runs.get_row("20261130-010000-0007")[-1])  # its root cause
+
+
+async def test_stale_run_is_marked_and_bannered() -> None:
+    v4 = {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}
+    client = ReplayClient([snapshot(1, runs=[dict(RUN, patch_state=v4)])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        # What the patch probe reports (tui.patch_service.status, tested against the real agent).
+        app._applied_patch, app._version_order = "v5", ["v1", "v2", "v3", "v4", "v5"]
+        client.push(snapshot(1, seq=1, runs=[dict(RUN, patch_state=v4)]))
+        await until(pilot, lambda: app.state.seq == 1)
+        await pilot.pause()
+        assert "STALE: launched with v4, v5 applied now" in str(app.query_one(RunsTable).get_row(RUN["run_id"])[-1])
+        assert "v5 is applied now" in str(app.query_one("#banner").render())

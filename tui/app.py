@@ -133,7 +133,7 @@ class EagleApp(App[None]):
                 self._version_order = [v.name for v in patchsets.load_set(self.cfg.patches.set).versions]
             except Exception:  # noqa: BLE001 - advice is optional; no probe, no stale warning
                 self._applied_patch = None
-        self._render_banner()
+        self._render_all()  # failure notes in the runs table, and the banner
 
     def _advice(self) -> advisor.Advice | None:
         run = self._run()
@@ -249,12 +249,20 @@ class EagleApp(App[None]):
             self._render_banner()
 
     def _run_notes(self) -> dict[str, str]:
-        notes = {}
+        """The runs table's FAILURE / NOTE column: root causes, and live runs made stale
+        by a newer patch version applied since they were launched."""
+        notes = {rid: s.failure_title for rid, s in self._summaries.items() if s.failure_title}
         a = self.state.log.analysis
         run = self._run()
         root = getattr(a, "root_cause", None)
         if run is not None and root is not None:
             notes[run.run_id] = root.title
+        order = ["pristine", *self._version_order]
+        if self._applied_patch in order:
+            for r in self.state.live_runs():
+                _, version = advisor.patch_key(r.patch_state)
+                if version in order and order.index(version) < order.index(self._applied_patch):
+                    notes[r.run_id] = f"STALE: launched with {version}, {self._applied_patch} applied now"
         return notes
 
     # ---- selection ----------------------------------------------------------------
