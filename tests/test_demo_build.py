@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 try:
     import safetensors  # noqa: F401
-    import torch  # noqa: F401
+    import torch
     import transformers  # noqa: F401
 
     HAVE_ML = True
@@ -26,8 +26,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_ML = False
 
 
-@pytest.fixture
-def ml() -> None:
+def need_ml() -> None:
     """Skip without torch/transformers, except under CI, where that is a failure."""
     if not HAVE_ML:
         if os.environ.get("CI"):
@@ -35,11 +34,16 @@ def ml() -> None:
         pytest.skip("needs torch, transformers and safetensors (pip install 'eagle3-tui[demo]')")
 
 
+@pytest.fixture
+def ml() -> None:
+    need_ml()
+
+
 def test_default_demo_has_64_shards_and_a_runnable_config(ml: None, tmp_path: Path) -> None:
     from safetensors import safe_open
     from transformers import AutoConfig, LlamaForCausalLM
 
-    paths = build_demo(tmp_path / "demo")
+    paths = build_demo(tmp_path / "demo", patches=False)
     shards = sorted(p.name for p in paths.model.glob("*.safetensors"))
     assert shards == [f"model-{i:05d}-of-00064.safetensors" for i in range(1, 65)]
     index = json.loads((paths.model / "model.safetensors.index.json").read_text())
@@ -48,7 +52,7 @@ def test_default_demo_has_64_shards_and_a_runnable_config(ml: None, tmp_path: Pa
     held = {}
     for name in shards:
         with safe_open(str(paths.model / name), framework="pt") as f:
-            held.update({k: name for k in f.keys()})
+            held.update({k: name for k in f.keys()})  # noqa: SIM118 - safe_open is not iterable
     assert held == index["weight_map"]
     config = AutoConfig.from_pretrained(str(paths.model))
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (8, 256, 1024)
@@ -63,6 +67,7 @@ def test_default_demo_has_64_shards_and_a_runnable_config(ml: None, tmp_path: Pa
 
     cfg = parse_config(paths.config.read_text(), str(paths.config))
     assert cfg.host.target == "local" and cfg.host.python == sys.executable
+    assert cfg.patches.set is None and paths.patches_note is None  # not asked for
     assert cfg.run.name == "demo-extract" and cfg.run.match == "extract.py"
     assert cfg.run.cwd == str(paths.root) and paths.root.is_absolute()
     assert cfg.run.command == paths.command == (
@@ -78,7 +83,7 @@ def _mtimes(d: Path) -> dict[str, int]:
 
 def test_rebuild_reuses_a_complete_demo_and_repairs_or_replaces_others(
         ml: None, tmp_path: Path) -> None:
-    small = dict(shards=5, layers=2, hidden=32, sequences=3, seq_len=8)
+    small = {"shards": 5, "layers": 2, "hidden": 32, "sequences": 3, "seq_len": 8, "patches": False}
     paths = build_demo(tmp_path, **small)
     before = _mtimes(tmp_path)
     assert build_demo(tmp_path, **small) == paths
@@ -97,9 +102,10 @@ def test_rebuild_reuses_a_complete_demo_and_repairs_or_replaces_others(
 def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
     """The exact argv written to eagle3.toml runs to completion, shards on the bar."""
     paths = build_demo(tmp_path, shards=7, layers=3, hidden=32, sequences=10, seq_len=12,
-                       shard_delay=0.01)
+                       shard_delay=0.01, patches=False)
     argv = parse_config(paths.config.read_text()).run.command
-    proc = subprocess.run(list(argv), cwd=paths.root, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(list(argv), cwd=paths.root, check=False,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     bars = [line for line in proc.stderr.splitlines() if "checkpoint shards" in line]
     assert bars[-1].startswith("Loading safetensors checkpoint shards: 100% Completed | 7/7 [")
@@ -109,15 +115,15 @@ def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
     assert (paths.out / "index.json").is_file()
     # clear_out gives a newcomer a fresh run instead of a resumed one.
     build_demo(tmp_path, shards=7, layers=3, hidden=32, sequences=10, seq_len=12,
-               shard_delay=0.01, clear_out=True)
+               shard_delay=0.01, clear_out=True, patches=False)
     assert not paths.out.exists()
 
 
 def test_import_is_light() -> None:
     code = ("import sys, tui.demo; heavy = [m for m in ('textual', 'rich', 'torch', 'transformers')"
             " if m in sys.modules]; print(heavy)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -127,6 +133,23 @@ def test_missing_torch_is_one_clear_error(tmp_path: Path) -> None:
             "from pathlib import Path\nfrom tui.demo import build_demo, DemoError\n"
             "try:\n    build_demo(Path(sys.argv[1]))\nexcept DemoError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          check=False, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == MISSING_DEPS, proc.stderr
+    assert not (tmp_path / "d" / "venv").exists()  # no pip work before the clear error
     assert MISSING_DEPS == "the demo needs torch and transformers: pip install 'eagle3-tui[demo]'"
+
+
+def test_no_venv_means_a_demo_without_patches_and_a_one_line_reason(
+        ml: None, tmp_path: Path) -> None:
+    """A base python that cannot make the venv (here: it does not exist) leaves the demo
+    as before -- no [patches], the base python -- with the reason in patches_note."""
+    missing = str(tmp_path / "no-such-python")
+    paths = build_demo(tmp_path / "d", shards=2, layers=1, hidden=32, sequences=2, seq_len=4,
+                       python=missing)
+    assert paths.patch_set is None and paths.python == paths.command[0] == missing
+    note = paths.patches_note or ""
+    assert note.startswith("cannot create a virtual environment (") and missing in note
+    assert "\n" not in note
+    cfg = parse_config(paths.config.read_text())
+    assert cfg.patches.set is None and cfg.host.python == missing
+    assert "[patches]" not in paths.config.read_text()

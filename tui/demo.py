@@ -5,6 +5,14 @@ saved as exactly `shards` safetensors files plus `model.safetensors.index.json`,
 `remote/extract.py --backend hf` loads it shard by shard and prints the same bar vLLM
 prints. The config runs that extraction locally; `--shard-delay` slows the load so the
 bar can be watched. torch and transformers are imported only inside `build_demo`.
+
+For the patch screen to have something real to patch, the demo also makes `venv/`: a
+virtual environment that sees this interpreter's packages (torch, transformers) and holds
+the real speculators 0.3.0, installed without its dependencies (the patch engine only
+reads and writes its files; nothing imports it). The config's `[host] python` is that
+venv's python and `[patches] set` names the bundled set. When the venv or the install
+fails (offline, no pip), the demo runs without patches and `DemoPaths.patches_note` says
+why.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -21,6 +30,12 @@ from pathlib import Path
 EXTRACT_SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "extract.py"
 MARKER = ".demo-complete"
 MISSING_DEPS = "the demo needs torch and transformers: pip install 'eagle3-tui[demo]'"
+PATCH_SET = "speculators-0.3.0-vllm-0.16"
+SPECULATORS = "speculators==0.3.0"
+# A file the patch set targets; its presence in the venv means the install finished.
+SPEC_PROBE = "speculators/data_generation/vllm_hidden_states_generator.py"
+VENV_MARKER = ".eagle3-demo-venv"
+PIP_TIMEOUT = 300  # seconds for the whole install; pip's own --timeout bounds each request
 
 
 class DemoError(RuntimeError):
@@ -55,6 +70,9 @@ class DemoPaths:
     extract: Path
     command: tuple[str, ...]
     busy: bool = False  # a demo run is still writing to out/ (its lock is held)
+    python: str = ""  # the config's [host] python (the venv's, when patches are on)
+    patch_set: str | None = None  # the config's [patches] set, or None
+    patches_note: str | None = None  # why the demo has no patches, when they were asked for
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -81,8 +99,10 @@ def demo_command(root: Path, python: str, spec: DemoSpec) -> tuple[str, ...]:
     )
 
 
-def _config_text(root: Path, python: str, command: tuple[str, ...]) -> str:
+def _config_text(root: Path, python: str, command: tuple[str, ...],
+                 patch_set: str | None = None) -> str:
     argv = ", ".join(_toml_str(a) for a in command)
+    patches = f"\n[patches]\nset = {_toml_str(patch_set)}\n" if patch_set else ""
     return (
         "# eagle3-tui demo: a real (tiny) hidden-state extraction on this machine.\n"
         "[host]\n"
@@ -93,6 +113,7 @@ def _config_text(root: Path, python: str, command: tuple[str, ...]) -> str:
         f"command = [{argv}]\n"
         f"cwd = {_toml_str(str(root))}\n"
         'match = "extract.py"\n'
+        f"{patches}"
     )
 
 
@@ -173,22 +194,25 @@ def build_demo(
     seed: int = 0,
     python: str | None = None,
     clear_out: bool = False,
+    patches: bool = True,
 ) -> DemoPaths:
-    """Write the demo into `dir` (model/, data.jsonl, eagle3.toml); reuse it if complete.
+    """Write the demo into `dir` (model/, data.jsonl, eagle3.toml, venv/); reuse it if complete.
 
     `clear_out` removes a previous run's out/ so the extraction starts from scratch
-    (otherwise it resumes and skips every finished batch). Raises DemoError.
+    (otherwise it resumes and skips every finished batch). `patches` makes venv/ from
+    `python` (default: this interpreter) with speculators 0.3.0 in it, for the patch
+    screen; when that fails the demo goes on without it (see `patches_note`).
+    Raises DemoError.
     """
     root = Path(dir).resolve()
-    python = python or sys.executable
+    base = python or sys.executable
     spec = DemoSpec(shards=shards, layers=layers, hidden=hidden, sequences=sequences,
                     seq_len=seq_len, shard_delay=shard_delay, seed=seed)
     if shards < 1 or layers < 1 or sequences < 1 or seq_len < 2:
         raise DemoError("shards, layers and sequences must be >= 1 and seq_len >= 2")
-    command = demo_command(root, python, spec)
     paths = DemoPaths(root=root, model=root / "model", data=root / "data.jsonl",
                       out=root / "out", config=root / "eagle3.toml", extract=EXTRACT_SCRIPT,
-                      command=command)
+                      command=demo_command(root, base, spec), python=base)
     root.mkdir(parents=True, exist_ok=True)
     marker = root / MARKER
     want = json.dumps(asdict(spec), sort_keys=True)
@@ -207,8 +231,16 @@ def build_demo(
             shutil.rmtree(paths.out)  # outputs of another model are meaningless now
     if not paths.data.is_file():
         _write_data(paths.data, spec)
+    if patches:  # after the model, so a missing torch fails before any pip work
+        venv_python, note = ensure_speculators_venv(root / "venv", base)
+        if venv_python is None:
+            paths = replace(paths, patches_note=note)
+        else:
+            paths = replace(paths, python=venv_python, patch_set=PATCH_SET,
+                            command=demo_command(root, venv_python, spec))
     # Always rewritten: it holds this checkout's paths and this interpreter.
-    _atomic_write(paths.config, _config_text(root, python, command).encode())
+    _atomic_write(paths.config,
+                  _config_text(root, paths.python, paths.command, paths.patch_set).encode())
     if not complete:
         _atomic_write(marker, want.encode())
     if paths.out.exists() and _out_in_use(paths.out):
@@ -216,6 +248,60 @@ def build_demo(
     if clear_out and paths.out.exists():
         shutil.rmtree(paths.out)
     return paths
+
+
+def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | None]:
+    """Make `venv` (seeing `base`'s packages) hold speculators 0.3.0; reuse it when done.
+
+    Returns `(venv_python, None)`, or `(None, reason)` with a one-line reason on failure.
+    """
+    venv_python = venv / "bin" / "python"
+    marker = venv / VENV_MARKER
+    want = json.dumps({"base": base, "spec": SPECULATORS}, sort_keys=True)
+    try:
+        if (marker.read_text(encoding="utf-8") == want and venv_python.exists()
+                and _venv_has_speculators(venv)):
+            return str(venv_python), None
+    except OSError:
+        pass
+    # --without-pip: ensurepip costs seconds and is missing on some distributions; the
+    # base interpreter's pip is visible through --system-site-packages and installs into
+    # the venv, because it is run by the venv's python.
+    steps = (
+        ("cannot create a virtual environment",
+         [base, "-m", "venv", "--clear", "--system-site-packages", "--without-pip", str(venv)]),
+        (f"cannot install {SPECULATORS}",
+         # --ignore-installed: a speculators the base already has must not satisfy this,
+         # or the patch screen would rewrite the base's files instead of the venv's.
+         [str(venv_python), "-m", "pip", "install", "--no-deps", "--quiet",
+          "--ignore-installed", "--disable-pip-version-check", "--retries", "1",
+          "--timeout", "20", SPECULATORS]),
+    )
+    for what, argv in steps:
+        why = _run_step(argv)
+        if why is not None:
+            return None, f"{what} ({why})"
+    if not _venv_has_speculators(venv):
+        return None, f"{SPECULATORS} did not land in {venv}"
+    _atomic_write(marker, want.encode())
+    return str(venv_python), None
+
+
+def _run_step(argv: list[str]) -> str | None:
+    """Run one set-up command; None when it worked, else the last line it printed."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if proc.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit status {proc.returncode}"
+
+
+def _venv_has_speculators(venv: Path) -> bool:
+    return any(venv.glob(f"lib/python*/site-packages/{SPEC_PROBE}"))
 
 
 def _out_in_use(out: Path) -> bool:

@@ -152,7 +152,9 @@ _SHARD_DESC = re.compile(r"(?i)shards|Loading safetensors|checkpoint")
 _PCT = re.compile(r":\s*(\d{1,3})%")
 # Anchored right after "NN%": either vLLM's " Completed |" or tqdm's "|███▊      |".
 _BAR_TAIL = re.compile(
-    r"(?: Completed \||\|[^|\n]{0,200}\|)\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+    # after "NN%": vLLM's " Completed |", tqdm's "|███▊  |", or nothing (a bar
+    # rendered without its bar, as some notebook/ray log captures do)
+    r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d+)/(?P<total>\d+)\s*"
     r"\[(?P<elapsed>[\d:]{1,12}|\d+ days?, [\d:]{1,12})<(?P<remaining>[\d:]{1,12}|\?),\s*"
     r"(?P<rate>[^\],]{1,40}?)\s*(?:,[^\]]{0,200})?\]"
 )

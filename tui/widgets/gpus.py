@@ -50,25 +50,29 @@ class GpuPanel(Static):
     def _card(gpu: Gpu, hist: tuple, width: int, compact: bool) -> Text:
         name = (gpu.name or "N/A").replace("NVIDIA ", "")
         head = Text.assemble((f"{gpu.index:>2} ", "bold"), (f"{name[:14]:<14} ", ""))
-        mem = f" {gib(gpu.mem_used)}/{gib(gpu.mem_total, 0)} GiB"
         power = num(gpu.power, "{:.0f}")
         if gpu.power_limit is not None and gpu.power is not None:
             power += f"/{gpu.power_limit:.0f}"
-        stats = (
-            f"{mem:>17} {num(gpu.util, '{:.0f}%'):>5} {num(gpu.temp, '{:.0f}°C'):>5}"
-            f" {power + ' W' if gpu.power is not None else 'N/A W':>9} "
-            f"{len(gpu.processes)}p"
-        )
-        fixed = len(head) + len(stats) + 1
-        if compact:
-            spark_w = max(min(20, (width - fixed) // 3), 0)
-            bar_w = max(width - fixed - spark_w - 1, 4)
-            line = head + bar(gpu.mem_fraction, bar_w) + Text(stats)
-            line.append(" ")
-            line.append_text(sparkline((u for _, u in hist), spark_w, top=100.0))
-            return line
-        bar_w = max(width - fixed, 4)
+        # Readings in the order they are given up when the panel is narrow (last first).
+        parts = [
+            f" {gib(gpu.mem_used)}/{gib(gpu.mem_total, 0)} GiB".rjust(17),
+            f" {num(gpu.util, '{:.0f}%'):>4}",
+            f" {num(gpu.temp, '{:.0f}°C'):>5}",
+            f" {power + ' W' if gpu.power is not None else 'N/A W':>9}",
+            f" {len(gpu.processes)}p",
+        ]
+        min_bar = 6
+        spark_w = max(min(20, (width - len(head) - sum(map(len, parts)) - min_bar) // 3), 0) if compact else 0
+        while len(parts) > 2 and len(head) + sum(map(len, parts)) + min_bar + spark_w + 1 > width:
+            parts.pop()
+        stats = "".join(parts) + " "
+        bar_w = max(width - len(head) - len(stats) - (spark_w + 1 if spark_w else 0), min_bar)
         line = head + bar(gpu.mem_fraction, bar_w) + Text(stats)
+        line.no_wrap, line.overflow = True, "crop"
+        if compact:
+            if spark_w:
+                line.append_text(sparkline((u for _, u in hist), spark_w, top=100.0))
+            return line
         half = max((width - 18) // 2, 4)
         spark = Text("   mem ", style="dim")
         spark.append_text(sparkline((m for m, _ in hist), half))

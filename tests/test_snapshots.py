@@ -1,0 +1,60 @@
+"""Snapshot tests of the dashboard at 160x50 (and 100x30 with 8 GPUs), fed fixed
+replayed agent messages so every pixel is deterministic. Update after a deliberate
+change with `pytest tests/test_snapshots.py --snapshot-update` and review the SVGs."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from tests.replay import ReplayClient, snapshot
+from tui import protocol as p
+from tui.app import make_app
+from tui.config import parse_config
+
+CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
+T0 = 1764460000.0  # fixed times: an ended run renders the same on every run of the test
+RUNS = [
+    {"run_id": "20251130-000000-0007", "name": "kimi", "state": "exited", "exit_code": 1,
+     "argv": ["python", "02_extract.py"], "pid": 900, "launched_at": T0 - 3000, "ended_at": T0 - 1740,
+     "patch_state": {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}},
+    {"run_id": "20251129-230000-0006", "name": "kimi", "state": "killed", "signal": "SIGINT",
+     "argv": ["python", "02_extract.py"], "pid": 800, "launched_at": T0 - 7000, "ended_at": T0 - 6000},
+]
+LOG = (
+    b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model /models/kimi-k2.5...\n"
+    b"(Worker_TP0 pid=1000) \rLoading safetensors checkpoint shards:  37% Completed | 24/64 [07:12<12:01, 18.0s/it]\n"
+    b"WARNING 11-30 02:07:13 [x.py:9] Reducing Torch parallelism from 64 threads to 1\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+
+def app_with(n_gpus: int) -> Any:
+    events = [snapshot(n_gpus, runs=RUNS), p.LogData("log", "/srv/x.log", 7, 0, LOG)]
+    return make_app(ReplayClient(events), CFG, "root@gpu-box")  # type: ignore[arg-type]
+
+
+async def settle(pilot: Any) -> None:
+    app = pilot.app
+    deadline = time.monotonic() + 10
+    while not (app.state.seq == 0 and app.state.log.offset == len(LOG)):
+        assert time.monotonic() < deadline
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("n", [0, 2, 8])
+def test_dashboard_160x50(snap_compare: Any, n: int) -> None:
+    assert snap_compare(app_with(n), terminal_size=(160, 50), run_before=settle)
+
+
+def test_dashboard_8_gpus_100x30(snap_compare: Any) -> None:
+    assert snap_compare(app_with(8), terminal_size=(100, 30), run_before=settle)
