@@ -77,7 +77,7 @@ async def test_missing_readings_show_na_not_zero() -> None:
 
 
 def log_event(data: bytes, offset: int = 0) -> p.LogData:
-    return p.LogData(sub="log", path="/srv/x.log", inode=7, offset=offset, data=data)
+    return p.LogData(sub="log1", path="/srv/x.log", inode=7, offset=offset, data=data)
 
 
 async def test_shard_progress_and_log_tail() -> None:
@@ -94,7 +94,7 @@ async def test_shard_progress_and_log_tail() -> None:
         more = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed | 25/64 [07:30<11:40, 18.0s/it]\n"
         client.push(log_event(more, offset=len(lines)))
         await until(pilot, lambda: "25/64" in str(app.query_one("#progress").render()))
-        assert ("subscribe", {"sub": "log", "path": "/srv/x.log", "offset": -4 * 1024 * 1024, "inode": None}) in client.requests
+        assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -4 * 1024 * 1024, "inode": None}) in client.requests
 
 
 async def test_kill_asks_first_and_cancel_is_the_default() -> None:

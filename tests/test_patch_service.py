@@ -4,6 +4,7 @@ host Python (sys.executable) through PYTHONPATH."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import signal
@@ -19,7 +20,7 @@ from tests import spec_wheel
 from tests.agent_driver import AgentProc
 from tui import patch_service as S
 from tui.state import patches as P
-from tui.transport import AgentClient, LocalLink
+from tui.transport import AgentClient, LinkLost, LocalLink
 
 SET = "speculators-0.3.0-vllm-0.16"
 GEN = "data_generation/vllm_hidden_states_generator.py"
@@ -153,6 +154,78 @@ async def test_failed_write_rolls_back_files_already_written(
     assert f"writing {worker} failed" in msg and f"rolled back {GEN}" in msg
     assert pkg(site, GEN).read_bytes() == pristine[GEN]  # put back
     assert worker.read_bytes() == pristine[WORKER] + b"# someone else\n"  # theirs, kept
+
+
+class HoldsSecondWrite:
+    """The real client, but the second `file_write` of a push stops and waits: before it
+    reaches the agent (`after=False`) or after the agent has written it (`after=True`).
+    Later writes (the undo's) go straight through."""
+
+    def __init__(self, client: AgentClient, after: bool) -> None:
+        self.client, self.after = client, after
+        self.writes = 0
+        self.holding = asyncio.Event()
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        if op == "file_write":
+            self.writes += 1
+            if self.writes == 2:
+                if self.after:
+                    await self.client.request(op, **args)
+                self.holding.set()
+                await asyncio.Event().wait()  # until cancelled
+        return await self.client.request(op, **args)
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-agent", "after-agent"])
+async def test_cancelled_push_puts_back_what_it_wrote(
+        client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes],
+        after: bool) -> None:
+    """Cancelling a push between its two file writes (a dismissed screen, Ctrl-C) leaves
+    the host as it was, whether or not the write in flight reached the agent."""
+    held = HoldsSecondWrite(client, after)
+    task = asyncio.create_task(S.push(held, SET, "latest", PY, user_dir=user_dir))
+    await asyncio.wait_for(held.holding.wait(), 20)
+    assert pkg(site, GEN).read_bytes() != pristine[GEN]  # the first file really was written
+    if after:
+        assert pkg(site, WORKER).read_bytes() != pristine[WORKER]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+    assert (await S.status(client, SET, PY, user_dir=user_dir))["state"] == "pristine"
+
+
+class DropsOnWrite:
+    """The real client, but the link drops on the first `file_write` (nothing written)."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        if op == "file_write":
+            raise LinkLost("connection to gpu-box lost")
+        return await self.client.request(op, **args)
+
+
+async def test_would_refuse_reads_but_never_writes(
+        client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes]) -> None:
+    """The dry run answers None when a push would go ahead, the refusal (with its
+    hand-edit diff) when not, and never sends a write."""
+    no_writes = DropsOnWrite(client)
+    assert await S.would_refuse(no_writes, SET, "latest", PY, user_dir=user_dir) is None
+    assert await S.would_refuse(no_writes, SET, P.PRISTINE, PY, user_dir=user_dir) is None
+    assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+    await S.push(client, SET, "v2", PY, user_dir=user_dir)  # leaves the pristine backup
+    gen = pkg(site, GEN)
+    edited = gen.read_bytes().replace(b"MAX_NUM_SEQS = 32", b"MAX_NUM_SEQS = 8  # hand edit")
+    gen.write_bytes(edited)
+    for goal in ("v1", P.PRISTINE):
+        refused = await S.would_refuse(no_writes, SET, goal, PY, user_dir=user_dir)
+        assert refused is not None and "edited by hand" in str(refused)
+        assert "+MAX_NUM_SEQS = 8  # hand edit" in refused.detail
+    assert await S.would_refuse(no_writes, SET, "v1", PY, force=True, user_dir=user_dir) is None
+    assert gen.read_bytes() == edited
 
 
 async def test_rollback_without_backup_reverses_the_known_version(

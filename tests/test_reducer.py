@@ -71,3 +71,15 @@ def test_truncation_restarts_numbering_and_keeps_old_lines() -> None:
     state = feed(state, [b"fresh\n"])
     assert state.log.lines[-1] == "fresh" and state.log.total_lines == 1
     assert "truncated" not in (state.log.note or "")  # the note clears once data flows
+
+
+def test_chunks_of_a_previous_subscription_are_dropped() -> None:
+    from dataclasses import replace
+
+    from tui.state.model import LogTail
+
+    state = replace(AppState(), log=LogTail(path="/new.log", sub="log2"))
+    stale = apply(state, p.LogData("log1", "/old.log", 1, 0, b"old line\n"), 0.0)
+    assert stale.log.lines == () and stale.log.path == "/new.log"
+    fresh = apply(state, p.LogData("log2", "/new.log", 2, 0, b"new line\n"), 0.0)
+    assert fresh.log.lines == ("new line",)

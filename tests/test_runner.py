@@ -376,8 +376,14 @@ def test_bad_requests_fail_in_one_line(env):
         runner.kill(env.runs, "nope")
     with pytest.raises(runner.RunnerError, match="^no run "):
         runner.kill(env.runs, "../../etc")
-    with pytest.raises(runner.RunnerError, match="^refusing to kill ext-%d: " % os.getpid()):
-        runner.kill(env.runs, "ext-%d" % os.getpid())  # the caller (here: pytest) itself
+    me = "ext-%d-%d" % (os.getpid(), ticks(os.getpid()))
+    cmd = " ".join(procfs.read_cmdline(os.getpid()) or [])
+    with pytest.raises(runner.RunnerError, match="^refusing to kill %s: " % me):
+        runner.kill(env.runs, me, match=cmd)  # the caller (here: pytest) itself
+    with pytest.raises(runner.RunnerError, match="^cannot kill %s: no match" % me):
+        runner.kill(env.runs, me)
+    with pytest.raises(runner.RunnerError, match='^no run "ext-%d"$' % os.getpid()):
+        runner.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
 
 
 def test_list_runs_skips_junk(env):
@@ -404,6 +410,7 @@ def test_external_runs_groups_trees_and_skips_managed():
     def p(pid, ppid, cmd, run_id=None):
         return {
             "pid": pid,
+            "start_ticks": 7 * pid,
             "ppid": ppid,
             "pgid": ppid,
             "sid": 1,
@@ -426,7 +433,7 @@ def test_external_runs_groups_trees_and_skips_managed():
     ]
     recs = runner.external_runs("extract", procs)
     assert [r["pid"] for r in recs] == [900005, 900002]  # newest first
-    assert [r["run_id"] for r in recs] == ["ext-900005", "ext-900002"]
+    assert [r["run_id"] for r in recs] == ["ext-900005-6300035", "ext-900002-6300014"]
     assert recs[1]["name"] == "extract.py" and recs[0]["name"] == "extract_mod"
     assert all(r["external"] and r["state"] == "running" for r in recs)
     assert recs[1]["argv"] == ["python", "extract.py", "--tp", "8"]
@@ -466,14 +473,14 @@ def test_kill_external_run_spares_the_shell(env):
     recs = [r for r in runner.external_runs(job, procs)]
     assert [r["pid"] for r in recs] == [pids["main"]]
 
-    report = runner.kill(env.runs, recs[0]["run_id"], graces=(0.3, 0.3), gpu_wait=0, procs=procs)
+    report = runner.kill(env.runs, recs[0]["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
     assert report["ok"] and report["remaining"] == []
     sent = sum((s["sent_to"] for s in report["stages"]), [])
     assert sh.pid not in sent and alive(sh.pid)
     assert not alive(pids["main"]) and not alive(pids["kid"])
     assert not os.path.exists(env.runs)  # external kills write nothing
     # Ended since: nothing to do.
-    assert runner.kill(env.runs, recs[0]["run_id"], procs=procs)["stages"] == []
+    assert runner.kill(env.runs, recs[0]["run_id"], match=job)["stages"] == []
 
 
 def test_kill_external_run_takes_its_own_group(env):
@@ -502,7 +509,7 @@ def test_kill_external_run_takes_its_own_group(env):
     env.adopt(pids["helper"])
     assert procfs.read_stat(pids["helper"])["ppid"] != main.pid
     (rec,) = runner.external_runs(job, snapshot_procs())
-    report = runner.kill(env.runs, rec["run_id"], graces=(0.3, 0.3), gpu_wait=0)
+    report = runner.kill(env.runs, rec["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
     assert report["ok"] and not alive(pids["helper"]) and not alive(main.pid)
 
 
@@ -619,3 +626,68 @@ def test_kill_frees_real_gpu_memory(env):
     (gpu,) = report["gpus"]
     assert gpu["run_mem_before"] >= 1 << 30 and gpu["run_mem"] == 0
     assert gpu["freed"] == gpu["run_mem_before"] and gpu["run_pids"] == []
+
+
+# A stranger's session whose leader has exited (a nohup job whose login shell quit):
+# the session id stays reserved by the member but names no live leader.
+ORPHAN_SESSION = """\
+import os, sys, time
+os.setsid()
+if os.fork() == 0:
+    print("ready member %d" % os.getpid(), flush=True)
+    while True:
+        time.sleep(0.05)
+print("ready leader %d" % os.getpid(), flush=True)
+os._exit(0)
+"""
+
+
+def test_ended_run_never_signals_a_stranger_holding_its_old_session_id(env):
+    log = open(env.tmp / "orphan.log", "w")
+    env.spawn([sys.executable, "-c", ORPHAN_SESSION], stdout=log, start_new_session=False)
+    pids = wait_for(lambda: ready_pids(str(env.tmp / "orphan.log"), ["member", "leader"]),
+                    what="orphan session")
+    member, sid = pids["member"], pids["leader"]
+    env.adopt(member)
+    wait_for(lambda: not alive(sid), what="session leader to exit")
+    assert procfs.read_stat(member)["sid"] == sid == procfs.read_stat(member)["pgid"]
+    # An old run whose shim's pid (so its session and group) is that number now.
+    run_dir = Path(env.runs, "20250101-000000-dead")
+    run_dir.mkdir(parents=True)
+    manifest = {"pid": sid, "start_ticks": 1, "pgid": sid, "sid": sid, "shim_pid": sid,
+                "shim_start_ticks": 1, "boot_time": procfs.boot_time(), "argv": ["x"],
+                "name": "old"}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "exit.json").write_text(json.dumps({"exit_code": 0, "ended_at": time.time()}))
+    assert runner.list_runs(env.runs)[0]["state"] == "exited"
+    report = runner.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
+    assert report["stages"] == [] and alive(member, ticks(member))
+    # Without exit.json (a run whose shim vanished: "lost") the dead leader still
+    # vouches for nothing.
+    (run_dir / "exit.json").unlink()
+    assert runner.list_runs(env.runs)[0]["state"] == "lost"
+    report = runner.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
+    assert report["stages"] == []
+    assert alive(member) and procfs.read_stat(member)["state"] != "T"
+
+
+def test_external_kill_checks_start_ticks_and_match(env):
+    sleeper = env.spawn(["sleep", "30"])
+    wait_for(lambda: alive(sleeper.pid), what="sleeper")
+    t = ticks(sleeper.pid)
+    for run_id in ("ext-%d" % sleeper.pid, "ext-%d-x" % sleeper.pid, "ext--%d" % sleeper.pid):
+        with pytest.raises(runner.RunnerError, match="^no run "):
+            runner.kill(env.runs, run_id, graces=(0.2, 0.2), gpu_wait=0, match="sleep")
+    good = "ext-%d-%d" % (sleeper.pid, t)
+    with pytest.raises(runner.RunnerError, match="does not contain \"extract\""):
+        runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="extract")
+    with pytest.raises(runner.RunnerError, match="no match is configured"):
+        runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0)
+    # Another start time: that run ended and the pid is someone else's now.
+    stale = runner.kill(env.runs, "ext-%d-%d" % (sleeper.pid, t + 1), gpu_wait=0, match="sleep")
+    assert stale["stages"] == []
+    assert alive(sleeper.pid, t) and procfs.read_stat(sleeper.pid)["state"] != "T"
+    # The right pid, start time and match: killed.
+    report = runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="sleep 30")
+    assert report["ok"] and sleeper.pid in report["stages"][0]["sent_to"]
+    assert sleeper.wait(timeout=5) == -signal.SIGINT

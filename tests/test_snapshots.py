@@ -38,7 +38,8 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def app_with(n_gpus: int) -> Any:
-    events = [snapshot(n_gpus, runs=RUNS), p.LogData("log", "/srv/x.log", 7, 0, LOG)]
+    # "log1": the name of the app's first log subscription
+    events = [snapshot(n_gpus, runs=RUNS), p.LogData("log1", "/srv/x.log", 7, 0, LOG)]
     return make_app(ReplayClient(events), CFG, "root@gpu-box")  # type: ignore[arg-type]
 
 

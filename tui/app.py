@@ -8,6 +8,7 @@ CLI subcommands run.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Any, Iterable
@@ -34,11 +35,10 @@ from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.widgets.gpus import GpuPanel
 from tui.widgets.logtail import LogPane
 from tui.widgets.progress import RunProgress
-from tui.widgets.render import gib
+from tui.format import gib, size
 from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
-LOG_SUB = "log"
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 
@@ -66,6 +66,8 @@ class EagleApp(App[None]):
         self.selected_run: str | None = None
         self.fatal_error: str | None = None
         self._log_path: str | None = None
+        self._log_subs = 0  # each followed log gets a fresh subscription name
+        self._follow_lock = asyncio.Lock()
         self._busy: str | None = None  # an action in flight ("kill", "launch")
         self._summaries: dict[str, advisor.RunSummary] = {}
         self._applied_patch: str | None = None  # "v5", "pristine", … on the host now
@@ -157,22 +159,31 @@ class EagleApp(App[None]):
             self._render_all()
 
     async def _follow_log(self) -> None:
-        """Subscribe to the log of the selected run (or `[run] log`) when it changed."""
-        path = self._wanted_log()
-        if path is None or path == self._log_path:
-            return
-        if self._log_path is not None:
-            await self._request("unsubscribe", sub=LOG_SUB)
-        self._log_path = path
-        self.state = replace(self.state, log=LogTail(path=path))
-        self.query_one(LogPane).show(self.state.log)
-        await self._request("subscribe", sub=LOG_SUB, path=path, offset=-TAIL_BYTES, inode=None)
+        """Subscribe to the log of the selected run (or `[run] log`) when it changed.
+
+        Serialised by a lock, never cancelled half-way, so the agent's subscription and
+        `_log_path` always agree; chunks of the previous log still in flight carry the
+        old subscription name and are dropped by the reducer."""
+        async with self._follow_lock:
+            path = self._wanted_log()
+            if path is None or path == self._log_path:
+                return
+            old = self.state.log.sub
+            self._log_subs += 1
+            sub = f"log{self._log_subs}"
+            self.state = replace(self.state, log=LogTail(path=path, sub=sub))
+            self.query_one(LogPane).show(self.state.log)
+            if old is not None:
+                await self._request("unsubscribe", sub=old)
+            ok = await self._request("subscribe", sub=sub, path=path, offset=-TAIL_BYTES, inode=None)
+            self._log_path = path if ok is not None else None
 
     def _wanted_log(self) -> str | None:
-        if self.cfg.run.log:
-            return self.cfg.run.log
+        """The selected run's own log (an absolute path from its manifest), else `[run] log`."""
         run = self._run()
-        return run.log if run else None
+        if run is not None and run.log:
+            return run.log
+        return self.cfg.run.log
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:
@@ -223,10 +234,11 @@ class EagleApp(App[None]):
             elif kill.error:
                 text, kind = f"kill {kill.run_id} failed: {kill.error}", "error"
             else:
-                held = sum((g.get("run_mem") or 0) for g in kill.gpus)
+                mems = [g.get("run_mem") for g in kill.gpus]
+                held = None if not mems or None in mems else sum(mems)
                 text = (
                     f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
-                    f" · GPU memory held {gib(held)} GiB · {kill.elapsed:.1f} s"
+                    f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"
                 )
         elif self.state.link.state in ("reconnecting", "failed"):
             link = self.state.link
@@ -279,9 +291,11 @@ class EagleApp(App[None]):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if isinstance(event.data_table, RunsTable) and event.row_key is not None:
+            if event.row_key.value != event.data_table.selected_run_id():
+                return  # a stale highlight from a table rebuild, not the user's choice
             self.selected_run = event.row_key.value
             self._render_progress()
-            self.run_worker(self._follow_log(), group="follow", exclusive=True)
+            self.run_worker(self._follow_log(), group="follow")
 
     # ---- actions --------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -308,8 +322,9 @@ class EagleApp(App[None]):
         pids = self._run_pids(run)
         per_gpu = []
         for g in self.state.gpus:
-            held = sum(gp.mem or 0 for gp in g.processes if gp.pid in pids)
-            if held:
+            mine = [gp.mem for gp in g.processes if gp.pid in pids]
+            if mine:
+                held = None if None in mine else sum(mine)  # type: ignore[arg-type]
                 per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
         return [
             f"host:   {self.state.hostname or self.state.target}",
@@ -321,7 +336,16 @@ class EagleApp(App[None]):
             f" then SIGKILL after {self.cfg.run.graces[1]:.0f} s more.",
         ]
 
+    def _refuse_if_busy(self) -> bool:
+        """Actions also come from the command palette, which skips check_action."""
+        if self._busy is not None:
+            self.notify(f"wait: {self._busy} in progress", severity="warning")
+            return True
+        return False
+
     def action_kill(self) -> None:
+        if self._refuse_if_busy():
+            return
         run = self._run()
         if run is None or not run.alive:
             self.notify("no live run to kill", severity="warning")
@@ -334,6 +358,8 @@ class EagleApp(App[None]):
         self.push_screen(ConfirmScreen(f"Kill run {run.run_id}?", self._kill_lines(run)), decided)
 
     def action_relaunch(self) -> None:
+        if self._refuse_if_busy():
+            return
         run = self._run()
         if run is not None and run.alive:
             lines = self._kill_lines(run) + ["", "It is still running: kill it, then relaunch?"]
@@ -347,7 +373,8 @@ class EagleApp(App[None]):
         self._launch_worker(run)
 
     def action_launch(self) -> None:
-        self._launch_worker(None)
+        if not self._refuse_if_busy():
+            self._launch_worker(None)
 
     def action_patches(self) -> None:
         """Open the patch screen for `[patches] set`; relaunch when it asks to."""
@@ -379,7 +406,7 @@ class EagleApp(App[None]):
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
         self.push_screen(HelpScreen(keys + [("ctrl+p", "Command palette")]))
 
-    @work(exclusive=True, group="action")
+    @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
         self._busy = "kill"
         self.refresh_bindings()
@@ -403,17 +430,15 @@ class EagleApp(App[None]):
             kill = replace(kill, run_id=changes["report"].get("run_id", kill.run_id), stage="done")
         return replace(self.state, kill=replace(kill, **changes))
 
-    @work(exclusive=True, group="action")
+    @work(group="action")
     async def _launch_worker(self, run: Run | None) -> None:
         await self._launch(run)
 
     async def _launch(self, run: Run | None) -> None:
-        from tui.cli import _patch_state
-
         self._busy = "launch"
         self.refresh_bindings()
         try:
-            ps = await _patch_state(self.client, self.cfg)
+            ps = await services.patch_state(self.client, self.cfg)
             if run is None:
                 record = await services.launch(self.client, self.cfg, ps)
             else:
@@ -426,7 +451,10 @@ class EagleApp(App[None]):
             self.refresh_bindings()
         self.selected_run = record.get("run_id")
         self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
-        await self._request("configure", interval=self.cfg.host.interval, match=self.cfg.run.match, runs_dir=self.cfg.host.runs_dir)  # an immediate snapshot
+        try:
+            await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
+        except (AgentRequestError, TransportError):
+            pass  # the next periodic snapshot shows the run
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -17,6 +17,7 @@ import click
 from tui import __version__, services
 from tui.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, AgentRequestError, TransportError
+from tui.transport import ConfigError as TargetError
 
 T = TypeVar("T")
 
@@ -69,7 +70,7 @@ def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awai
 
     try:
         return asyncio.run(main())
-    except ConfigError as exc:
+    except (ConfigError, TargetError) as exc:
         fail(str(exc), EXIT_USAGE)
     except TransportError as exc:
         fail(str(exc), EXIT_CONNECT)
@@ -120,7 +121,11 @@ def connect(obj: Ctx, target: str | None) -> None:
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     name = obj.target(target)
-    app = make_app(obj.client(name, reconnect=True), cfg, name)
+    try:
+        client = obj.client(name, reconnect=True)
+    except TransportError as exc:  # a malformed target or SSH config
+        fail(str(exc), EXIT_USAGE)
+    app = make_app(client, cfg, name)
     app.run()
     if app.fatal_error:
         fail(app.fatal_error, EXIT_CONNECT)
@@ -149,6 +154,8 @@ def demo(obj: Ctx, demo_dir: str) -> None:
         fail(str(exc), EXIT_USAGE)
     from tui.app import make_app
 
+    if paths.patches_note:
+        click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
     app = make_app(services.new_client("local", cfg, reconnect=True), cfg, "local", launch=not paths.busy)
@@ -180,7 +187,7 @@ def status(obj: Ctx, target: str | None, as_json: bool) -> None:
 @click.pass_obj
 def runs(obj: Ctx, target: str | None, as_json: bool) -> None:
     """List the runs on the host (the run ledger)."""
-    result = run_on_host(obj, target, services.list_runs)
+    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
     if as_json:
         print_json({"runs": result})
         return
@@ -197,7 +204,7 @@ def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
     """Launch the config's [run] on the host."""
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        return await services.launch(client, obj.cfg, await _patch_state(client, obj.cfg))
+        return await services.launch(client, obj.cfg, await services.patch_state(client, obj.cfg))
 
     record = run_on_host(obj, target, body)
     if as_json:
@@ -217,7 +224,7 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
     """Launch again with the same argv, cwd and env as a previous run."""
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        runs = await services.list_runs(client)
+        runs = await services.list_runs(client, obj.cfg)
         run = services.pick_run(runs, run_id, obj.cfg) if run_id else _latest(runs, obj.cfg)
         if run_id and run is None:
             raise ValueError(f"no run {run_id} on this host")
@@ -233,7 +240,7 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
             if not report.get("ok"):
                 raise ValueError("kill did not finish: " + "; ".join(services.describe_kill(report)))
             run = dict(run, state="killed")
-        return await services.relaunch(client, obj.cfg, run, await _patch_state(client, obj.cfg))
+        return await services.relaunch(client, obj.cfg, run, await services.patch_state(client, obj.cfg))
 
     record = run_on_host(obj, target, body)
     if as_json:
@@ -257,7 +264,7 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
     """Kill a run (default: the config's live run) and wait until its GPUs are free."""
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        runs = await services.list_runs(client)
+        runs = await services.list_runs(client, obj.cfg)
         run = services.pick_run(runs, run_id, obj.cfg)
         if run is None:
             raise ValueError(f"no run {run_id}" if run_id else "no live run to kill")
@@ -312,21 +319,6 @@ def inspect(logfile: str, as_json: bool) -> None:
         print_json(result)
     else:
         click.echo(format_report(result))
-
-
-async def _patch_state(client: AgentClient, cfg: Config) -> Any:
-    """The patch state a run is launched with (None when no patch set is configured)."""
-    if not cfg.patches.set:
-        return None
-    try:
-        from tui import patch_service
-    except ImportError:
-        return None
-    try:
-        st = await patch_service.status(client, cfg.patches.set, cfg.host.python)
-    except Exception as exc:  # noqa: BLE001 - a launch must not fail on a patch probe
-        return {"set": cfg.patches.set, "state": "error", "error": str(exc)}
-    return {"set": cfg.patches.set, "state": st.get("state"), "version": st.get("version")}
 
 
 from tui.cli_patch import patch  # noqa: E402 - cli_patch imports tui.cli lazily, so no cycle

@@ -14,19 +14,22 @@ Safety rules:
 - an unknown state (hand edits) is never overwritten without `force`; the refusal
   carries the diff of the host file against pristine;
 - every file is compiled with the host's Python before anything is written; writes go
-  in manifest order, each atomic and conditional on the hash we read; if one fails,
-  the files already written are put back, and the error says so;
+  in manifest order, each atomic and conditional on the hash we read; if one fails or
+  the task is cancelled, the files already written are put back (and the error says so);
+- `would_refuse` runs every check without writing: the UI shows why before asking;
 - the backup is made only from a pristine file, and only once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import posixpath
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from tui.state import patches as P
@@ -168,8 +171,31 @@ async def rollback(client: AgentLike, set_name: str, python: str, to: str = P.PR
     return await _transition(client, pset, target, python, force)
 
 
-async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str,
-                      force: bool) -> dict[str, Any]:
+async def would_refuse(client: AgentLike, set_name: str, target: str, python: str,
+                       force: bool = False, user_dir: Path | None = None) -> PatchServiceError | None:
+    """Why a move to `target` (a version, `latest` or `pristine`) would be refused now --
+    its `.detail` holds the hand-edit diff -- or None when it would go ahead. Runs every
+    check `push`/`rollback` runs (compile included) and never writes to the host."""
+    pset = P.load_set(set_name, user_dir)
+    goal = target if target == P.PRISTINE else P.get_version(pset, target).name
+    try:
+        await _plan(client, pset, goal, python, force)
+    except PatchServiceError as exc:
+        return exc
+    return None
+
+
+@dataclass
+class _Plan:
+    host: _Host
+    state: str
+    wanted: dict[str, bytes]
+    todo: list[_HostFile]  # the files to rewrite, in manifest order
+
+
+async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str,
+                force: bool) -> _Plan:
+    """Read the host and check that a move to `target` may go ahead; writes nothing."""
     host = await _inspect(client, pset, python)
     state = _classify(host)
     missing = [f.path for f in host.files if f.data is None]
@@ -197,32 +223,76 @@ async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: 
                                  b64=base64.b64encode(wanted[f.rel]).decode())
         if not r.get("ok"):
             raise PatchServiceError(f"{target} does not compile on the host: {r.get('error')}")
+    return _Plan(host, state, wanted, todo)
+
+
+async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str,
+                      force: bool) -> dict[str, Any]:
+    plan = await _plan(client, pset, target, python, force)
+    wanted = plan.wanted
     written: list[_HostFile] = []
-    for f in todo:
-        backup = f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None
-        try:
+    try:
+        for f in plan.todo:
+            backup = f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None
             await client.request("file_write", path=f.path, expect_sha256=f.sha, backup=backup,
                                  b64=base64.b64encode(wanted[f.rel]).decode())
-        except Exception as exc:  # noqa: BLE001 - any failure (agent error, lost link) must undo
-            undone = await _undo(client, written, wanted)
-            raise PatchServiceError(f"writing {f.path} failed ({exc}); {undone}") from None
-        written.append(f)
+            written.append(f)
+    except BaseException as exc:
+        # Any failure -- an agent error, a lost link, or this task being cancelled (a
+        # dismissed screen, Ctrl-C) -- puts back what was written, so the host is never
+        # left half-patched; the undo runs to its end even through a cancellation.
+        in_flight = plan.todo[len(written)]
+        undone = await _to_the_end(_undo(client, written, wanted, in_flight))
+        if not isinstance(exc, Exception):
+            raise
+        raise PatchServiceError(f"writing {in_flight.path} failed ({exc}); {undone}") from None
     after = await _inspect(client, pset, python)
     bad = [f.path for f in after.files if f.data != wanted[f.rel]]
     if bad:
         raise PatchServiceError(f"verification failed after writing: {', '.join(bad)} "
                                 f"do not have the expected sha256")
     report = _report(after, _classify(after))
-    report.update(previous_state=state, written=[f.rel for f in todo], forced=state == P.UNKNOWN)
+    report.update(previous_state=plan.state, written=[f.rel for f in plan.todo],
+                  forced=plan.state == P.UNKNOWN)
     return report
 
 
-async def _undo(client: AgentLike, written: list[_HostFile], wanted: dict[str, bytes]) -> str:
-    """Put back the files already written, newest first; says what happened."""
-    if not written:
+async def _to_the_end(coro: Coroutine[Any, Any, str]) -> str:
+    """Await `coro` shielded from cancellation of the calling task; a cancellation that
+    arrives meanwhile is re-raised once `coro` has finished."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # the undo itself was cancelled (the loop is closing)
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+async def _undo(client: AgentLike, written: list[_HostFile], wanted: dict[str, bytes],
+                in_flight: _HostFile) -> str:
+    """Put back the files already written, newest first; says what happened.
+
+    `in_flight` -- the write that failed or was interrupted -- is put back too when the
+    host has its new bytes: a lost link or a cancellation may come after the agent wrote
+    it. (The agent serves file ops of one link in order, so this read sees that write.)
+    """
+    undo, failed = list(written), []
+    try:
+        _, sha = await _read(client, in_flight.path)
+        if sha == P.sha256(wanted[in_flight.rel]):
+            undo.append(in_flight)
+    except Exception as exc:  # noqa: BLE001 - say that it could not be checked
+        failed.append(f"{in_flight.rel} (could not check it: {exc})")
+    if not undo and not failed:
         return "nothing had been written"
-    done, failed = [], []
-    for f in reversed(written):
+    done = []
+    for f in reversed(undo):
         try:
             await client.request("file_write", path=f.path, backup=None,
                                  expect_sha256=P.sha256(wanted[f.rel]),
@@ -284,4 +354,5 @@ def _write_local(path: Path, text: str) -> None:
         raise
 
 
-__all__ = ["BACKUP_SUFFIX", "PatchServiceError", "capture", "push", "rollback", "status"]
+__all__ = ["BACKUP_SUFFIX", "PatchServiceError", "capture", "push", "rollback", "status",
+           "would_refuse"]

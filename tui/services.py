@@ -6,17 +6,11 @@ and the `k` key run exactly the same code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from tui.config import Config
+from tui.format import size
 from tui.transport import AgentClient, make_link
-
-
-@dataclass(frozen=True)
-class Connection:
-    target: str
-    client: AgentClient
 
 
 def resolve_target(target: str | None, cfg: Config) -> str:
@@ -56,7 +50,9 @@ async def snapshot(client: AgentClient, cfg: Config) -> dict[str, Any]:
     return await client.request("snapshot")
 
 
-async def list_runs(client: AgentClient) -> list[dict[str, Any]]:
+async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
+    """Every run on the host, with processes matching `[run] match` adopted as external runs."""
+    await configure(client, cfg)
     return list((await client.request("runs")).get("runs") or [])
 
 
@@ -135,12 +131,15 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
     left = report.get("remaining") or []
     lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
     for g in report.get("gpus") or []:
-        freed = g.get("freed")
-        holders = g.get("holders") or []
-        text = f"GPU {g.get('index')}: freed {fmt_bytes(freed)}"
-        if holders:
-            text += "; still held by " + ", ".join(
-                f"pid {h.get('pid')} ({fmt_bytes(h.get('mem'))})" for h in holders
+        text = f"GPU {g.get('index')}: freed {size(g.get('freed'))}"
+        if g.get("run_pids"):
+            text += f"; the run still holds {size(g.get('run_mem'))} in pid " + ", ".join(
+                str(pid) for pid in g["run_pids"]
+            )
+        others = g.get("other_pids") or []
+        if others:
+            text += "; also in use by pid " + ", ".join(
+                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in others
             )
         lines.append(text)
     free = report.get("gpus_free")
@@ -153,10 +152,14 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
     return [f"run {report.get('run_id')} killed: {verdict}"] + lines
 
 
-def fmt_bytes(n: Any) -> str:
-    if not isinstance(n, (int, float)):
-        return "N/A"
-    gib = n / 2**30
-    if gib >= 1:
-        return f"{gib:.1f} GiB"
-    return f"{n / 2**20:.0f} MiB"
+async def patch_state(client: AgentClient, cfg: Config) -> Any:
+    """The patch state a run is launched with (None when no patch set is configured)."""
+    if not cfg.patches.set:
+        return None
+    from tui import patch_service
+
+    try:
+        st = await patch_service.status(client, cfg.patches.set, cfg.host.python)
+    except Exception as exc:  # noqa: BLE001 - a launch must not fail on a patch probe
+        return {"set": cfg.patches.set, "state": "error", "error": str(exc)}
+    return {"set": cfg.patches.set, "state": st.get("state"), "version": st.get("version")}

@@ -185,6 +185,7 @@ class Link:
 @dataclass(frozen=True)
 class LogTail:
     path: str | None = None
+    sub: str | None = None  # the subscription feeding it; events of another are stale
     inode: int | None = None
     offset: int = 0  # resume point: bytes of this inode already received
     lines: tuple[str, ...] = ()

@@ -30,10 +30,11 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
     """Return the state after `event`; unknown events leave it unchanged."""
     if isinstance(event, p.Snapshot):
         return _snapshot(state, event, now)
-    if isinstance(event, p.LogData):
-        return replace(state, log=feed_log(state.log, event, now), link=_seen(state.link, now))
-    if isinstance(event, p.LogReset):
-        return replace(state, log=reset_log(state.log, event), link=_seen(state.link, now))
+    if isinstance(event, (p.LogData, p.LogReset)):
+        if state.log.sub is not None and event.sub != state.log.sub:
+            return state  # a chunk of the log followed before, still in flight
+        log = feed_log(state.log, event, now) if isinstance(event, p.LogData) else reset_log(state.log, event)
+        return replace(state, log=log, link=_seen(state.link, now))
     if isinstance(event, p.Hello):
         agent = f"agent {event.agent_version} ({event.agent_sha[:8]}) on Python {event.python}"
         return replace(

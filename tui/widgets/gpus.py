@@ -8,7 +8,8 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from tui.state.model import AppState, Gpu
-from tui.widgets.render import bar, gib, num, sparkline
+from tui.format import gib, num
+from tui.widgets.render import bar, sparkline
 
 
 class GpuPanel(Static):

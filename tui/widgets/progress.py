@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.state.model import AppState
+from tui.format import duration, num
 from tui.widgets.render import bar
 
 PHASE_STYLE = {
@@ -23,18 +24,9 @@ PHASE_STYLE = {
 }
 
 
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-
-
 def _rate(rate_it_s: float | None) -> str:
     if not rate_it_s:
-        return "? s/shard"
+        return "N/A s/shard"
     return f"{1 / rate_it_s:.1f} s/shard" if rate_it_s < 1 else f"{rate_it_s:.2f} shards/s"
 
 
@@ -42,7 +34,7 @@ def shard_line(sp: Any, width: int) -> Text:
     label = f"{sp.worker or 'load'}"
     tail = (
         f" {sp.done}/{sp.total} {sp.percent:3.0f}%  {_rate(sp.rate_it_s)}"
-        f"  elapsed {_clock(sp.elapsed_s)}  ETA {_clock(sp.remaining_s)}"
+        f"  elapsed {duration(sp.elapsed_s)}  ETA {duration(sp.remaining_s)}"
     )
     bar_w = max(width - len(label) - len(tail) - 2, 5)
     return Text.assemble((f"{label:<5}", "bold"), " ", bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
@@ -69,14 +61,14 @@ class RunProgress(Static):
                 frac = (ex.tokens / ex.tokens_total) if ex.tokens and ex.tokens_total else (ex.batch or 0) / ex.batches
                 tail = (
                     f" batch {ex.batch}/{ex.batches}  seqs {ex.seqs}/{ex.seqs_total}"
-                    f"  {ex.tok_s or 0:.0f} tok/s  ETA {_clock(getattr(ex, 'eta_s', None))}"
+                    f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(getattr(ex, 'eta_s', None))}"
                 )
                 out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
             root = getattr(a, "root_cause", None)
             if root is not None:
                 out.append("\n")
                 out.append(f"✖ {root.title}", style="bold red")
-                out.append(f"  (log line {root.line_no})", style="dim")
+                out.append(f"  (line {root.line_no} of the tail shown; L opens the log)", style="dim")
                 fix = getattr(root, "fix", None)
                 if fix:
                     out.append(f"\n  fix: {fix}", style="yellow")

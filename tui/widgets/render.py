@@ -39,11 +39,3 @@ def sparkline(values: Iterable[float | None], width: int, top: float = 1.0) -> T
         level = min(max(v / top, 0.0), 1.0)
         out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="cyan")
     return out
-
-
-def gib(n: int | None, digits: int = 1) -> str:
-    return "N/A" if n is None else f"{n / 2**30:.{digits}f}"
-
-
-def num(value: float | None, fmt: str) -> str:
-    return "N/A" if value is None else fmt.format(value)

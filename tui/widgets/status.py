@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tui.state.model import AppState
-from tui.widgets.render import gib
+from tui.format import gib
 
 
 class StatusBar(Static):

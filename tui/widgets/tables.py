@@ -10,16 +10,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from tui.state.model import AppState, Proc, Run
-from tui.widgets.render import gib, num
-
-
-def _dur(seconds: float | None) -> str:
-    if seconds is None or seconds < 0:
-        return "N/A"
-    s = int(seconds)
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+from tui.format import duration, gib, num
 
 
 class KeyedTable(DataTable):
@@ -79,7 +70,7 @@ class ProcessTable(KeyedTable):
         return (
             p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
             gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
-            _dur(p.elapsed), ",".join(p.why), (p.run_id or "-")[-8:], cmd[:200],
+            duration(p.elapsed), ",".join(p.why), (p.run_id or "-")[-8:], cmd[:200],
         )
 
 
@@ -106,7 +97,7 @@ class RunsTable(KeyedTable):
             today = time.localtime(now)[:3] == time.localtime(r.launched_at)[:3]
             started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(r.launched_at))
         end = r.ended_at or (now if r.alive else None)
-        dur = _dur(end - r.launched_at) if end and r.launched_at else "N/A"
+        dur = duration(end - r.launched_at) if end and r.launched_at else "N/A"
         exit_ = str(r.exit_code) if r.exit_code is not None else (r.signal or "")
         ps = r.patch_state
         patch = (ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-"
