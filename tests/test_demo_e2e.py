@@ -1,0 +1,91 @@
+"""The demo as a newcomer runs it, headless: the dashboard on `local` launches the real
+extraction job through the normal launch path and follows it to the finished state;
+then a run killed from the dashboard and relaunched finishes with outputs identical to
+an uninterrupted run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+pytest.importorskip("torch", reason="the demo needs torch (pip install 'eagle3-tui[demo]')")
+pytest.importorskip("transformers", reason="the demo needs transformers")
+
+from tui import services  # noqa: E402
+from tui.app import make_app  # noqa: E402
+from tui.config import load_config  # noqa: E402
+from tui.demo import build_demo  # noqa: E402
+from tui.screens.confirm import ConfirmScreen  # noqa: E402
+
+
+async def until(pilot: Any, cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.1)
+
+
+def outputs(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """sha256 of every batch file, and index.json without the two input paths (the two
+    runs read the same model and data from different demo dirs)."""
+    index = json.loads((out / "index.json").read_text())
+    index.pop("model"), index.pop("data")
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.safetensors"))}, index
+
+
+def demo_config(tmp_path: Path, name: str, delay: float) -> tuple[Any, Any]:
+    paths = build_demo(
+        tmp_path / name, shards=64, layers=8, hidden=64, sequences=48, seq_len=64,
+        shard_delay=delay, patches=False, clear_out=True,
+    )
+    cfg = load_config(paths.config)
+    cfg = replace(cfg, host=replace(cfg.host, runs_dir=str(tmp_path / "runs"), interval=0.5))
+    return paths, cfg
+
+
+def phase(app: Any) -> str | None:
+    return getattr(app.state.log.analysis, "phase", None)
+
+
+async def test_demo_runs_to_the_end_in_the_dashboard(tmp_path: Path) -> None:
+    paths, cfg = demo_config(tmp_path, "demo", 0.0)
+    app = make_app(services.new_client("local", cfg), cfg, "local", launch=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.state.runs), 120, "finished")
+        progress = str(app.query_one("#progress").render())
+        assert "64/64" in progress and "batch" in progress
+        run = app.state.runs[0]
+        assert run.exit_code == 0 and run.name == "demo-extract"
+    from safetensors import safe_open
+
+    index = json.loads((paths.out / "index.json").read_text())
+    first = paths.out / index["batches"][0]["file"]
+    with safe_open(str(first), "pt") as f:
+        assert f.get_tensor("hidden_states").shape[-1] == 64  # the model's hidden size
+
+
+async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    whole, cfg_whole = demo_config(tmp_path, "whole", 0.0)
+    app = make_app(services.new_client("local", cfg_whole), cfg_whole, "local", launch=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.state.runs), 120, "the uninterrupted run")
+
+    paths, cfg = demo_config(tmp_path, "killed", 0.02)
+    cfg = replace(cfg, host=replace(cfg.host, runs_dir=str(tmp_path / "runs2")))
+    app = make_app(services.new_client("local", cfg), cfg, "local", launch=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: any((paths.out).glob("batch-*.safetensors")), 120, "the first batch file")
+        await pilot.press("k")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the kill confirmation")
+        await pilot.press("y")
+        await until(pilot, lambda: any(r.state == "killed" for r in app.state.runs), 60, "the killed run")
+        assert not (paths.out / "index.json").exists()  # it really was cut short
+        await pilot.press("r")
+        await until(pilot, lambda: len(app.state.runs) == 2 and any(r.state == "exited" for r in app.state.runs), 120, "the relaunched run")
+    assert outputs(paths.out) == outputs(whole.out)
