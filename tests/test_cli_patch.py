@@ -168,3 +168,14 @@ def test_missing_backup_hand_edit_cannot_be_forced(config: Path, site: Path) -> 
     r = cli(config, "push", "latest", "--yes", "--force")
     assert r.exit_code == 1 and "no pristine copy" in r.stderr
     assert not Path(str(pkg(site, GEN)) + S.BACKUP_SUFFIX).exists()
+
+
+def test_rollback_over_hand_edits_is_refused_with_the_diff(config: Path, site: Path) -> None:  # noqa: F811
+    assert cli(config, "push", "v2", "--yes").exit_code == 0  # leaves the pristine backup
+    edited = hand_edit(site)
+    r = cli(config, "rollback", "--yes")
+    assert r.exit_code == 1 and r.stdout == ""
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("eagle3-tui:")]
+    assert len(errors) == 1 and "edited by hand" in errors[0]
+    assert "+" + HAND_EDIT[1].decode() in r.stderr  # the diff against pristine, before the error
+    assert pkg(site, GEN).read_bytes() == edited

@@ -3,11 +3,12 @@ holding the real speculators 0.3.0 files."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from rich.console import Console
@@ -20,16 +21,24 @@ from tui import patch_service as S
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.patches import APPLIED, RELAUNCH, PatchScreen
 from tui.state import patches as P
-from tui.transport import AgentClient
+from tui.transport import AgentClient, LinkLost
 
 
 class Host(App[None]):
-    """A bare app that opens the patch screen and records how it was dismissed."""
+    """A bare app that opens the patch screen and records how it was dismissed and what
+    it notified; `q` quits, as in the real app."""
 
-    def __init__(self, client: AgentClient, user_dir: Path) -> None:  # noqa: F811
+    BINDINGS: ClassVar[list[tuple[str, str, str]]] = [("q", "quit", "Quit")]
+
+    def __init__(self, client: Any, user_dir: Path) -> None:  # noqa: F811
         super().__init__()
         self.client, self.user_dir = client, user_dir
         self.results: list[str | None] = []
+        self.notes: list[str] = []
+
+    def notify(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.notes.append(message)
+        super().notify(message, *args, **kwargs)
 
     def on_mount(self) -> None:
         self.push_screen(PatchScreen(self.client, SET, PY, "gpu-box", self.user_dir), self.results.append)
@@ -131,3 +140,78 @@ async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site
         assert pkg(site, GEN).read_bytes() == edited
         await pilot.press("escape")
         await until(pilot, lambda: app.results == [None])
+
+
+class HoldsFirstWrite:
+    """The real client, but the first `file_write` waits for `release` before it is sent."""
+
+    def __init__(self, client: AgentClient) -> None:  # noqa: F811
+        self.client = client
+        self.holding, self.release = asyncio.Event(), asyncio.Event()
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        if op == "file_write" and not self.holding.is_set():
+            self.holding.set()
+            await self.release.wait()
+        return await self.client.request(op, **args)
+
+
+async def test_escape_and_quit_wait_for_a_push(client: AgentClient, site: Path,  # noqa: F811
+                                                tmp_path: Path, pset: P.PatchSet) -> None:
+    """Leaving mid-push would cancel it between its two file writes: Escape and the app's
+    `q` do nothing but say "wait" until the push is done."""
+    held = HoldsFirstWrite(client)
+    app = Host(held, tmp_path)
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        await until(pilot, lambda: screen.status is not None)
+        await pilot.press(*["down"] * len(pset.versions))  # the newest: both files change
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, held.holding.is_set)
+        await pilot.press("escape", "q")
+        await until(pilot, lambda: any("wait" in n for n in app.notes))
+        assert app.screen is screen and app.results == [] and app.is_running
+        held.release.set()
+        newest = P.latest(pset).name
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))  # relaunch?
+        await pilot.press("n")
+        await until(pilot, lambda: app.screen is screen)
+        assert screen.status is not None and screen.status["state"] == newest
+        pristine = spec_wheel.pristine_files()
+        assert {r: pkg(site, r).read_bytes() for r in pristine} == P.build_version(pset, newest, pristine)
+        await pilot.press("escape")  # done: Escape works again
+        await until(pilot, lambda: app.results == [None])
+
+
+class DropsLink:
+    """The real client until `drop` is set; then every request fails as a lost link."""
+
+    def __init__(self, client: AgentClient) -> None:  # noqa: F811
+        self.client, self.drop = client, False
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        if self.drop:
+            raise LinkLost("connection to gpu-box lost")
+        return await self.client.request(op, **args)
+
+
+async def test_link_lost_while_checking_a_refusal_is_a_notice(
+        client: AgentClient, site: Path, tmp_path: Path) -> None:  # noqa: F811
+    edited = hand_edit(site)
+    link = DropsLink(client)
+    app = Host(link, tmp_path)
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        await until(pilot, lambda: screen.status is not None and screen.status["state"] == "unknown")
+        link.drop = True
+        await pilot.press("down", "p")  # refused: the check for why runs into the dropped link
+        await until(pilot, lambda: any("connection to gpu-box lost" in n for n in app.notes))
+        assert app.is_running and app.screen is screen
+        link.drop = False  # back: the same key now shows why
+        await pilot.press("p")
+        await until(pilot, lambda: "edited by hand" in text_of(screen.query_one("#preview", Static)))
+        assert pkg(site, GEN).read_bytes() == edited

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -27,29 +29,6 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 
 STATE_WORDS = {P.UNKNOWN: "unknown (edited by hand)", P.MISSING: "missing"}
-
-
-class _NoWrites:
-    """An agent client that reads but refuses `file_write`: running `push` through it
-    yields the service's refusal (with its diff) and can never change the host."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        if op == "file_write":
-            raise S.PatchServiceError("the host files changed while checking them; try again")
-        return await self._client.request(op, **args)
-
-
-async def refusal(client: Any, set_name: str, version: str, python: str) -> S.PatchServiceError | None:
-    """Why `push(version)` would be refused now (its `.detail` holds the hand-edit diff),
-    or None when it would go ahead. Never writes to the host."""
-    try:
-        await S.push(_NoWrites(client), set_name, version, python)
-    except S.PatchServiceError as exc:
-        return exc
-    return None
 
 
 def describe_state(st: dict[str, Any]) -> str:
@@ -134,6 +113,20 @@ def _print_done(st: dict[str, Any]) -> None:
         click.echo(f"  {mark}  sha256 {f.get('sha256')}  {f.get('abs_path')}")
 
 
+@contextmanager
+def _one_line() -> Iterator[None]:
+    """Turn a refused or failed patch action into the ValueError `run_on_host` prints as
+    one line (exit 1); a refusal's diff, if any, goes to stderr first."""
+    try:
+        yield
+    except S.PatchServiceError as exc:
+        if exc.detail:
+            click.echo(exc.detail, err=True, nl=not exc.detail.endswith("\n"))
+        raise ValueError(str(exc)) from None
+    except P.PatchError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _transition(obj: Ctx, target: str | None, pset: P.PatchSet, goal: str, yes: bool,
                 force: bool, as_json: bool) -> None:
     """Move the host's files to `goal` (a version name or `pristine`), asking first."""
@@ -142,11 +135,10 @@ def _transition(obj: Ctx, target: str | None, pset: P.PatchSet, goal: str, yes: 
     host_name = obj.target(target)
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        try:
+        with _one_line():
             st = await S.status(client, pset.name, python)
-            refused = None
             if st["state"] == P.MISSING or (st["state"] == P.UNKNOWN and not force):
-                refused = await refusal(client, pset.name, goal if goal != P.PRISTINE else P.LATEST, python)
+                refused = await S.would_refuse(client, pset.name, goal, python, force=force)
                 if refused is None:  # changed under us between the two reads
                     raise S.PatchServiceError("the host files changed while checking them; try again")
                 raise refused
@@ -157,12 +149,6 @@ def _transition(obj: Ctx, target: str | None, pset: P.PatchSet, goal: str, yes: 
             if goal == P.PRISTINE:
                 return await S.rollback(client, pset.name, python, force=force)
             return await S.push(client, pset.name, goal, python, force=force)
-        except S.PatchServiceError as exc:
-            if exc.detail:
-                click.echo(exc.detail, err=True, nl=not exc.detail.endswith("\n"))
-            raise ValueError(str(exc)) from None
-        except P.PatchError as exc:
-            raise ValueError(str(exc)) from None
 
     report = _run(obj, target, body)
     if as_json:
@@ -197,10 +183,8 @@ def status_cmd(obj: Ctx, target: str | None, set_name: str | None, as_json: bool
     pset = _load_set(obj, set_name)
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        try:
+        with _one_line():
             return await S.status(client, pset.name, obj.cfg.host.python)
-        except (S.PatchServiceError, P.PatchError) as exc:
-            raise ValueError(str(exc)) from None
 
     st = _run(obj, target, body)
     if as_json:
@@ -274,11 +258,9 @@ def capture_cmd(obj: Ctx, name: str, target: str | None, title: str, notes: str,
         _fail("--title must be one non-empty line", EXIT_USAGE)
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        try:
+        with _one_line():
             return await S.capture(client, pset.name, obj.cfg.host.python, name, title,
                                    notes=notes, fixes=fixes)
-        except (S.PatchServiceError, P.PatchError) as exc:
-            raise ValueError(str(exc)) from None
 
     rep = _run(obj, target, body)
     if as_json:
@@ -288,4 +270,4 @@ def capture_cmd(obj: Ctx, name: str, target: str | None, title: str, notes: str,
         click.echo(f"  diff  {rep['diff_file']}")
 
 
-__all__ = ["changing_files", "describe_state", "patch", "plan_lines", "refusal"]
+__all__ = ["changing_files", "describe_state", "patch", "plan_lines"]

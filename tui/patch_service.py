@@ -27,9 +27,9 @@ import base64
 import os
 import posixpath
 import tempfile
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from tui.state import patches as P

@@ -21,13 +21,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui import patch_service as S
-from tui.cli_patch import describe_state, plan_lines, refusal
+from tui.cli_patch import describe_state, plan_lines
 from tui.screens.confirm import ConfirmScreen
 from tui.state import patches as P
 from tui.transport import AgentRequestError, TransportError
 
 APPLIED = "●"
 RELAUNCH = "relaunch"
+# What the screen catches from the patch service and the link: shown, never fatal.
+EXPECTED = (S.PatchServiceError, P.PatchError, AgentRequestError, TransportError)
 
 
 class PatchScreen(Screen[str | None]):
@@ -57,6 +59,7 @@ class PatchScreen(Screen[str | None]):
         self.pset: P.PatchSet | None = None
         self.status: dict[str, Any] | None = None  # the last status report from the host
         self.busy = False
+        self.writing: str | None = None  # "pushing v3" while a push/rollback is in flight
 
     def compose(self) -> ComposeResult:
         yield Static(f"{self.host}: reading patch state of {self.set_name} …", id="patch-status")
@@ -142,10 +145,23 @@ class PatchScreen(Screen[str | None]):
         self.notify(message, severity="error", timeout=10)
 
     # ---- actions ------------------------------------------------------------------
+    @property
+    def is_modal(self) -> bool:
+        """Modal while writing: the app's own keys (q quit, k kill, ...) must not run
+        then -- quitting mid-push would cancel it."""
+        return self.writing is not None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("push", "rollback", "refresh"):
             return self.pset is not None and not self.busy
+        if action == "back":  # leaving would cancel a push between two file writes
+            return None if self.writing else True
         return True
+
+    def key_escape(self) -> None:
+        # Runs before the (then disabled) `back` binding is looked up: say why nothing happens.
+        if self.writing:
+            self.notify(f"{self.writing}… wait", severity="warning")
 
     def action_back(self) -> None:
         self.dismiss(None)
@@ -178,6 +194,10 @@ class PatchScreen(Screen[str | None]):
 
         def decided(yes: bool | None) -> None:
             if yes:
+                # Marked before the worker starts: from here on, Escape must not cancel it.
+                self.writing = "rolling back" if goal == P.PRISTINE else f"pushing {goal}"
+                self._header(Text(f"{self.host}: {self.writing} … wait", style="bold yellow"))
+                self._set_busy(True)
                 self._transition(goal)
 
         self.app.push_screen(ConfirmScreen(f"{verb} {goal} to {self.host}?",
@@ -193,7 +213,7 @@ class PatchScreen(Screen[str | None]):
         self._set_busy(True)
         try:
             self.status = await S.status(self.client, self.set_name, self.python, self.user_dir)
-        except (S.PatchServiceError, P.PatchError, AgentRequestError, TransportError) as exc:
+        except EXPECTED as exc:
             self._header(Text(f"{self.host}: {exc}", style="bold red"))
             self.notify(str(exc), title="patch status", severity="error", timeout=10)
             return
@@ -205,8 +225,12 @@ class PatchScreen(Screen[str | None]):
     @work(exclusive=True, group="patch")
     async def _refuse(self, goal: str) -> None:
         """Show why a move is refused (hand edits: their diff) without writing anything."""
-        exc = await refusal(self.client, self.set_name, goal if goal != P.PRISTINE else P.LATEST,
-                            self.python)
+        try:
+            exc = await S.would_refuse(self.client, self.set_name, goal, self.python,
+                                       user_dir=self.user_dir)
+        except EXPECTED as err:  # a dropped link while checking: say so, keep the screen
+            self.notify(str(err), title="patch check failed", severity="error", timeout=10)
+            return
         if exc is None:  # the host changed since we read it
             self.notify("the host's files changed; re-read", severity="warning")
             self._load()
@@ -216,22 +240,25 @@ class PatchScreen(Screen[str | None]):
 
     @work(exclusive=True, group="patch")
     async def _transition(self, goal: str) -> None:
-        self._set_busy(True)
+        """Push `goal` (or roll back to pristine); `_ask` has set `writing` and busy."""
         try:
             if goal == P.PRISTINE:
                 report = await S.rollback(self.client, self.set_name, self.python, user_dir=self.user_dir)
             else:
                 report = await S.push(self.client, self.set_name, goal, self.python, user_dir=self.user_dir)
         except S.PatchServiceError as exc:
+            self._show_status()
             if exc.detail:
                 self._show_hand_edits(str(exc), exc.detail)
             else:
                 self.notify(str(exc), title="patch refused", severity="error", timeout=10)
             return
         except (P.PatchError, AgentRequestError, TransportError) as exc:
+            self._show_status()
             self.notify(str(exc), title="patch failed", severity="error", timeout=10)
             return
         finally:
+            self.writing = None
             self._set_busy(False)
         self.status = report
         self._show_status()
