@@ -1,4 +1,5 @@
-"""Run lifecycle on the GPU host: launch under a supervisor shim, list, kill.
+"""Run lifecycle on the GPU host: launch under a supervisor shim, list; kill is in
+the sibling kill.py.
 
 Standard library only; runs on the host's Python 3.9+. Imported by agent.py and
 also executed as the supervisor shim: ``python runner.py supervise RUN_DIR``.
@@ -25,7 +26,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
 from typing import Any
 
 try:  # imported as remote.runner (tests, client) or as a top-level module (host)
@@ -35,16 +35,8 @@ except ImportError:
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 LAUNCH_WAIT = 10.0  # seconds launch() waits for the shim's manifest
-KILL_WAIT = 10.0  # seconds to wait after SIGKILL (processes in D state die late)
-POLL = 0.1
-RESCAN_EVERY = 0.3
-PROGRESS_EVERY = 0.5
 PR_SET_CHILD_SUBREAPER = 36
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-GpuQuery = Callable[[], "list[dict] | None"]  # a string: `X | None` needs 3.10 at runtime
-"""Returns ``[{"index": int, "processes": [{"pid": int, "mem": int | None}]}]`` (the
-snapshot's gpu shape suffices), or None / raises when no GPU reading is available."""
 
 
 class RunnerError(Exception):
@@ -99,35 +91,6 @@ def _alive(pid: int | None, ticks: int | None) -> bool:
         return False
     st = procfs.read_stat(pid)
     return st is not None and st["start_ticks"] == ticks and st["state"] not in ("Z", "X")
-
-
-def _send(pid: int, ticks: int, sig: int) -> bool:
-    """Signal pid only if it is still the process first seen (same start_ticks).
-
-    A pidfd opened *before* the start-time check makes this race-free: if the
-    check passes, the process was alive all along, so the pidfd names it.
-    """
-    fd = None
-    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            fd = None  # kernel older than 5.3: fall back to kill()
-    try:
-        if not _alive(pid, ticks):
-            return False
-        if fd is not None:
-            signal.pidfd_send_signal(fd, sig)
-        else:
-            os.kill(pid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 def _name_from_argv(argv: list[str]) -> str:
@@ -493,6 +456,31 @@ def supervise(run_dir: str) -> int:
 # ---------------------------------------------------------------- external runs
 
 
+_EXT_ID_RE = re.compile(r"ext-([1-9][0-9]*)-([0-9]+)")
+
+
+def _ext_id(pid: int, start_ticks: int) -> str:
+    """The run id of an external run: its pid and start ticks, so a reused PID never
+    passes for it."""
+    return "ext-%d-%d" % (pid, start_ticks)
+
+
+def _start_ticks(p: dict) -> int | None:
+    """Start ticks of a snapshot process: its own field when present, else read
+    from /proc and checked against the snapshot's start_time (PID reuse)."""
+    if isinstance(p.get("start_ticks"), int):
+        return p["start_ticks"]
+    st = procfs.read_stat(p["pid"])
+    if st is None or st["state"] in ("Z", "X"):
+        return None
+    seen = p.get("start_time")
+    if isinstance(seen, (int, float)):
+        # btime in /proc/stat may wobble by a second between reads.
+        if abs(procfs.start_time(st, procfs.boot_time()) - seen) > 1.5:
+            return None
+    return st["start_ticks"]
+
+
 def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
     """Records for process trees whose command line contains `match` and that
     belong to no managed run; only the top-most matching process of a tree counts,
@@ -530,6 +518,9 @@ def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
             anc, hops = parent(anc), hops + 1
         if not top:
             continue
+        ticks = _start_ticks(p)
+        if ticks is None:
+            continue  # gone since the snapshot, or its pid names another process now
         try:
             cwd: str | None = os.readlink("/proc/%d/cwd" % pid)
         except OSError:
@@ -537,7 +528,7 @@ def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
         start = p.get("start_time")
         out.append(
             {
-                "run_id": "ext-%d" % pid,
+                "run_id": _ext_id(pid, ticks),
                 "name": _name_from_argv(p.get("cmdline") or []),
                 "argv": p.get("cmdline") or [],
                 "cwd": cwd,
@@ -564,304 +555,6 @@ def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
         )
     out.sort(key=lambda r: r["start_time"] or 0, reverse=True)
     return out
-
-
-# ---------------------------------------------------------------- kill
-
-
-class _Finder:
-    """Finds the processes of one run by full /proc scans, remembering each one's
-    start_ticks at first sight so that a reused PID is never taken for it."""
-
-    def __init__(self, run_id: str, manifest: dict | None, ext_root: tuple[int, int] | None):
-        self.run_id = run_id
-        self.m = manifest or {}
-        self.ext_root = ext_root
-        self.tracked: dict[int, int] = {}  # pid -> start_ticks
-        self.env_cache: dict[tuple[int, int], str | None] = {}
-        self.never: set[int] = {0, 1, 2, os.getpid()}
-        stats = self._stats()
-        pid: int | None = os.getpid()
-        while pid and pid in stats:  # never signal ourselves or whoever runs us
-            self.never.add(pid)
-            pid = stats[pid]["ppid"]
-        if ext_root is not None and ext_root[0] in stats:
-            root = stats[ext_root[0]]
-            pid = root["ppid"]
-            while pid and pid in stats:  # the matched process's shell and its parents
-                self.never.add(pid)
-                pid = stats[pid]["ppid"]
-            if root["sid"] != ext_root[0]:
-                self.never.add(root["sid"])
-        same_boot = abs(float(self.m.get("boot_time") or 0) - procfs.boot_time()) < 2.0
-        self.shim = self._valid(stats, "shim_pid", "shim_start_ticks") if same_boot else None
-        if self.shim is not None:
-            self.never.add(self.shim)  # the shim reaps the run and writes exit.json
-        self.main = self._valid(stats, "pid", "start_ticks") if same_boot else None
-        # A session / group id stays reserved while it has members; it is trusted
-        # unless its leader's pid now belongs to a different process.
-        self.sid = self._id_ok(stats, "sid", self.m.get("shim_start_ticks")) if same_boot else None
-        self.pgid = self._id_ok(stats, "pgid", self.m.get("start_ticks")) if same_boot else None
-        self.scan(stats)
-
-    def _valid(self, stats: dict[int, dict], pid_key: str, ticks_key: str) -> int | None:
-        pid, ticks = self.m.get(pid_key), self.m.get(ticks_key)
-        st = stats.get(pid) if isinstance(pid, int) else None
-        return pid if st is not None and st["start_ticks"] == ticks else None
-
-    def _id_ok(self, stats: dict[int, dict], key: str, leader_ticks: Any) -> int | None:
-        ident = self.m.get(key)
-        if not isinstance(ident, int) or ident <= 1:
-            return None
-        leader = stats.get(ident)
-        return ident if leader is None or leader["start_ticks"] == leader_ticks else None
-
-    @staticmethod
-    def _stats() -> dict[int, dict]:
-        out = {}
-        for pid in procfs.list_pids():
-            st = procfs.read_stat(pid)
-            if st is not None:
-                out[pid] = st
-        return out
-
-    def _marker(self, pid: int, ticks: int) -> str | None:
-        key = (pid, ticks)
-        if key not in self.env_cache:  # a process's initial environ never changes
-            self.env_cache[key] = procfs.read_environ_var(pid, RUN_ENV)
-        return self.env_cache[key]
-
-    def scan(self, stats: dict[int, dict] | None = None) -> list[int]:
-        """Full /proc scan; returns the pids of the run seen for the first time."""
-        stats = self._stats() if stats is None else stats
-        live = {p: s for p, s in stats.items() if s["state"] not in ("Z", "X")}
-        children: dict[int, list[int]] = {}
-        for pid, st in live.items():
-            children.setdefault(st["ppid"], []).append(pid)
-        found: set[int] = set()
-        roots = [p for p, t in self.tracked.items() if p in live and live[p]["start_ticks"] == t]
-        if self.ext_root is not None:
-            pid, ticks = self.ext_root
-            if pid in live and live[pid]["start_ticks"] == ticks:
-                roots.append(pid)
-            leaders = set(roots)
-            for pid, st in live.items():  # a group counts only if our tree made it
-                if st["pgid"] in leaders or st["pgid"] in self.tracked:
-                    found.add(pid)
-        else:
-            roots += [p for p in (self.main, self.shim) if p is not None and p in live]
-            for pid, st in live.items():
-                if (
-                    (self.sid is not None and st["sid"] == self.sid)
-                    or (self.pgid is not None and st["pgid"] == self.pgid)
-                    or self._marker(pid, st["start_ticks"]) == self.run_id
-                ):
-                    found.add(pid)
-        stack = list(roots)
-        while stack:  # descendants, including orphans re-parented to the shim
-            pid = stack.pop()
-            found.add(pid)
-            stack.extend(c for c in children.get(pid, ()) if c not in found)
-        new = []
-        for pid in sorted(found - self.never):
-            if pid not in self.tracked:
-                self.tracked[pid] = live[pid]["start_ticks"]
-                new.append(pid)
-        return new
-
-    def alive(self) -> list[int]:
-        return sorted(p for p, t in self.tracked.items() if _alive(p, t))
-
-
-def _gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
-    if gpu_query is None:
-        return None
-    try:
-        gpus = gpu_query()
-    except Exception:  # the GPU source is optional; a failed reading is N/A
-        return None
-    return gpus if isinstance(gpus, list) else None
-
-
-def _run_mem(gpu: dict, pids: set[int]) -> tuple[int | None, list[int]]:
-    """Memory the run's pids hold on one GPU (None if unknown), and those pids."""
-    procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict) and p.get("pid") in pids]
-    mems = [p["mem"] for p in procs if isinstance(p.get("mem"), int)]
-    mem = sum(mems) if mems or not procs else None
-    return mem, sorted(p["pid"] for p in procs)
-
-
-def _gpu_report(before: list[dict] | None, now: list[dict] | None, pids: set[int]) -> list[dict]:
-    prior = {g.get("index"): _run_mem(g, pids)[0] for g in before or [] if isinstance(g, dict)}
-    out = []
-    for g in now or []:
-        if not isinstance(g, dict):
-            continue
-        mem, holders = _run_mem(g, pids)
-        was = prior.get(g.get("index"))
-        if not was and not holders:
-            continue  # a GPU the run never used
-        others = [
-            {"pid": p.get("pid"), "mem": p.get("mem")}
-            for p in g.get("processes") or []
-            if isinstance(p, dict) and p.get("pid") not in pids
-        ]
-        freed = was - mem if isinstance(was, int) and isinstance(mem, int) else None
-        out.append(
-            {
-                "index": g.get("index"),
-                "run_mem_before": was,
-                "run_mem": mem,
-                "freed": freed,
-                "run_pids": holders,
-                "other_pids": others,
-            }
-        )
-    return out
-
-
-def _ext_root(run_id: str, procs: list[dict] | None) -> tuple[int, int] | None:
-    """(pid, start_ticks) of an external run's process, None when it has ended or
-    its pid now belongs to a different process than the caller's snapshot saw."""
-    try:
-        pid = int(run_id[4:])
-    except ValueError:
-        raise RunnerError("no run %s" % run_id) from None
-    st = procfs.read_stat(pid)
-    if st is None or st["state"] in ("Z", "X"):
-        return None
-    seen = [p for p in procs or [] if isinstance(p, dict) and p.get("pid") == pid]
-    if seen and isinstance(seen[0].get("start_time"), (int, float)):
-        now = procfs.start_time(st, procfs.boot_time())
-        if abs(now - seen[0]["start_time"]) > 2.0 / procfs.CLK_TCK:
-            return None  # PID reused since the snapshot
-    return pid, st["start_ticks"]
-
-
-def kill(
-    runs_dir: str,
-    run_id: str,
-    graces: Iterable[float] = (10.0, 10.0),
-    gpu_wait: float = 30.0,
-    gpu_query: GpuQuery | None = None,
-    progress: Callable[[dict], None] | None = None,
-    procs: list[dict] | None = None,
-) -> dict:
-    """Stop every process of a run: SIGINT, SIGTERM, then SIGKILL, each after a grace;
-    then wait for the run's GPU memory to be released and report what still holds it."""
-    try:
-        g_int, g_term = (max(0.0, float(g)) for g in graces)
-        gpu_wait = max(0.0, float(gpu_wait))
-    except (TypeError, ValueError):
-        raise RunnerError("graces must be two numbers and gpu_wait a number") from None
-    t0 = time.monotonic()
-    run_dir: str | None = None
-    if isinstance(run_id, str) and run_id.startswith("ext-"):
-        root = _ext_root(run_id, procs)
-        finder = _Finder(run_id, None, root) if root else None
-        if root and finder and root[0] in finder.never:
-            raise RunnerError("refusing to kill %s: it runs the agent itself" % run_id)
-    else:
-        run_dir = _run_dir(runs_dir, run_id)
-        manifest = _read_json(os.path.join(run_dir, "manifest.json"))
-        if not isinstance(manifest, dict):
-            if not os.path.isfile(os.path.join(run_dir, "launch.json")):
-                raise RunnerError("no run %s" % run_id)
-            manifest = None  # shim never wrote it: find the run by its marker alone
-        finder = _Finder(run_id, manifest, None)
-
-    def elapsed() -> float:
-        return round(time.monotonic() - t0, 3)
-
-    before = _gpu_read(gpu_query)
-    latest = before
-    last_report = 0.0
-
-    def report(stage: str) -> None:
-        nonlocal last_report
-        last_report = time.monotonic()
-        if progress is None:
-            return
-        pids = set(finder.tracked) if finder else set()
-        gpus = [
-            {"index": g["index"], "run_mem": g["run_mem"]}
-            for g in _gpu_report(before, latest, pids)
-        ]
-        try:
-            progress(
-                {
-                    "run_id": run_id,
-                    "stage": stage,
-                    "alive": finder.alive() if finder else [],
-                    "gpus": gpus,
-                    "elapsed": elapsed(),
-                }
-            )
-        except Exception:  # a broken progress sink must not abort a kill half-way
-            pass
-
-    stages: list[dict] = []
-    for sig, wait in (
-        (signal.SIGINT, g_int),
-        (signal.SIGTERM, g_term),
-        (signal.SIGKILL, KILL_WAIT),
-    ):
-        if finder is None:
-            break
-        finder.scan()
-        alive = finder.alive()
-        if not alive:
-            break
-        sent_to = [p for p in alive if _send(p, finder.tracked[p], sig)]
-        stages.append({"signal": sig.name, "at": elapsed(), "sent_to": sent_to})
-        report(sig.name)
-        deadline = time.monotonic() + wait
-        last_scan = time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(POLL)
-            if time.monotonic() - last_scan >= RESCAN_EVERY:
-                last_scan = time.monotonic()
-                for pid in finder.scan():  # a worker born during the wait
-                    if _send(pid, finder.tracked[pid], sig):
-                        sent_to.append(pid)
-            if not finder.alive():
-                finder.scan()
-                if not finder.alive():
-                    break
-            if time.monotonic() - last_report >= PROGRESS_EVERY:
-                latest = _gpu_read(gpu_query) if gpu_query else None
-                report(sig.name)
-    remaining = finder.alive() if finder else []
-    pids = set(finder.tracked) if finder else set()
-    latest = _gpu_read(gpu_query)
-    if latest is not None and pids and not remaining:
-        report("waiting_gpu")
-        deadline = time.monotonic() + gpu_wait
-        while any(_run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
-            latest = _gpu_read(gpu_query) or latest
-            if time.monotonic() - last_report >= PROGRESS_EVERY:
-                report("waiting_gpu")
-    gpus = _gpu_report(before, latest, pids)
-    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
-    result = {
-        "run_id": run_id,
-        "ok": not remaining and gpus_free is not False,
-        "stages": stages,
-        "remaining": remaining,
-        "gpus": gpus,
-        "gpus_free": gpus_free,
-        "elapsed": elapsed(),
-    }
-    report("done")
-    if run_dir is not None and stages:
-        try:
-            _write_json_atomic(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
-        except OSError:
-            pass  # the processes are gone; a read-only run dir must not turn that into an error
-    return result
 
 
 def main(args: list[str]) -> int:

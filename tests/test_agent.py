@@ -116,7 +116,8 @@ def test_snapshot_shape_and_no_gpu(plain: AgentProc) -> None:
     assert 0 < host["mem_available"] <= host["mem_total"]
     assert len(host["load"]) == 3 and host["uptime"] > 0
     assert snap["gpus"] == [] and snap["gpu_source"] is None and snap["gpu_error"]
-    assert snap["processes"] == [] and isinstance(snap["runs"], list)
+    # No match and no GPU: only processes of runs (other sessions' tests may have some).
+    assert all(p["why"] == ["run"] for p in snap["processes"]) and isinstance(snap["runs"], list)
     assert plain.call("snapshot")["seq"] > snap["seq"]
 
 
@@ -200,7 +201,7 @@ def test_run_env_marks_a_process_as_run(plain: AgentProc) -> None:
 def test_log_missing_then_created_and_appends(agent: AgentProc, tmp_path: Path) -> None:
     path = tmp_path / "sub" / "run.log"  # even the directory does not exist yet
     res, stream = subscribe(agent, path)
-    assert res == {"inode": None, "size": None}
+    assert res == {"inode": None, "size": None, "offset": 0}
     stream.wait(lambda s: s.resets == ["missing"])
     path.parent.mkdir()
     path.write_bytes(b"line 1\n")
@@ -384,8 +385,9 @@ def test_eof_exits_zero_promptly(tmp_path: Path) -> None:
 
 def test_runner_missing_gives_clear_error(tmp_path: Path) -> None:
     # A copy of the agent without runner.py beside it: the ops that need it say so.
-    for name in ("agent.py", "procfs.py"):
-        shutil.copy(AGENT.parent / name, tmp_path / name)
+    for src in AGENT.parent.glob("*.py"):
+        if src.name != "runner.py":
+            shutil.copy(src, tmp_path / src.name)
     with AgentProc(env=NO_GPU, agent=tmp_path / "agent.py") as a:
         assert "runs" not in a.hello["capabilities"]
         for op, args in [("launch", {"name": "x", "argv": ["true"]}), ("runs", {}),
@@ -572,3 +574,125 @@ def test_launch_snapshot_kill_through_agent(plain: AgentProc, tmp_path: Path) ->
     assert rec["pid"] not in [q["pid"] for q in after["processes"]]
     with pytest.raises(AgentCallError, match="^no run nope$"):
         plain.call("kill", {"run_id": "nope"})
+
+
+
+# ---------------------------------------------------------------- client gone mid-kill
+
+IGNORES_SIGINT = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                  "print('ready', flush=True)\ntime.sleep(60)\n")
+
+
+def _read_until(proc: subprocess.Popen, pred: Callable[[dict], bool], timeout: float = 15.0) -> dict:
+    """Read the agent's stdout lines until one satisfies pred (deadline, never a hang)."""
+    import json
+    import select
+
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        line = proc.stdout.readline()
+        if not line:
+            break
+        msg = json.loads(line)
+        if pred(msg):
+            return msg
+    raise TimeoutError("agent never sent the awaited line")
+
+
+@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
+@pytest.mark.parametrize("gone", ["stdin-eof", "link-drop"])
+def test_kill_completes_after_the_client_goes(tmp_path: Path, gone: str) -> None:
+    """The client quits (stdin EOF) or the link drops (stdout broken too) right after
+    asking for a kill: the agent still escalates to SIGTERM and records killed.json."""
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-u", str(AGENT), "--runs-dir", str(runs)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, **NO_GPU))
+    assert proc.stdin is not None and proc.stdout is not None
+    pid = None
+    try:
+        def send(rid: int, op: str, args: dict) -> None:
+            import json
+            proc.stdin.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
+            proc.stdin.flush()
+
+        send(1, "launch", {"name": "stubborn", "argv": [sys.executable, "-c", IGNORES_SIGINT],
+                           "cwd": str(tmp_path), "env": {}})
+        rec = _read_until(proc, lambda m: m.get("type") == "result" and m["id"] == 1)["result"]
+        pid, run_dir = rec["pid"], runs / rec["run_id"]
+        deadline = time.monotonic() + 15
+        while b"ready" not in Path(rec["log"]).read_bytes():  # SIGINT is ignored from here on
+            assert time.monotonic() < deadline, "the run never became ready"
+            time.sleep(0.02)
+        send(2, "kill", {"run_id": rec["run_id"], "graces": [1, 1], "gpu_wait": 0})
+        _read_until(proc, lambda m: m.get("type") == "kill_progress" and m["stage"] == "SIGINT")
+        proc.stdin.close()
+        if gone == "link-drop":
+            proc.stdout.close()
+        assert proc.wait(timeout=20) == 0
+        st = procfs_stat(pid)
+        assert st is None or st["state"] in ("Z", "X"), "the run outlived the kill"
+        assert (run_dir / "killed.json").exists()
+        pid = None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid is not None and procfs_stat(pid) is not None:
+            os.kill(pid, 9)
+
+
+def procfs_stat(pid: int) -> dict | None:
+    from remote import procfs
+
+    return procfs.read_stat(pid)
+
+
+# ---------------------------------------------------------------- paths, external runs
+
+
+def test_tilde_paths_expand_on_the_host(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    run = home / "runs" / "20250101-000000-abcd"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text('{"name": "old", "pid": 1, "launched_at": 1.0}')
+    (run / "exit.json").write_text('{"exit_code": 0, "ended_at": 2.0}')
+    (home / "x.log").write_bytes(b"tilde\n")
+    env = dict(NO_GPU, HOME=str(home))
+    with AgentProc(env=env, args=["--runs-dir", "~/runs"]) as a:
+        assert [r["run_id"] for r in a.call("runs")["runs"]] == [run.name]
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 60, "runs_dir": "~/runs"})
+        assert [r["run_id"] for r in a.call("runs")["runs"]] == [run.name]
+        assert base64.b64decode(a.call("file_read", {"path": "~/x.log"})["b64"]) == b"tilde\n"
+        got = a.call("read_range", {"path": "~/x.log", "offset": 0, "length": 5})
+        assert base64.b64decode(got["b64"]) == b"tilde"
+        res, stream = subscribe(a, Path("~/x.log"))
+        assert res["size"] == 6
+        stream.wait(lambda s: bytes(s.data) == b"tilde\n")
+        a.call("file_write", {"path": "~/new.txt", "b64": "eA==", "expect_sha256": None,
+                              "backup": None})
+        assert (home / "new.txt").read_bytes() == b"x"
+
+
+@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
+def test_external_run_listed_and_killed_through_the_agent(plain: AgentProc) -> None:
+    marker = "ext-marker-" + uuid.uuid4().hex
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        plain.call("configure", {"interval": 3600, "match": marker})
+        (rec,) = [r for r in plain.call("runs")["runs"] if r["external"]]
+        assert rec["external"] and rec["pid"] == child.pid
+        assert rec["run_id"] == "ext-%d-%d" % (child.pid, procfs_stat(child.pid)["start_ticks"])
+        report = plain.call("kill", {"run_id": rec["run_id"], "graces": [1, 1], "gpu_wait": 0})
+        assert report["ok"] and child.wait(timeout=5) is not None
+        plain.call("configure", {"match": None})
+        with pytest.raises(AgentCallError, match="no match is configured"):
+            plain.call("kill", {"run_id": rec["run_id"]})
+    finally:
+        child.kill()
+        child.wait()

@@ -174,3 +174,39 @@ def test_exit_status_is_recorded_with_no_client(tmp_path: Path) -> None:
         return any(r["run_id"] == run["run_id"] and r["state"] == "exited" and r["exit_code"] == 7 for r in runs)
 
     wait_until(ended, timeout=20)
+
+
+def test_patch_status_push_rollback_over_ssh(tmp_path: Path, sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch commands through sshd, on a real speculators 0.3.0 in a venv on the 'host'."""
+    from tests import spec_wheel
+    from tests.patch_fixtures import GEN
+    from tui.demo import ensure_speculators_venv
+
+    wheel = spec_wheel.wheel_path()  # skips, or fails under CI, when it cannot be had
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheel.parent))
+    python, why = ensure_speculators_venv(tmp_path / "venv", sys.executable)
+    assert python is not None, why
+    cfg = tmp_path / "eagle3.toml"
+    cfg.write_text(f'[host]\npython = "{python}"\n[patches]\nset = "speculators-0.3.0-vllm-0.16"\n')
+    pre = ["-F", str(sshd.ssh_config)]
+    gen = next((tmp_path / "venv").rglob(GEN))
+    pristine = gen.read_bytes()
+
+    def patch(*args: str) -> subprocess.CompletedProcess[str]:
+        return e3(*pre, "patch", *args, cwd=tmp_path)
+
+    assert patch("status", sshd.alias).stdout.splitlines()[0] == "pristine"
+    pushed = patch("push", "latest", sshd.alias, "--yes")
+    assert pushed.returncode == 0, pushed.stderr
+    assert patch("status", sshd.alias).stdout.splitlines()[0] == "v5"
+    compile(gen.read_bytes(), str(gen), "exec")
+    back = patch("rollback", sshd.alias, "--yes")
+    assert back.returncode == 0, back.stderr
+    assert gen.read_bytes() == pristine
+    gen.write_bytes(pristine + b"\n# edited by hand\n")
+    refused = patch("push", "v1", sshd.alias, "--yes")
+    last = refused.stderr.strip().splitlines()[-1]  # the diff against pristine comes first
+    assert refused.returncode == 1 and last.startswith("eagle3-tui:") and "without --force" in last
+    assert "+# edited by hand" in refused.stderr
+    assert gen.read_bytes() == pristine + b"\n# edited by hand\n"  # untouched

@@ -1,4 +1,4 @@
-"""remote/runner.py against real processes: launch, survive, list, kill, external runs."""
+"""remote/runner.py and remote/kill.py against real processes: launch, survive, list, kill, external runs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from remote import kill as killer
 from remote import procfs, runner
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,7 +149,7 @@ def env(tmp_path: Path):
     yield Env
     for run in runner.list_runs(runs_dir):
         if run["state"] == "running":
-            runner.kill(runs_dir, run["run_id"], graces=(0, 0), gpu_wait=0)
+            killer.kill(runs_dir, run["run_id"], graces=(0, 0), gpu_wait=0)
     for pid, t in pids.items():
         if alive(pid, t):
             os.kill(pid, signal.SIGKILL)
@@ -191,7 +192,7 @@ def test_kill_reaches_every_process_of_the_run_and_nothing_else(env):
 
     events: list[dict] = []
     t0 = time.monotonic()
-    report = runner.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0, progress=events.append)
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0, progress=events.append)
     took = time.monotonic() - t0
 
     assert report["ok"] is True and report["remaining"] == []
@@ -221,7 +222,7 @@ def test_reused_pid_is_never_signalled(env):
     decoy = env.spawn([sys.executable, "-c", SLEEPER])
     wait_for(lambda: alive(decoy.pid), what="decoy")
     rec = launch_sleeper(env)
-    runner.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
+    killer.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
     # Doctor the manifest: the run's pid, group and session now name the decoy (a
     # session and group leader) which started at a different time than recorded.
     path = os.path.join(env.runs, rec["run_id"], "manifest.json")
@@ -230,7 +231,7 @@ def test_reused_pid_is_never_signalled(env):
     Path(path).write_text(json.dumps(manifest))
     os.remove(os.path.join(env.runs, rec["run_id"], "exit.json"))
 
-    report = runner.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
+    report = killer.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
     assert report["ok"] and report["stages"] == []
     assert alive(decoy.pid) and procfs.read_stat(decoy.pid)["state"] != "T"
     assert runner.list_runs(env.runs)[0]["state"] == "killed"  # from the first kill
@@ -349,7 +350,7 @@ def test_relaunch_refused_while_alive_then_allowed_after_kill(env):
     assert first["run_id"] in msg and str(first["pid"]) in msg and "\n" not in msg
     other = launch_sleeper(env, name="other")  # a different name is fine
     assert other["state"] == "running"
-    assert runner.kill(env.runs, first["run_id"], graces=(0.2, 0.2), gpu_wait=0)["ok"]
+    assert killer.kill(env.runs, first["run_id"], graces=(0.2, 0.2), gpu_wait=0)["ok"]
     second = launch_sleeper(env)
     assert second["run_id"] != first["run_id"] and second["state"] == "running"
     third = runner.launch(
@@ -373,17 +374,17 @@ def test_bad_requests_fail_in_one_line(env):
             runner.launch(env.runs, "bad", **kw)
         assert str(err.value) and "\n" not in str(err.value), kw
     with pytest.raises(runner.RunnerError, match="^no run nope$"):
-        runner.kill(env.runs, "nope")
+        killer.kill(env.runs, "nope")
     with pytest.raises(runner.RunnerError, match="^no run "):
-        runner.kill(env.runs, "../../etc")
+        killer.kill(env.runs, "../../etc")
     me = "ext-%d-%d" % (os.getpid(), ticks(os.getpid()))
     cmd = " ".join(procfs.read_cmdline(os.getpid()) or [])
     with pytest.raises(runner.RunnerError, match="^refusing to kill %s: " % me):
-        runner.kill(env.runs, me, match=cmd)  # the caller (here: pytest) itself
+        killer.kill(env.runs, me, match=cmd)  # the caller (here: pytest) itself
     with pytest.raises(runner.RunnerError, match="^cannot kill %s: no match" % me):
-        runner.kill(env.runs, me)
+        killer.kill(env.runs, me)
     with pytest.raises(runner.RunnerError, match='^no run "ext-%d"$' % os.getpid()):
-        runner.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
+        killer.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
 
 
 def test_list_runs_skips_junk(env):
@@ -473,14 +474,14 @@ def test_kill_external_run_spares_the_shell(env):
     recs = [r for r in runner.external_runs(job, procs)]
     assert [r["pid"] for r in recs] == [pids["main"]]
 
-    report = runner.kill(env.runs, recs[0]["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
+    report = killer.kill(env.runs, recs[0]["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
     assert report["ok"] and report["remaining"] == []
     sent = sum((s["sent_to"] for s in report["stages"]), [])
     assert sh.pid not in sent and alive(sh.pid)
     assert not alive(pids["main"]) and not alive(pids["kid"])
     assert not os.path.exists(env.runs)  # external kills write nothing
     # Ended since: nothing to do.
-    assert runner.kill(env.runs, recs[0]["run_id"], match=job)["stages"] == []
+    assert killer.kill(env.runs, recs[0]["run_id"], match=job)["stages"] == []
 
 
 def test_kill_external_run_takes_its_own_group(env):
@@ -509,7 +510,7 @@ def test_kill_external_run_takes_its_own_group(env):
     env.adopt(pids["helper"])
     assert procfs.read_stat(pids["helper"])["ppid"] != main.pid
     (rec,) = runner.external_runs(job, snapshot_procs())
-    report = runner.kill(env.runs, rec["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
+    report = killer.kill(env.runs, rec["run_id"], graces=(0.3, 0.3), gpu_wait=0, match=job)
     assert report["ok"] and not alive(pids["helper"]) and not alive(main.pid)
 
 
@@ -532,7 +533,7 @@ def test_gpu_report_waits_for_release_and_names_holders(env):
 
     gone_at = [0]
     events: list[dict] = []
-    report = runner.kill(
+    report = killer.kill(
         env.runs,
         rec["run_id"],
         graces=(0.3, 0.3),
@@ -556,7 +557,7 @@ def test_gpu_report_waits_for_release_and_names_holders(env):
 
     rec = launch_sleeper(env, name="stuck")
     stuck = rec["pid"]
-    report = runner.kill(
+    report = killer.kill(
         env.runs,
         rec["run_id"],
         graces=(0.2, 0.2),
@@ -618,7 +619,7 @@ def test_kill_frees_real_gpu_memory(env):
         timeout=20,
         what="nvidia-smi to list the run",
     )
-    report = runner.kill(
+    report = killer.kill(
         env.runs, rec["run_id"], graces=(1.0, 1.0), gpu_wait=30, gpu_query=nvidia_smi_gpus
     )
     print(json.dumps(report))
@@ -644,12 +645,13 @@ os._exit(0)
 
 def test_ended_run_never_signals_a_stranger_holding_its_old_session_id(env):
     log = open(env.tmp / "orphan.log", "w")
-    env.spawn([sys.executable, "-c", ORPHAN_SESSION], stdout=log, start_new_session=False)
+    leader = env.spawn([sys.executable, "-c", ORPHAN_SESSION], stdout=log, start_new_session=False)
+    leader.wait(timeout=10)  # reaped: no zombie keeps its pid
     pids = wait_for(lambda: ready_pids(str(env.tmp / "orphan.log"), ["member", "leader"]),
                     what="orphan session")
     member, sid = pids["member"], pids["leader"]
     env.adopt(member)
-    wait_for(lambda: not alive(sid), what="session leader to exit")
+    assert sid == leader.pid and procfs.read_stat(sid) is None
     assert procfs.read_stat(member)["sid"] == sid == procfs.read_stat(member)["pgid"]
     # An old run whose shim's pid (so its session and group) is that number now.
     run_dir = Path(env.runs, "20250101-000000-dead")
@@ -660,13 +662,13 @@ def test_ended_run_never_signals_a_stranger_holding_its_old_session_id(env):
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     (run_dir / "exit.json").write_text(json.dumps({"exit_code": 0, "ended_at": time.time()}))
     assert runner.list_runs(env.runs)[0]["state"] == "exited"
-    report = runner.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
+    report = killer.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
     assert report["stages"] == [] and alive(member, ticks(member))
     # Without exit.json (a run whose shim vanished: "lost") the dead leader still
     # vouches for nothing.
     (run_dir / "exit.json").unlink()
     assert runner.list_runs(env.runs)[0]["state"] == "lost"
-    report = runner.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
+    report = killer.kill(env.runs, run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
     assert report["stages"] == []
     assert alive(member) and procfs.read_stat(member)["state"] != "T"
 
@@ -677,17 +679,17 @@ def test_external_kill_checks_start_ticks_and_match(env):
     t = ticks(sleeper.pid)
     for run_id in ("ext-%d" % sleeper.pid, "ext-%d-x" % sleeper.pid, "ext--%d" % sleeper.pid):
         with pytest.raises(runner.RunnerError, match="^no run "):
-            runner.kill(env.runs, run_id, graces=(0.2, 0.2), gpu_wait=0, match="sleep")
+            killer.kill(env.runs, run_id, graces=(0.2, 0.2), gpu_wait=0, match="sleep")
     good = "ext-%d-%d" % (sleeper.pid, t)
     with pytest.raises(runner.RunnerError, match="does not contain \"extract\""):
-        runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="extract")
+        killer.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="extract")
     with pytest.raises(runner.RunnerError, match="no match is configured"):
-        runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0)
+        killer.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0)
     # Another start time: that run ended and the pid is someone else's now.
-    stale = runner.kill(env.runs, "ext-%d-%d" % (sleeper.pid, t + 1), gpu_wait=0, match="sleep")
+    stale = killer.kill(env.runs, "ext-%d-%d" % (sleeper.pid, t + 1), gpu_wait=0, match="sleep")
     assert stale["stages"] == []
     assert alive(sleeper.pid, t) and procfs.read_stat(sleeper.pid)["state"] != "T"
     # The right pid, start time and match: killed.
-    report = runner.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="sleep 30")
+    report = killer.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="sleep 30")
     assert report["ok"] and sleeper.pid in report["stages"][0]["sent_to"]
     assert sleeper.wait(timeout=5) == -signal.SIGINT

@@ -1,0 +1,46 @@
+"""The agent's output line and its small shared helpers. Standard library only.
+
+Every stdout line of the agent goes through `emit()`, which holds one lock, so
+worker threads never interleave half lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import threading
+from typing import Any, Dict
+
+_OUT_LOCK = threading.Lock()
+# Set once stdout is broken (the client or the SSH link is gone): later lines are
+# dropped and the main loop winds down as on stdin EOF, letting kills finish first.
+CLIENT_GONE = threading.Event()
+
+
+class BadRequest(Exception):
+    """A request the agent refuses; its message is the one-line error sent back."""
+
+
+def emit(msg: Dict[str, Any]) -> None:
+    """Write one JSON line to stdout under the lock; dropped once the client is gone."""
+    data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+    with _OUT_LOCK:
+        if CLIENT_GONE.is_set():
+            return
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            CLIENT_GONE.set()
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for one-line errors."""
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0]) if text else type(exc).__name__
+
+
+def b64(data: bytes) -> str:
+    """Bytes as base64 text (log data and file contents travel this way)."""
+    return base64.b64encode(data).decode("ascii")
