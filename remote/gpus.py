@@ -29,11 +29,11 @@ def host_info() -> Dict[str, Any]:
         with open("/proc/uptime") as f:
             info["uptime"] = float(f.read().split()[0])
         with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    info["mem_total" if key == "MemTotal" else "mem_available"] = \
-                        int(rest.split()[0]) * 1024
+            head = f.read(512)  # MemTotal and MemAvailable are the first and third lines
+        for key, field in (("MemTotal:", "mem_total"), ("MemAvailable:", "mem_available")):
+            at = head.find(key)
+            if at >= 0:
+                info[field] = int(head[at + len(key):].split(None, 1)[0]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return info

@@ -18,13 +18,21 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _USERS: Dict[int, str] = {}
 
 
+_BTIME: List[float] = []
+
+
 def boot_time() -> float:
-    """Seconds since the epoch at which the host booted (from /proc/stat btime)."""
-    with open("/proc/stat", "rb") as f:
-        for line in f:
-            if line.startswith(b"btime "):
-                return float(line.split()[1])
-    raise OSError("no btime in /proc/stat")
+    """Seconds since the epoch at which the host booted (from /proc/stat btime; read
+    once per process, since it cannot change while we run)."""
+    if not _BTIME:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    _BTIME.append(float(line.split()[1]))
+                    break
+            else:
+                raise OSError("no btime in /proc/stat")
+    return _BTIME[0]
 
 
 def list_pids() -> List[int]:

@@ -176,10 +176,15 @@ def list_runs(runs_dir: str) -> list[dict]:
     except OSError:
         return []
     btime = procfs.boot_time()
+    now = time.time()
     out = []
     for name in names:
-        path = os.path.join(runs_dir, name)
         if name.startswith("."):
+            continue
+        path = os.path.join(runs_dir, name)
+        cached = _ENDED.get(path)
+        if cached is not None and (cached[1].get("ended_at") or now) < now - 300:
+            out.append(dict(cached[1]))  # ended long ago: not even a stat
             continue
         try:
             st = os.stat(path)
@@ -187,7 +192,6 @@ def list_runs(runs_dir: str) -> list[dict]:
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        cached = _ENDED.get(path)
         if cached is not None and cached[0] == st.st_mtime_ns:
             out.append(dict(cached[1]))
             continue

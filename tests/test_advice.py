@@ -185,3 +185,23 @@ def test_stale_exactly_when_the_host_is_ahead(launched: str, applied: str) -> No
     assert (adv is not None) == (rank(launched) < rank(applied))
     if adv is not None:
         assert adv.level == "stale" and f"launched with {launched}; {applied} is applied" in adv.text
+
+
+def test_a_run_we_killed_is_not_a_failure() -> None:
+    """SIGINT makes Python print a KeyboardInterrupt traceback; that is our kill, not a
+    failure, and must never make the next run with the same patch look doomed."""
+    log = (
+        b"(Worker_TP0 pid=7) \rLoading safetensors checkpoint shards: 100% Completed | 64/64 [20:00<00:00, 18.75s/it]\n"
+        b"INFO 11-30 02:20:00 [default_loader.py:293] Loading weights took 1200.00 seconds\n"
+        b"Traceback (most recent call last):\n"
+        b'  File "/srv/extract.py", line 9, in <module>\n'
+        b"    time.sleep(60)\n"
+        b"KeyboardInterrupt\n"
+    )
+    record = {"run_id": "r1", "state": "killed", "launched_at": 0.0, "ended_at": 1300.0,
+              "patch_state": {"set": "s", "state": "v4", "version": "v4"}}
+    summary = summarize(record, inspect_log(log))
+    assert summary.outcome == "killed"
+    live = Run.from_dict({"run_id": "r2", "state": "running", "launched_at": 1400.0,
+                          "patch_state": {"set": "s", "state": "v4", "version": "v4"}})
+    assert advise(live, None, {"r1": summary}, "v4", ["v1", "v2", "v3", "v4", "v5"], 1500.0, patch_set="s") is None

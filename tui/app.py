@@ -263,7 +263,11 @@ class EagleApp(App[None]):
     def _run_notes(self) -> dict[str, str]:
         """The runs table's FAILURE / NOTE column: root causes, and live runs made stale
         by a newer patch version applied since they were launched."""
-        notes = {rid: s.failure_title for rid, s in self._summaries.items() if s.failure_title}
+        notes = {  # a killed run's KeyboardInterrupt traceback is not its failure
+            rid: s.failure_title
+            for rid, s in self._summaries.items()
+            if s.failure_title and s.outcome != "killed"
+        }
         a = self.state.log.analysis
         run = self._run()
         root = getattr(a, "root_cause", None)

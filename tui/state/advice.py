@@ -52,7 +52,7 @@ class RunSummary:
 
     run_id: str
     patch_state: str | None  # "v4", "pristine", "unknown", … ; None when not recorded
-    outcome: str  # "finished" | "failed" (a root cause, even if killed) | "killed" | "running" | "lost"
+    outcome: str  # "finished" | "failed" (a specific root cause, even if killed) | "killed" | "running" | "lost"
     failure_id: str | None = None  # the root cause's signature id
     failure_title: str | None = None
     failed_after_load: bool = False
@@ -113,6 +113,8 @@ def _outcome(record: Mapping[str, Any], root: Any) -> str:
     state = record.get("state")
     if state == "running":
         return "running"
+    if state == "killed" and (root is None or root.get("id") == "python-traceback"):
+        return "killed"  # the traceback of the signal we sent (KeyboardInterrupt), not a failure
     if root is not None:
         return "failed"
     if state == "exited":
