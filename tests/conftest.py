@@ -1,13 +1,15 @@
-"""Shared fixtures: a real OpenSSH sshd (session-scoped)."""
+"""Shared fixtures: a real OpenSSH sshd (session-scoped) and a started local agent client."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.sshd import Sshd, sshd_missing
+from tui.transport import AgentClient, LocalLink
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +24,12 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
+    """The real agent (remote/agent.py) over LocalLink, started; runs go to tmp_path/runs."""
+    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
+    await c.start()
+    yield c
+    await c.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,12 @@ import pytest
 
 from tui.ledger import fetch_summaries, read_tail
 from tui.state.model import Run
-from tui.transport import AgentClient, AgentRequestError, LocalLink
+from tui.transport import AgentClient, AgentRequestError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"
 PATCH = {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}
 # the run prints a file to stdout (its output.log) and exits with a code
 PRINT_AND_EXIT = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read()); sys.exit(int(sys.argv[2]))"
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
-    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
-    await c.start()
-    yield c
-    await c.close()
 
 
 async def run_to_end(client: AgentClient, tmp_path: Path, name: str, log_source: Path,

@@ -8,7 +8,7 @@ deadline (``pilot.pause``), never a fixed sleep.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from textual.widgets import Input, Static
 
 from tui.screens.logviewer import LogViewerScreen
 from tui.state.logindex import LogDocument, RootCause
-from tui.transport import AgentClient, LocalLink
+from tui.transport import AgentClient
 
 N = 5000  # lines in the test log
 ERRORS = {1234: "ERROR worker.py:88] CUDA out of memory", 4321: "ValueError: bad shard index"}
@@ -41,14 +41,6 @@ def log(tmp_path: Path) -> Path:
     p = tmp_path / "run.log"
     p.write_text("".join(line_text(i) + "\n" for i in range(1, N + 1)))
     return p
-
-
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
-    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
-    await c.start()
-    yield c
-    await c.close()
 
 
 class ViewerApp(App[None]):

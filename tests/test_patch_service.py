@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from tests import spec_wheel
 from tests.agent_driver import AgentProc
 from tui import patch_service as S
 from tui.state import patches as P
-from tui.transport import AgentClient, LinkLost, LocalLink
+from tui.transport import AgentClient, LinkLost
 
 SET = "speculators-0.3.0-vllm-0.16"
 GEN = "data_generation/vllm_hidden_states_generator.py"
@@ -28,20 +27,7 @@ WORKER = "data_generation/custom_worker.py"
 PY = sys.executable  # the "host" python
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    site = tmp_path / "site-packages"
-    spec_wheel.unpack(site)
-    monkeypatch.setenv("PYTHONPATH", str(site))  # the agent and its host python inherit it
-    return site
-
-
-@pytest.fixture
-async def client(site: Path, tmp_path: Path) -> AsyncIterator[AgentClient]:
-    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), reconnect=False)
-    await c.start()
-    yield c
-    await c.close()
+from tests.patch_fixtures import client, site  # noqa: E402,F401 - shared fixtures
 
 
 @pytest.fixture

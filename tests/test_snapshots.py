@@ -4,7 +4,6 @@ change with `pytest tests/test_snapshots.py --snapshot-update` and review the SV
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 

@@ -42,14 +42,6 @@ async def until(
             return ev
 
 
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
-    c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
-    await c.start()
-    yield c
-    await c.close()
-
-
 async def test_hello_and_snapshot_finds_matching_process(client: AgentClient) -> None:
     assert isinstance(client.hello, Hello)
     assert client.hello.protocol == 1
