@@ -95,7 +95,9 @@ def main() -> int:
             p.kill()
         for p in sleepers:
             p.wait()
-    ratio = lambda a, b: "%.1fx" % (b / a) if a > 0 else "n/a (below tick)"
+    def ratio(a: float, b: float) -> str:
+        return "%.1fx" % (b / a) if a > 0 else "n/a (below tick)"
+
     print("\n%d processes on the host (%d idle sleepers added); GPU: see nvidia-smi row\n"
           % (total, opts.procs))
     print("| measure | cheap scheme | full scan every tick | full / cheap |")

@@ -34,12 +34,15 @@ nvidia-smi --query-gpu=index,memory.used --format=csv
 echo "== 3b. dashboard + kill via keys"; $E3 --config $W/eagle3.toml launch local; wait_mem $NG
 cd $W && tmux new-session -d -s d -x 160 -y 50 "$E3 connect local"; sleep 6; tmux capture-pane -p -t d > "$OUT/dashboard_gpus.txt"
 tmux send-keys -t d k; sleep 1.5; tmux capture-pane -p -t d > "$OUT/dashboard_confirm.txt"
+tmux capture-pane -p -t d > "$OUT/dashboard_confirm.txt"
 t0=$(date +%s.%N); tmux send-keys -t d y
+for i in $(seq 1 50); do tmux capture-pane -p -t d | grep -q "Killing run" && break; sleep 0.05; done; tmux capture-pane -p -t d > "$OUT/dashboard_killing.txt"
 for i in $(seq 1 400); do tmux capture-pane -p -t d | grep -q "GPUs free\|NOT free" && break; sleep 0.1; done; t1=$(date +%s.%N)
 echo "keypress -> banner: $(python3 -c "print(round($t1-$t0,2))") s"; tmux capture-pane -p -t d > "$OUT/dashboard_killed.txt"; head -3 "$OUT/dashboard_killed.txt"
 tmux kill-session -t d; cd - >/dev/null
-echo "== 4. benches"; python3 bench/bench_agent.py --seconds 10 --procs 1000 2>&1 | tail -12
-python3 bench/bench_gpu_monitors.py --seconds 20 2>&1 | tail -6
+echo "== 4. benches"; python3 bench/bench_agent.py --seconds ${BENCH_S:-10} --procs 1000 2>&1 | tail -12
+python3 bench/bench_gpu_monitors.py --seconds ${MON_S:-20} 2>&1 | tail -6
+[ -n "${SKIP_HF:-}" ] && exit 0
 echo "== 5. hf backend on GPU"; python3 - <<PY
 from pathlib import Path
 from tui.demo import build_demo

@@ -52,9 +52,13 @@ RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if 
 READ_RANGE_MAX = 4 * 1024 * 1024
 
 
-def user_path(path: Optional[str]) -> Optional[str]:
+def user_path(path: str) -> str:
     """`~` and `~user` expanded; a relative path stays relative to the agent's cwd."""
-    return os.path.expanduser(path) if path else path
+    return os.path.expanduser(path)
+
+
+def user_path_or_none(path: Optional[str]) -> Optional[str]:
+    return user_path(path) if path else path
 
 
 def arg(args: Dict[str, Any], name: str, kind: Any, default: Any = KeyError) -> Any:
@@ -94,7 +98,7 @@ class Agent:
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.runner_error = load_runner()
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
-        self.cli_runs_dir = user_path(runs_dir)
+        self.cli_runs_dir = user_path_or_none(runs_dir)
         self.runs_dir = self.cli_runs_dir
         self.interval = 1.0
         self.match: Optional[str] = None
@@ -255,7 +259,7 @@ class Agent:
         if "match" in args:
             self.match = arg(args, "match", str, None) or None
         if "runs_dir" in args:
-            self.runs_dir = user_path(arg(args, "runs_dir", str, None)) or self.cli_runs_dir
+            self.runs_dir = user_path_or_none(arg(args, "runs_dir", str, None)) or self.cli_runs_dir
         self.configured = True
         self.next_snap = time.monotonic() + self.interval
         return {}, self.send_snapshot
@@ -320,7 +324,7 @@ class Agent:
             raise BadRequest("file_write: b64 is not valid base64") from None
         return file_write(user_path(arg(args, "path", str)), data,
                           arg(args, "expect_sha256", str, None),
-                          user_path(arg(args, "backup", str, None)))
+                          user_path_or_none(arg(args, "backup", str, None)))
 
     def op_resolve_module(self, args: Dict[str, Any], rid: int) -> Any:
         module = arg(args, "module", str)

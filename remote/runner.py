@@ -21,8 +21,8 @@ import pwd
 import re
 import secrets
 import signal
-import stat
 import socket
+import stat
 import subprocess
 import sys
 import time

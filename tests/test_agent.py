@@ -154,7 +154,9 @@ def test_matching_process_appears_then_disappears(plain: AgentProc) -> None:
     try:
         mark = plain.mark()
         plain.call("configure", {"interval": 0.2, "match": marker})
-        mine = lambda procs: [p for p in procs if p["pid"] == child.pid]
+        def mine(procs: list) -> list:
+            return [p for p in procs if p["pid"] == child.pid]
+
         snap = _snapshot_where(plain, mark, lambda ps: bool(mine(ps)))
         (p,) = mine(snap["processes"])
         assert p["why"] == ["match"] and p["run_id"] is None
@@ -408,9 +410,10 @@ def test_file_read_write_atomic(plain: AgentProc, tmp_path: Path) -> None:
     path, backup = tmp_path / "gen.py", tmp_path / "gen.py.orig"
     assert plain.call("file_read", {"path": str(path)})["exists"] is False
     v0 = b"print('pristine')\n"
-    w = lambda data, expect: plain.call("file_write", {
-        "path": str(path), "b64": base64.b64encode(data).decode(), "expect_sha256": expect,
-        "backup": str(backup)})
+    def w(data: bytes, expect: str | None) -> dict:
+        return plain.call("file_write", {
+            "path": str(path), "b64": base64.b64encode(data).decode(),
+            "expect_sha256": expect, "backup": str(backup)})
     assert w(v0, None) == {"sha256": _sha(v0)}
     assert not backup.exists()  # nothing to back up when the file did not exist
     os.chmod(path, 0o751)

@@ -41,7 +41,7 @@ def outputs(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
 
 def demo_config(tmp_path: Path, name: str, delay: float) -> tuple[Any, Any]:
     paths = build_demo(
-        tmp_path / name, shards=64, layers=8, hidden=64, sequences=48, seq_len=64,
+        tmp_path / name, shards=64, layers=8, hidden=64, sequences=800, seq_len=64,
         shard_delay=delay, patches=False, clear_out=True,
     )
     cfg = load_config(paths.config)

@@ -30,9 +30,9 @@ torch = pytest.importorskip("torch", reason="the generator needs torch (CPU buil
 pytest.importorskip("transformers", reason="the generator imports transformers")
 tokenizers = pytest.importorskip("tokenizers", reason="the tiny test tokenizer needs tokenizers")
 
-from tests import spec_wheel
-from tui.state import patches as P
-from tui.state.signatures import SignatureSet, load_signatures
+from tests import spec_wheel  # noqa: E402 - after the importorskips
+from tui.state import patches as P  # noqa: E402
+from tui.state.signatures import SignatureSet, load_signatures  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parent / "standin_vllm"
 SET = "speculators-0.3.0-vllm-0.16"

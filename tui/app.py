@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from tui import ledger, services
 from tui import protocol as p
 from tui.config import Config
+from tui.format import gib, size
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.logviewer import LogViewerScreen
@@ -35,7 +36,6 @@ from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.widgets.gpus import GpuPanel
 from tui.widgets.logtail import LogPane
 from tui.widgets.progress import RunProgress
-from tui.format import gib, size
 from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
@@ -234,8 +234,8 @@ class EagleApp(App[None]):
             elif kill.error:
                 text, kind = f"kill {kill.run_id} failed: {kill.error}", "error"
             else:
-                mems = [g.get("run_mem") for g in kill.gpus]
-                held = None if not mems or None in mems else sum(mems)
+                mems: list[int | None] = [g.get("run_mem") for g in kill.gpus]
+                held = None if not mems or None in mems else sum(m or 0 for m in mems)
                 text = (
                     f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
                     f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"

@@ -120,7 +120,7 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
 def load_config(path: str | Path | None) -> Config:
     """Load `path`, or ./eagle3.toml when it exists, or the defaults."""
     explicit = path is not None
-    p = Path(path) if explicit else Path.cwd() / DEFAULT_NAME
+    p = Path(path) if path is not None else Path.cwd() / DEFAULT_NAME
     if not p.exists():
         if explicit:
             raise ConfigError(f"{p}: config file not found")

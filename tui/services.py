@@ -103,7 +103,8 @@ def pick_run(runs: list[dict[str, Any]], run_id: str | None, cfg: Config) -> dic
         return next((r for r in runs if r.get("run_id") == run_id), None)
     live = [r for r in runs if r.get("state") == "running"]
     mine = [r for r in live if r.get("name") == cfg.run.name]
-    return (mine or live or [None])[0]
+    pool = mine or live
+    return pool[0] if pool else None
 
 
 async def kill(

@@ -56,8 +56,9 @@ class Gpu:
             for p in d.get("processes") or ()
             if isinstance(p, dict) and _int(p.get("pid")) is not None
         )
+        index = _int(d.get("index"))
         return cls(
-            index=_int(d.get("index")) if _int(d.get("index")) is not None else fallback_index,
+            index=index if index is not None else fallback_index,
             name=d.get("name") if isinstance(d.get("name"), str) else None,
             uuid=d.get("uuid") if isinstance(d.get("uuid"), str) else None,
             mem_used=_int(d.get("mem_used")),

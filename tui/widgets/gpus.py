@@ -3,12 +3,14 @@ and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tui.state.model import AppState, Gpu
 from tui.format import gib, num
+from tui.state.model import AppState, Gpu
 from tui.widgets.render import bar, sparkline
 
 
@@ -17,7 +19,7 @@ class GpuPanel(Static):
     GpuPanel { height: auto; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state: AppState | None = None
 

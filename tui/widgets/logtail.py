@@ -4,6 +4,7 @@ line below it for the bar being redrawn in place (`\\r` without a newline)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -34,7 +35,7 @@ class LogPane(Vertical):
     LogPane #note { height: auto; max-height: 1; color: $warning; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._shown = 0  # log.total_lines already written
         self._generation = 0

@@ -8,8 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.state.model import AppState
 from tui.format import duration, num
+from tui.state.model import AppState
 from tui.widgets.render import bar
 
 PHASE_STYLE = {

@@ -7,8 +7,8 @@ import time
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.state.model import AppState
 from tui.format import gib
+from tui.state.model import AppState
 
 
 class StatusBar(Static):

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from tui.state.model import AppState, Proc, Run
 from tui.format import duration, gib, num
+from tui.state.model import AppState, Proc, Run
 
 
 class KeyedTable(DataTable):
