@@ -121,11 +121,18 @@ async def test_kill_is_disabled_without_a_live_run() -> None:
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.seq == 0)
-        assert app.check_action("kill", ()) is False
+        assert app.check_action("kill", ()) is None  # shown dimmed in the footer
         assert app.check_action("relaunch", ()) is True
         await pilot.press("k")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("r")  # relaunch asks first: it starts a long load
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        body = str(app.screen.query_one("#body").render())
+        assert "launches: python 02_extract.py" in body
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert not [r for r in client.requests if r[0] == "launch"]
 
 
 async def test_reconnecting_banner_and_help_and_quit() -> None:
@@ -205,3 +212,28 @@ async def test_stale_run_is_marked_and_bannered() -> None:
         await pilot.pause()
         assert "STALE: launched with v4, v5 applied now" in str(app.query_one(RunsTable).get_row(RUN["run_id"])[-1])
         assert "v5 is applied now" in str(app.query_one("#banner").render())
+
+
+async def test_dashboard_keys_do_nothing_under_another_screen() -> None:
+    client = ReplayClient([snapshot(1, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        for action in ("kill", "relaunch", "launch", "open_log"):
+            assert app.check_action(action, ()) is False
+
+
+async def test_runs_of_other_configs_are_hidden_until_a() -> None:
+    other = dict(RUN, run_id="20261130-000000-0001", name="someone-else", state="running", pid=555)
+    client = ReplayClient([snapshot(1, runs=[other, dict(RUN, state="exited", exit_code=0)])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.pause()
+        table = app.query_one(RunsTable)
+        assert table.row_count == 1 and app.check_action("kill", ()) is None  # not someone else's run
+        assert "a: all 2" in str(app.query_one("#runs-box").border_title)
+        await pilot.press("a")
+        await until(pilot, lambda: table.row_count == 2)

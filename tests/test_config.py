@@ -50,7 +50,9 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ("[hots]\n", "unknown section [hots]"),
         ("[run]\nenv = { A = 1 }\n", "[run] env must be a table of strings"),
         ("[run]\ngraces = [1]\n", "[run] graces must be two"),
-        ("[host]\ninterval = -1\n", "[host] interval must not be negative"),
+        ("[host]\ninterval = -1\n", "[host] interval must be between 0.05 and 3600"),
+        ("[host]\ninterval = nan\n", "[host] interval must be a number"),
+        ("[host]\ninterval = 0.01\n", "[host] interval must be between 0.05 and 3600"),
         ("[host\n", "not valid TOML"),
     ],
 )

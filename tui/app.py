@@ -40,6 +40,7 @@ from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+KILL_BANNER_S = 60.0  # how long a finished kill's report stays in the banner
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 
 
@@ -53,7 +54,8 @@ class EagleApp(App[None]):
         Binding("p", "patches", "Patches"),
         Binding("L", "open_log", "Log viewer"),
         Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
-        Binding("question_mark", "help", "Help"),
+        Binding("a", "all_runs", "All runs", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -64,6 +66,7 @@ class EagleApp(App[None]):
         self.cfg = cfg
         self.state = AppState(target=target)
         self.selected_run: str | None = None
+        self.show_all_runs = False
         self.fatal_error: str | None = None
         self._log_path: str | None = None
         self._log_subs = 0  # each followed log gets a fresh subscription name
@@ -73,6 +76,7 @@ class EagleApp(App[None]):
         self._applied_patch: str | None = None  # "v5", "pristine", … on the host now
         self._version_order: list[str] = []
         self._ledger_at = float("-inf")
+        self._kill_done_at = float("inf")
 
     # ---- layout -------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -199,7 +203,12 @@ class EagleApp(App[None]):
         self.query_one(GpuPanel).show(st)
         self.query_one(ProcessTable).show(st)
         runs_table = self.query_one(RunsTable)
-        runs_table.show(st, self._run_notes())
+        visible = self._visible_runs()
+        runs_table.show(visible, self._run_notes())
+        hidden = len(st.runs) - len(visible)
+        self.query_one("#runs-box").border_title = (
+            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})"
+        )
         if self.selected_run and runs_table.selected_run_id() != self.selected_run:
             runs_table.select(self.selected_run)
         self.query_one("#gpu-box").border_title = (
@@ -257,6 +266,9 @@ class EagleApp(App[None]):
 
     def _tick(self) -> None:
         self.query_one(StatusBar).show(self.state)
+        if self.state.kill is not None and time.monotonic() - self._kill_done_at > KILL_BANNER_S:
+            self.state = replace(self.state, kill=None)  # the kill's result has been read
+            self._render_banner()
         if self.state.link.state != "connected":
             self._render_banner()
 
@@ -288,10 +300,21 @@ class EagleApp(App[None]):
         chosen = st.run(self.selected_run)
         if chosen is not None:
             return chosen
-        mine = [r for r in st.runs if r.name == self.cfg.run.name]
-        live = [r for r in st.runs if r.alive]
-        pool = [r for r in mine if r.alive] or live or mine or list(st.runs)
+        mine = [r for r in self._visible_runs() if r.name == self.cfg.run.name or r.external]
+        pool = [r for r in mine if r.alive] or mine
         return pool[0] if pool else None
+
+    def _visible_runs(self) -> tuple[Run, ...]:
+        """The ledger as shown: the config's runs and adopted (external) ones, or every
+        run on the host after `a`."""
+        if self.show_all_runs or not self.cfg.run.name:
+            return self.state.runs
+        return tuple(r for r in self.state.runs if r.name == self.cfg.run.name or r.external)
+
+    def action_all_runs(self) -> None:
+        self.show_all_runs = not self.show_all_runs
+        self._render_all()
+        self.notify("showing every run on the host" if self.show_all_runs else f"showing runs of {self.cfg.run.name!r}")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if isinstance(event.data_table, RunsTable) and event.row_key is not None:
@@ -302,18 +325,24 @@ class EagleApp(App[None]):
             self.run_worker(self._follow_log(), group="follow")
 
     # ---- actions --------------------------------------------------------------------
+    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs")
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """True: enabled; None: shown dimmed (does not apply now); False: hidden."""
+        if action in self.DASHBOARD_ACTIONS and len(self.screen_stack) > 1:
+            return False  # another screen is on top: its keys, never the dashboard's
         run = self._run()
         if action == "kill":
-            return bool(run and run.alive) and self._busy is None
+            return True if run and run.alive and self._busy is None else None
         if action == "relaunch":
-            return (run is not None or bool(self.cfg.run.command)) and self._busy is None
+            ok = (run is not None or bool(self.cfg.run.command)) and self._busy is None
+            return True if ok else None
         if action == "launch":
-            return bool(self.cfg.run.command) and self._busy is None
+            return True if self.cfg.run.command and self._busy is None else None
         if action == "patches":
-            return bool(self.cfg.patches.set)
+            return True if self.cfg.patches.set else None
         if action == "open_log":
-            return self.state.log.path is not None
+            return True if self.state.log.path is not None else None
         return True
 
     def _run_pids(self, run: Run) -> list[int]:
@@ -333,7 +362,7 @@ class EagleApp(App[None]):
         return [
             f"host:   {self.state.hostname or self.state.target}",
             f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
-            f"argv:   {' '.join(run.argv)[:70]}",
+            f"argv:   {_clip(' '.join(run.argv), 70)}",
             f"PIDs:   {', '.join(map(str, pids[:16]))}" + (" …" if len(pids) > 16 else ""),
             "GPU memory at stake: " + (", ".join(per_gpu) if per_gpu else "none seen"),
             f"Signals: SIGINT, then SIGTERM after {self.cfg.run.graces[0]:.0f} s,"
@@ -365,16 +394,26 @@ class EagleApp(App[None]):
         if self._refuse_if_busy():
             return
         run = self._run()
+        argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
+        what = [f"launches: {_clip(' '.join(argv), 70)}", f"in:       {cwd}"]
+        if run is not None and run.external:
+            what.insert(0, "An adopted run has no manifest: the config's [run] command is launched instead.")
         if run is not None and run.alive:
-            lines = self._kill_lines(run) + ["", "It is still running: kill it, then relaunch?"]
+            lines = self._kill_lines(run) + ["", "It is still running: kill it first, then:", *what]
 
             def decided(yes: bool | None) -> None:
                 if yes:
                     self._kill_worker(run.run_id, run)
 
-            self.push_screen(ConfirmScreen(f"Relaunch run {run.run_id}?", lines, "Kill + relaunch"), decided)
+            self.push_screen(ConfirmScreen(f"Kill and relaunch run {run.run_id}?", lines, "Kill + relaunch"), decided)
             return
-        self._launch_worker(run)
+
+        def go(yes: bool | None) -> None:
+            if yes:
+                self._launch_worker(run)
+
+        title = f"Relaunch run {run.run_id}?" if run is not None else "Launch the config's run?"
+        self.push_screen(ConfirmScreen(title, [f"host:     {self.state.hostname or self.state.target}", *what], "Relaunch"), go)
 
     def action_launch(self) -> None:
         if not self._refuse_if_busy():
@@ -417,6 +456,7 @@ class EagleApp(App[None]):
         try:
             report = await services.kill(self.client, self.cfg, run_id)
             self.state = self._with_kill(report=report)
+            self._kill_done_at = time.monotonic()
         except (AgentRequestError, TransportError) as exc:
             self.state = self._with_kill(error=str(exc), run_id=run_id)
         finally:
@@ -454,6 +494,7 @@ class EagleApp(App[None]):
             self._busy = None
             self.refresh_bindings()
         self.selected_run = record.get("run_id")
+        self.state = replace(self.state, kill=None)  # a new run: the old kill report is history
         self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
         try:
             await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
@@ -464,9 +505,14 @@ class EagleApp(App[None]):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", self.action_kill)
         yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", self.action_relaunch)
-        yield SystemCommand("Launch run", "Launch the [run] command from eagle3.toml", self.action_launch)
+        yield SystemCommand("Launch run", "Launch the \\[run] command from eagle3.toml", self.action_launch)
+        yield SystemCommand("All runs", "Show every run on the host, or only this config's", self.action_all_runs)
         yield SystemCommand("Log viewer", "The whole log: follow, search, filter, errors, root cause", self.action_open_log)
         yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", self.action_patches)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _run_dict(run: Run) -> dict[str, Any]:

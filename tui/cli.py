@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
@@ -20,6 +21,7 @@ from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.transport import ConfigError as TargetError
 
 T = TypeVar("T")
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}|ext-\d+-\d+")  # what runner.py names runs
 
 # Exit codes: 0 ok, 1 the action failed (e.g. GPUs not freed), 2 usage/config error,
 # 3 cannot reach or start the agent on the host.
@@ -146,7 +148,7 @@ def demo(obj: Ctx, demo_dir: str) -> None:
     """
     from tui.demo import DemoError, build_demo
 
-    click.echo(f"building the demo in {demo_dir}/ (first time: ~10 s)…", err=True)
+    click.echo(f"preparing the demo in {demo_dir}/ (the first time takes ~10 s)…", err=True)
     try:
         paths = build_demo(Path(demo_dir), clear_out=True)
         cfg = load_config(paths.config)
@@ -263,11 +265,18 @@ def _latest(runs: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
 def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: bool) -> None:
     """Kill a run (default: the config's live run) and wait until its GPUs are free."""
 
+    if run_id is None and target is not None and RUN_ID.fullmatch(target):
+        target, run_id = None, target  # `kill RUN_ID`: the target comes from the config
+
     async def body(client: AgentClient) -> dict[str, Any]:
         runs = await services.list_runs(client, obj.cfg)
         run = services.pick_run(runs, run_id, obj.cfg)
         if run is None:
-            raise ValueError(f"no run {run_id}" if run_id else "no live run to kill")
+            raise ValueError(f"no run {run_id} on this host" if run_id else
+                             f"no live run of {obj.cfg.run.name!r} to kill (runs lists them all)")
+        if run.get("state") != "running":
+            code = run.get("exit_code") if run.get("exit_code") is not None else run.get("signal")
+            return {"run_id": run["run_id"], "ok": True, "already": run.get("state"), "exit": code}
         if not yes:
             prompt = f"kill run {run['run_id']} ({' '.join(run.get('argv') or [])[:60]}, pid {run.get('pid')})?"
             confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
@@ -283,6 +292,8 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
     report = run_on_host(obj, target, body)
     if as_json:
         print_json(report)
+    elif report.get("already"):
+        click.echo(f"run {report['run_id']} already {report['already']} (exit {report.get('exit')}); nothing to kill")
     else:
         for line in services.describe_kill(report):
             click.echo(line)
@@ -312,6 +323,9 @@ def inspect(logfile: str, as_json: bool) -> None:
             if path.is_dir():
                 fail(f"{logfile}: is a directory", EXIT_USAGE)
             with path.open("rb") as f:
+                if b"\0" in f.read(8192):
+                    fail(f"{logfile}: a binary file, not a log", EXIT_USAGE)
+                f.seek(0)
                 result = inspect_log(chunks(f))
     except OSError as exc:
         fail(f"{logfile}: {exc.strerror or exc}", EXIT_USAGE)

@@ -6,6 +6,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,6 +18,10 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 DEFAULT_NAME = "eagle3.toml"
+
+
+# Allowed ranges of number settings (the agent refuses snapshot intervals outside these).
+RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0)}
 
 
 class ConfigError(ValueError):
@@ -68,10 +73,11 @@ def _check(section: str, key: str, value: Any, kind: Any, where: str) -> Any:
             raise ConfigError(f"{where}: {name} must be a string, not {type(value).__name__}")
         return value
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(f"{where}: {name} must be a number")
-        if value < 0:
-            raise ConfigError(f"{where}: {name} must not be negative")
+        low, high = RANGES.get(key, (0.0, math.inf))
+        if not low <= value <= high:
+            raise ConfigError(f"{where}: {name} must be between {low:g} and {high:g}")
         return float(value)
     if kind == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(a, str) for a in value):

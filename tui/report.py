@@ -35,6 +35,12 @@ def format_status(snap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _state(run: dict[str, Any]) -> str:
+    """As the dashboard shows it: an exit with a non-zero code is a failure."""
+    state = str(run.get("state", "?"))
+    return "failed" if state == "exited" and run.get("exit_code") not in (0, None) else state
+
+
 def format_runs(runs: list[dict[str, Any]]) -> str:
     if not runs:
         return "no runs"
@@ -45,7 +51,7 @@ def format_runs(runs: list[dict[str, Any]]) -> str:
         ps = r.get("patch_state")
         patch = (ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-"
         rows.append(
-            f"{r.get('run_id', '?'):<24} {r.get('state', '?'):<9} {num(r.get('pid')):>7} {dur:>9} "
+            f"{r.get('run_id', '?'):<24} {_state(r):<9} {num(r.get('pid')):>7} {dur:>9} "
             f"{exit_!s:>6}  {patch:<5}  {r.get('name') or ''}"
         )
     return "\n".join(rows)

@@ -98,12 +98,14 @@ async def relaunch(
 
 
 def pick_run(runs: list[dict[str, Any]], run_id: str | None, cfg: Config) -> dict[str, Any] | None:
-    """The run an action applies to: `run_id`, else the config's live run, else any live run."""
+    """The run an action applies to: `run_id`, else the config's live run, else a live
+    run adopted through `[run] match` — never another config's run."""
     if run_id:
         return next((r for r in runs if r.get("run_id") == run_id), None)
     live = [r for r in runs if r.get("state") == "running"]
-    mine = [r for r in live if r.get("name") == cfg.run.name]
-    pool = mine or live
+    mine = [r for r in live if r.get("name") == cfg.run.name and not r.get("external")]
+    adopted = [r for r in live if r.get("external")]
+    pool = mine or adopted
     return pool[0] if pool else None
 
 

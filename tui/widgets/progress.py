@@ -60,7 +60,7 @@ class RunProgress(Static):
                 out.append("\n")
                 frac = (ex.tokens / ex.tokens_total) if ex.tokens and ex.tokens_total else (ex.batch or 0) / ex.batches
                 tail = (
-                    f" batch {ex.batch}/{ex.batches}  seqs {ex.seqs}/{ex.seqs_total}"
+                    f" batch {num(ex.batch)}/{num(ex.batches)}  seqs {num(ex.seqs)}/{num(ex.seqs_total)}"
                     f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(getattr(ex, 'eta_s', None))}"
                 )
                 out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))

@@ -70,7 +70,7 @@ class ProcessTable(KeyedTable):
         return (
             p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
             gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
-            duration(p.elapsed), ",".join(p.why), (p.run_id or "-")[-8:], cmd[:200],
+            duration(p.elapsed), ",".join(p.why), p.run_id or "-", cmd[:200],
         )
 
 
@@ -83,11 +83,10 @@ class RunsTable(KeyedTable):
         ("dur", "DURATION"), ("exit", "EXIT"), ("patch", "PATCH"), ("note", "FAILURE / NOTE"),
     )
 
-    def show(self, state: AppState, notes: dict[str, str] | None = None) -> None:
+    def show(self, runs: tuple[Run, ...], notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
-        runs = sorted(state.runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
-        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in runs})
-        self.border_title = f"Runs ({len(state.runs)})"
+        ordered = sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
+        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in ordered})
 
     @staticmethod
     def _cells(r: Run, note: str) -> tuple[Any, ...]:
