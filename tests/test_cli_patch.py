@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests import spec_wheel
 from tests.patch_fixtures import GEN, HAND_EDIT, SET, WORKER, hand_edit, pkg, site  # noqa: F401
 from tui import patch_service as S
-from tui.cli import main
-from tui.cli_patch import patch
+from tui.cli import Ctx, main
+from tui.cli_patch import patch, plan_lines, shorten_left
 from tui.state import patches as P
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +106,8 @@ def test_hand_edit_is_refused_then_forced_real_process(config: Path, site: Path,
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["PYTHONPATH"], str(REPO)]))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", ENTRY, "--config", str(config), "patch", *args],
+        # --config after `patch`, as users type it (`eagle3-tui patch --config F status`)
+        return subprocess.run([sys.executable, "-c", ENTRY, "patch", "--config", str(config), *args],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
                               check=False)
 
@@ -179,3 +182,48 @@ def test_rollback_over_hand_edits_is_refused_with_the_diff(config: Path, site: P
     assert len(errors) == 1 and "edited by hand" in errors[0]
     assert "+" + HAND_EDIT[1].decode() in r.stderr  # the diff against pristine, before the error
     assert pkg(site, GEN).read_bytes() == edited
+
+
+def test_global_options_are_accepted_after_patch(config: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.toml"
+    bare.write_text("[host]\n")  # no patch set: would be exit 2 if it were the one used
+    r = CliRunner().invoke(main, ["--config", str(bare), "patch", "--config", str(config), "status"])
+    assert r.exit_code == 0 and first_line(r) == "pristine", r.output  # the later one wins
+    # -F and --accept-new-host-key land on the same Ctx the subcommands use
+    ssh_cfg = str(tmp_path / "ssh_config")
+    obj = Ctx(str(bare), None, False)
+    r = CliRunner().invoke(patch, ["--config", str(config), "-F", ssh_cfg, "--accept-new-host-key",
+                                   "status", "--json"], obj=obj)
+    assert r.exit_code == 0 and json.loads(r.stdout)["state"] == "pristine", r.output
+    assert (obj.config_path, obj.ssh_config, obj.accept_new) == (str(config), ssh_cfg, True)
+    r = CliRunner().invoke(main, ["patch", "--bogus", "status"])
+    assert r.exit_code == 2 and "No such option" in r.stderr  # unknown ones are still refused
+
+
+@given(st.text(alphabet="abc/._-", min_size=1, max_size=120), st.integers(min_value=2, max_value=100))
+def test_shorten_left_fits_and_keeps_the_end(path: str, width: int) -> None:
+    short = shorten_left(path, width)
+    assert len(short) <= width
+    assert short == path or (short.startswith("…") and path.endswith(short[1:]) and len(path) > width)
+
+
+def test_plan_lines_fit_a_width_one_path_a_line() -> None:
+    long_dir = "/home/someone/.venvs/extraction-env/lib/python3.11/site-packages/speculators/"
+    st_ = {"set": "s", "target": "speculators 0.3.0", "distribution_version": "0.3.0", "state": "v2",
+           "files": {f"data_generation/{n}.py": {"abs_path": f"{long_dir}data_generation/{n}.py",
+                                                 "state": "v2"} for n in ("a_long_module_name", "b")}}
+    title = "a title long enough that it has to wrap under its value column in a dialog box"
+    lines = plan_lines(st_, "v3", title, "gpu-box", width=60)
+    assert max(map(len, lines)) <= 60
+    at = [ln.startswith("files:") for ln in lines].index(True)
+    assert lines[at] == "files:   2 to rewrite"
+    paths = [f["abs_path"] for f in st_["files"].values()]
+    shown = lines[at + 1:]
+    assert len(shown) == 2  # one line each, shortened from the left, same indent
+    for line, full in zip(shown, paths):
+        assert line.startswith("  …/") and full.endswith(line[3:])
+    for line in lines[:at]:  # a wrapped value continues under its value column
+        assert line[:9].rstrip().endswith(":") or (line.startswith(" " * 9) and line[9] != " ")
+    assert " ".join(" ".join(lines).split()).count(title) == 1  # wrapped, not cut
+    whole = plan_lines(st_, "v3", title, "gpu-box")  # the CLI: paths whole, for copying
+    assert [ln.strip() for ln in whole[-2:]] == [f["abs_path"] for f in st_["files"].values()]

@@ -30,9 +30,10 @@ class Host(App[None]):
 
     BINDINGS: ClassVar[list[tuple[str, str, str]]] = [("q", "quit", "Quit")]
 
-    def __init__(self, client: Any, user_dir: Path) -> None:  # noqa: F811
+    def __init__(self, client: Any, user_dir: Path,  # noqa: F811
+                 can_relaunch: Callable[[], bool] | None = None) -> None:
         super().__init__()
-        self.client, self.user_dir = client, user_dir
+        self.client, self.user_dir, self.can_relaunch = client, user_dir, can_relaunch
         self.results: list[str | None] = []
         self.notes: list[str] = []
 
@@ -41,7 +42,8 @@ class Host(App[None]):
         super().notify(message, *args, **kwargs)
 
     def on_mount(self) -> None:
-        self.push_screen(PatchScreen(self.client, SET, PY, "gpu-box", self.user_dir), self.results.append)
+        self.push_screen(PatchScreen(self.client, SET, PY, "gpu-box", self.user_dir,
+                                     can_relaunch=self.can_relaunch), self.results.append)
 
 
 async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -62,6 +64,39 @@ def marks(table: DataTable) -> dict[str, str]:
     return {str(k.value): str(table.get_row(k)[0]) for k in table.rows}
 
 
+def pane(screen: PatchScreen) -> str:
+    """The preview pane's text: the head (title, fixes, notes, or why) and the body."""
+    return text_of(screen.query_one("#preview-head", Static)) + text_of(screen.query_one("#preview", Static))
+
+
+def header(screen: PatchScreen) -> str:
+    return text_of(screen.query_one("#patch-status", Static))
+
+
+def dialog_lines(app: App[None], title: str) -> list[str]:
+    """The open ConfirmScreen's body lines, after checking its title and that no line is
+    wider than the dialog's text area or wraps there."""
+    dialog = app.screen
+    assert isinstance(dialog, ConfirmScreen)
+    assert text_of(dialog.query_one("#title", Static)).strip() == title
+    body = dialog.query_one("#body", Static)
+    lines = text_of(body).rstrip("\n").split("\n")
+    assert max(len(ln.rstrip()) for ln in lines) <= body.content_region.width, lines
+    assert body.content_region.height == len(lines)  # nothing wrapped onto a second line
+    return [ln.rstrip() for ln in lines]
+
+
+def file_lines(lines: list[str]) -> list[str]:
+    """The paths under `files:` (each on its own line, shortened from the left)."""
+    return [ln.strip() for ln in lines[next(i for i, ln in enumerate(lines) if ln.startswith("files:")) + 1:]
+            if ln.startswith("  ") and not ln.startswith("   ")]
+
+
+def shows(full: Path, shown: list[str]) -> bool:
+    """Whether `full` is one of the shown paths, whole or shortened to `…tail`."""
+    return any(s == str(full) or (s.startswith("…/") and str(full).endswith(s[1:])) for s in shown)
+
+
 @pytest.fixture
 def pset() -> P.PatchSet:
     return P.load_set_dir(P.bundled_sets_dir() / SET)
@@ -80,30 +115,45 @@ async def test_versions_preview_push_and_relaunch(client: AgentClient, site: Pat
         assert [n for n, m in marks(table).items() if m] == ["v2"]  # only the applied one
         assert "v2" in text_of(screen.query_one("#patch-status", Static))
 
+        titles = {k: str(table.get_row(k)[2]) for k in table.rows}
+        cut = [k.value for k, t in titles.items() if t.endswith("…")]
+        assert cut  # at this width the long titles do not fit ...
+        for k, shown in titles.items():  # ... and each cut one ends in "…", never mid-air
+            full = P.get_version(pset, str(k.value)).title if k.value != "pristine" else shown
+            assert shown == full or (shown.endswith("…") and full.startswith(shown[:-1])), (shown, full)
+            assert len(shown) <= table.columns[table.ordered_columns[2].key].width
+
         await pilot.press("down", "down", "down")  # pristine -> v1 -> v2 -> v3
-        preview = screen.query_one("#preview", Static)
         def added(name: str) -> set[str]:
             return {ln.rstrip() for ln in P.get_version(pset, name).diff.splitlines()
                     if ln.startswith("+") and not ln.startswith("+++") and len(ln.strip()) > 8}
 
         v3_added = added("v3") - added("v2")  # lines only the highlighted version has
         assert v3_added
+        preview = screen.query_one("#preview", Static)
         await until(pilot, lambda: any(ln.rstrip() in v3_added for ln in text_of(preview).splitlines()))
-        assert P.get_version(pset, "v3").title in text_of(preview)
+        # The pane starts with the full title, wrapped to the pane's width, not cut.
+        head = screen.query_one("#preview-head", Static)
+        assert " ".join(text_of(head).split()).startswith(P.get_version(pset, "v3").title)
+        assert head.size.width <= screen.query_one("#preview-box").content_region.width
 
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        body = text_of(app.screen.query_one("#body", Static))
+        lines = dialog_lines(app, "Push v3 to gpu-box?")
+        body = "\n".join(lines)
         assert "gpu-box" in body and "v2 → v3" in body
-        assert str(pkg(site, WORKER)) in body and str(pkg(site, GEN)) not in body  # v3 adds to the worker only
-        await pilot.press("y")
+        shown = file_lines(lines)
+        assert len(shown) == 1 and shows(pkg(site, WORKER), shown)  # v3 adds to the worker only
+        await pilot.press("y", "down")  # a fast typist's next key: it lands in the table
+        await until(pilot, lambda: "hashes verified" in header(screen))
+        assert app.screen is screen  # no dialog popped up to swallow it
+        await until(pilot, lambda: table.cursor_row == 4)
+        assert "Press R to relaunch with v3" in header(screen)
         pristine = spec_wheel.pristine_files()
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                    and "Relaunch" in text_of(app.screen.query_one("#title", Static)))
         v3 = P.build_version(pset, "v3", pristine)
         assert pkg(site, GEN).read_bytes() == v3[GEN] and pkg(site, WORKER).read_bytes() == v3[WORKER]
         assert (await S.status(client, SET, PY, user_dir=tmp_path))["state"] == "v3"
-        await pilot.press("y")
+        await pilot.press("R")
         await until(pilot, lambda: app.results == [RELAUNCH])
 
 
@@ -112,13 +162,15 @@ async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site
     pristine = spec_wheel.pristine_files()
     await S.push(client, SET, "latest", PY, user_dir=tmp_path)
     app = Host(client, tmp_path)
-    async with app.run_test(size=(180, 50)) as pilot:
+    async with app.run_test(size=(80, 40)) as pilot:  # narrow: the dialog is narrower too
         screen = app.screen
         assert isinstance(screen, PatchScreen)
         table = screen.query_one(DataTable)
         await until(pilot, lambda: screen.status is not None and marks(table).get("v5") == APPLIED)
         await pilot.press("b")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        shown = file_lines(dialog_lines(app, "Roll gpu-box back to pristine?"))
+        assert len(shown) == 2 and shows(pkg(site, GEN), shown) and shows(pkg(site, WORKER), shown)
         await pilot.press("n")  # cancelled: nothing changes
         await until(pilot, lambda: app.screen is screen)
         assert pkg(site, GEN).read_bytes() != pristine[GEN]
@@ -127,15 +179,16 @@ async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site
         await pilot.press("y")
         await until(pilot, lambda: marks(table).get("pristine") == APPLIED)
         assert {rel: pkg(site, rel).read_bytes() for rel in pristine} == pristine
-        assert app.screen is screen  # no relaunch offered after a rollback
+        assert app.screen is screen  # no dialog after the rollback: R is offered instead
+        await until(pilot, lambda: "Press R to relaunch with pristine" in header(screen))
 
         edited = hand_edit(site)
         await pilot.press("r")
         await until(pilot, lambda: screen.status is not None and screen.status["state"] == "unknown")
         assert not any(marks(table).values())
         await pilot.press("down", "p")  # push v1 over hand edits: refused, their diff shown
-        preview = screen.query_one("#preview", Static)
-        await until(pilot, lambda: "+" + HAND_EDIT[1].decode() in text_of(preview))
+        await until(pilot, lambda: "+" + HAND_EDIT[1].decode() in pane(screen))
+        assert "edited by hand" in pane(screen)
         assert app.screen is screen  # no confirmation was offered
         assert pkg(site, GEN).read_bytes() == edited
         await pilot.press("escape")
@@ -161,7 +214,7 @@ async def test_escape_and_quit_wait_for_a_push(client: AgentClient, site: Path, 
     """Leaving mid-push would cancel it between its two file writes: Escape and the app's
     `q` do nothing but say "wait" until the push is done."""
     held = HoldsFirstWrite(client)
-    app = Host(held, tmp_path)
+    app = Host(held, tmp_path, can_relaunch=lambda: False)  # no run to relaunch
     async with app.run_test(size=(180, 50)) as pilot:
         screen = app.screen
         assert isinstance(screen, PatchScreen)
@@ -176,9 +229,10 @@ async def test_escape_and_quit_wait_for_a_push(client: AgentClient, site: Path, 
         assert app.screen is screen and app.results == [] and app.is_running
         held.release.set()
         newest = P.latest(pset).name
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))  # relaunch?
-        await pilot.press("n")
-        await until(pilot, lambda: app.screen is screen)
+        await until(pilot, lambda: "hashes verified" in header(screen))
+        assert "Press R" not in header(screen)  # nothing to relaunch: not offered ...
+        await pilot.press("R")  # ... and the key does nothing
+        assert app.screen is screen and app.results == []
         assert screen.status is not None and screen.status["state"] == newest
         pristine = spec_wheel.pristine_files()
         assert {r: pkg(site, r).read_bytes() for r in pristine} == P.build_version(pset, newest, pristine)
@@ -213,5 +267,5 @@ async def test_link_lost_while_checking_a_refusal_is_a_notice(
         assert app.is_running and app.screen is screen
         link.drop = False  # back: the same key now shows why
         await pilot.press("p")
-        await until(pilot, lambda: "edited by hand" in text_of(screen.query_one("#preview", Static)))
+        await until(pilot, lambda: "edited by hand" in pane(screen))
         assert pkg(site, GEN).read_bytes() == edited

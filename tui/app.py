@@ -433,7 +433,11 @@ class EagleApp(App[None]):
                 self.action_relaunch()
 
         host = self.state.hostname or self.state.target
-        self.push_screen(PatchScreen(self.client, self.cfg.patches.set, self.cfg.host.python, host), done)
+        screen = PatchScreen(
+            self.client, self.cfg.patches.set, self.cfg.host.python, host,
+            can_relaunch=lambda: self._run() is not None or bool(self.cfg.run.command),
+        )
+        self.push_screen(screen, done)
 
     def action_open_log(self) -> None:
         """Full-screen viewer of the followed log: search, filter, errors, root cause."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -43,15 +44,40 @@ def changing_files(st: dict[str, Any], target: str) -> list[str]:
             if target not in str(f.get("state", "")).split(",")]
 
 
-def plan_lines(st: dict[str, Any], target: str, title: str, host: str) -> list[str]:
-    """What a push/rollback will do, for the confirmation prompt (CLI and TUI)."""
-    files = changing_files(st, target) or ["(none: already there)"]
+def shorten_left(path: str, width: int) -> str:
+    """`path` if it fits in `width` columns, else `…` and its end, cut just before a `/`
+    when that still keeps the whole file name (`…/data_generation/worker.py`)."""
+    if len(path) <= width:
+        return path
+    tail = path[len(path) - max(width - 1, 1):]
+    slash = tail.find("/")
+    if 0 <= slash < tail.rfind("/") + 1 and slash < len(tail) - 1:
+        tail = tail[slash:]
+    return "…" + tail
+
+
+LABEL = 9  # width of "files:   ", the column the values of plan_lines start at
+
+
+def plan_lines(st: dict[str, Any], target: str, title: str, host: str,
+               width: int | None = None) -> list[str]:
+    """What a push/rollback will do, for the confirmation prompt (CLI and TUI).
+
+    With `width` (the dialog's text width) no line is longer: long values wrap under
+    their value column and each file path, on its own line, is shortened from the left.
+    Without it (the CLI) paths stay whole, so they can be copied.
+    """
+    files = changing_files(st, target)
     have = st.get("distribution_version") or "unknown version"
-    lines = [f"host:    {host}",
-             f"set:     {st.get('set')} ({st.get('target')}, host has {have})",
-             f"state:   {describe_state(st)} → {target}" + (f"  {title}" if title else "")]
-    lines += [("files:   " if i == 0 else "         ") + f for i, f in enumerate(files)]
-    return lines
+    head = [f"host:    {host}",
+            f"set:     {st.get('set')} ({st.get('target')}, host has {have})",
+            f"state:   {describe_state(st)} → {target}" + (f"  {title}" if title else ""),
+            "files:   " + (f"{len(files)} to rewrite" if files else "none (already there)")]
+    if width is not None:
+        head = [wrapped for line in head
+                for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * LABEL,
+                                             break_on_hyphens=False)]
+    return head + ["  " + (f if width is None else shorten_left(f, width - 2)) for f in files]
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -164,7 +190,33 @@ yes_opt = click.option("--yes", is_flag=True, help="Do not ask for confirmation.
 force_opt = click.option("--force", is_flag=True, help="Overwrite files edited by hand.")
 
 
+def _set_on_ctx(attr: str) -> Any:
+    """A callback that stores a global option given after `patch` on the shared `Ctx`."""
+
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value in (None, False):
+            return  # not given here: keep what `eagle3-tui --config …` set
+        obj = ctx.obj
+        if obj is None:  # the group invoked on its own (tests); `main` normally made it
+            from tui.cli import Ctx
+
+            obj = ctx.ensure_object(Ctx)
+        # ctx.obj rather than ensure_object(Ctx) first: under `python -m tui.cli` the lazily
+        # imported tui.cli is a second module, and its Ctx is not the class of ctx.obj.
+        setattr(obj, attr, value)
+
+    return store
+
+
+# The global options, accepted after `patch` too (`eagle3-tui patch --config F status`);
+# tui.cli adds the same to each patch subcommand, but skips groups.
 @click.group()
+@click.option("--config", metavar="FILE", expose_value=False, callback=_set_on_ctx("config_path"),
+              help="eagle3.toml to use (default ./eagle3.toml).")
+@click.option("-F", metavar="FILE", expose_value=False, callback=_set_on_ctx("ssh_config"),
+              help="SSH config file, as with ssh -F.")
+@click.option("--accept-new-host-key", is_flag=True, expose_value=False,
+              callback=_set_on_ctx("accept_new"), help="Trust an unknown host key on first use.")
 def patch() -> None:
     """Versioned patch sets for an installed library on the host (see patches/README.md).
 
@@ -270,4 +322,4 @@ def capture_cmd(obj: Ctx, name: str, target: str | None, title: str, notes: str,
         click.echo(f"  diff  {rep['diff_file']}")
 
 
-__all__ = ["changing_files", "describe_state", "patch", "plan_lines"]
+__all__ = ["changing_files", "describe_state", "patch", "plan_lines", "shorten_left"]

@@ -1,16 +1,18 @@
 """`p`: the patch screen -- the set's versions, which one the host has, a diff preview,
 and push / rollback through a confirmation.
 
-It runs `tui.patch_service`, the same code as `eagle3-tui patch …`. Dismissed with
-"relaunch" when the user asks to relaunch after a push (the app acts on it), else None.
+It runs `tui.patch_service`, the same code as `eagle3-tui patch …`. After a push or
+rollback the header says what the host has now and, when `can_relaunch()` allows, offers
+`R`: the screen is then dismissed with "relaunch" (the app acts on it), else with None.
+No dialog ever opens on its own, so a key typed right after a push cannot land in one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
@@ -30,6 +32,14 @@ APPLIED = "●"
 RELAUNCH = "relaunch"
 # What the screen catches from the patch service and the link: shown, never fatal.
 EXPECTED = (S.PatchServiceError, P.PatchError, AgentRequestError, TransportError)
+# ConfirmScreen's box: 90 columns (at most 95% of the terminal), less its thick border
+# (1 + 1) and padding (2 + 2): the width the plan's lines must fit in, unwrapped.
+DIALOG_BOX, DIALOG_FRAME = 90, 6
+
+
+def cut(text: str, width: int) -> str:
+    """`text` cut to `width` columns, ending in `…` when it was cut."""
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
 class PatchScreen(Screen[str | None]):
@@ -38,6 +48,7 @@ class PatchScreen(Screen[str | None]):
     PatchScreen Horizontal { height: 1fr; }
     PatchScreen #versions { width: 2fr; height: 1fr; border: round $primary; }
     PatchScreen #preview-box { width: 3fr; height: 1fr; border: round $secondary; }
+    PatchScreen #preview-head { width: 100%; }
     PatchScreen #preview { width: auto; }
     """
     BINDINGS: ClassVar[list[Binding | tuple[str, str] | tuple[str, str, str]]] = [
@@ -45,11 +56,16 @@ class PatchScreen(Screen[str | None]):
         Binding("enter,p", "push", "Push version", priority=True),
         Binding("b", "rollback", "Rollback to pristine"),
         Binding("r", "refresh", "Re-read host"),
+        # shift: a deliberate key, unlike the `r` next to it; shown only after a write
+        Binding("R", "relaunch", "Relaunch with it"),
         Binding("escape", "back", "Back"),
     ]
 
     def __init__(self, client: Any, set_name: str, python: str, host: str,
-                 user_dir: Path | None = None) -> None:
+                 user_dir: Path | None = None, *,
+                 can_relaunch: Callable[[], bool] | None = None) -> None:
+        """`can_relaunch()` says whether there is a run to relaunch (one alive, or the
+        last one ended); None: always offer it after a write and let the app decide."""
         super().__init__()
         self.client = client
         self.set_name = set_name
@@ -60,20 +76,22 @@ class PatchScreen(Screen[str | None]):
         self.status: dict[str, Any] | None = None  # the last status report from the host
         self.busy = False
         self.writing: str | None = None  # "pushing v3" while a push/rollback is in flight
+        self.can_relaunch = can_relaunch
+        self.written: str | None = None  # the state the last push/rollback left (for `R`)
+        self.outcome: Text | None = None  # what that write did, under the status line
 
     def compose(self) -> ComposeResult:
         yield Static(f"{self.host}: reading patch state of {self.set_name} …", id="patch-status")
         with Horizontal():
             yield DataTable(id="versions", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="preview-box"):
-                yield Static(id="preview")
+                yield Static(id="preview-head")  # wraps: a title is read in full here
+                yield Static(id="preview")  # the diff: unwrapped, scrolls sideways
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#versions").border_title = f"Versions of {self.set_name}"
         self.query_one("#preview-box").border_title = "Diff against pristine"
-        table = self.query_one(DataTable)
-        table.add_columns(" ", "version", "title", "fixes")
         try:
             self.pset = P.load_set(self.set_name, self.user_dir)
         except P.PatchError as exc:
@@ -83,22 +101,36 @@ class PatchScreen(Screen[str | None]):
         self._fill_table()
         self.action_refresh()
 
+    def on_resize(self) -> None:
+        if self.pset is not None:  # the title column takes what the table's width leaves
+            self.call_after_refresh(self._fill_table)
+
     # ---- rendering ----------------------------------------------------------------
     def _header(self, text: Text | str) -> None:
         self.query_one("#patch-status", Static).update(text)
 
     def _fill_table(self) -> None:
-        """(Re)build the rows, keeping the cursor; the host's version is marked."""
+        """(Re)build columns and rows, keeping the cursor; the host's version is marked.
+        The title column gets the width the others leave; cut titles end in `…`."""
         assert self.pset is not None
         table = self.query_one(DataTable)
         row = table.cursor_row
-        table.clear()
+        table.clear(columns=True)  # fixed widths: an auto-width column never shrinks
         state = self.status["state"] if self.status else None
-        table.add_row(APPLIED if state == P.PRISTINE else "", P.PRISTINE,
-                      f"as released: {self.pset.distribution} {self.pset.version}", "", key=P.PRISTINE)
-        for v in self.pset.versions:
-            table.add_row(APPLIED if state == v.name else "", v.name, v.title, ", ".join(v.fixes),
-                          key=v.name)
+        rows = [(P.PRISTINE, f"as released: {self.pset.distribution} {self.pset.version}", "")]
+        rows += [(v.name, v.title, ", ".join(v.fixes)) for v in self.pset.versions]
+        name_w = max(len(r[0]) for r in rows)
+        pad = 2 * table.cell_padding
+        # What the mark and version columns leave goes to title and fixes; fixes (ids, also
+        # in the preview) get at most a third, so the titles get the most room.
+        free = table.scrollable_content_region.width - (1 + pad) - (name_w + pad) - 2 * pad
+        fixes_w = min(max(len(r[2]) for r in rows), max(len("fixes"), free // 3))
+        title_w = max(free - fixes_w, 12)
+        for label, width in ((" ", 1), ("version", name_w), ("title", title_w), ("fixes", fixes_w)):
+            table.add_column(label, width=width, key=label.strip() or "mark")
+        for name, title, fixes in rows:
+            table.add_row(APPLIED if state == name else "", Text(name), Text(cut(title, title_w)),
+                          Text(cut(fixes, fixes_w)), key=name)
         table.move_cursor(row=min(row, table.row_count - 1))
 
     def _show_status(self) -> None:
@@ -106,9 +138,11 @@ class PatchScreen(Screen[str | None]):
         assert st is not None
         state = describe_state(st)
         style = "bold red" if st["state"] in (P.UNKNOWN, P.MISSING) else "bold green"
-        self._header(Text.assemble(
-            f"{self.host}  {st['target']} in {st['package_dir']}  ",
-            ("state: ", "bold"), (state, style)))
+        header = Text.assemble(f"{self.host}  {st['target']} in {st['package_dir']}  ",
+                               ("state: ", "bold"), (state, style))
+        if self.outcome is not None:
+            header.append("\n").append_text(self.outcome)
+        self._header(header)
 
     def _highlighted(self) -> str | None:
         table = self.query_one(DataTable)
@@ -120,28 +154,31 @@ class PatchScreen(Screen[str | None]):
         self._preview(str(event.row_key.value))
 
     def _preview(self, name: str) -> None:
+        """The highlighted version: its full title, fixes and notes, then its diff."""
         if self.pset is None:
             return
         box = self.query_one("#preview-box")
+        head = self.query_one("#preview-head", Static)
         preview = self.query_one("#preview", Static)
         if name == P.PRISTINE:
             box.border_title = "pristine"
-            preview.update(Text(f"The files as released in {self.pset.distribution} "
-                                f"{self.pset.version}:\n" + "\n".join(self.pset.files)))
+            head.update(Text(f"The files as released in {self.pset.distribution} {self.pset.version}:"))
+            preview.update(Text("\n".join(self.pset.files)))
             return
         v = P.get_version(self.pset, name)
         box.border_title = f"{v.name}: diff against pristine"
-        head = Text.assemble((v.title, "bold"), "\n",
-                             ("fixes: " + (", ".join(v.fixes) or "-"), "dim"), "\n")
+        text = Text.assemble((v.title, "bold"), "\n", ("fixes: " + (", ".join(v.fixes) or "-"), "dim"))
         if v.notes:
-            head.append(v.notes + "\n", style="italic")
-        preview.update(Group(head, _diff(v.diff)))
+            text.append("\n" + v.notes, style="italic")
+        head.update(text)
+        preview.update(_diff(v.diff))
 
     def _show_hand_edits(self, message: str, detail: str) -> None:
         """Put the hand-edit diff where the version preview was, and say why."""
         self.query_one("#preview-box").border_title = "host files: hand edits against pristine"
         body = _diff(detail) if detail else Text("(no pristine copy on the host to diff against)")
-        self.query_one("#preview", Static).update(Group(Text(message, style="bold red"), body))
+        self.query_one("#preview-head", Static).update(Text(message, style="bold red"))
+        self.query_one("#preview", Static).update(body)
         self.notify(message, severity="error", timeout=10)
 
     # ---- actions ------------------------------------------------------------------
@@ -154,6 +191,8 @@ class PatchScreen(Screen[str | None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("push", "rollback", "refresh"):
             return self.pset is not None and not self.busy
+        if action == "relaunch":  # hidden until a write has left something to relaunch with
+            return self._relaunch_offered()
         if action == "back":  # leaving would cancel a push between two file writes
             return None if self.writing else True
         return True
@@ -168,6 +207,14 @@ class PatchScreen(Screen[str | None]):
 
     def action_refresh(self) -> None:
         self._load()
+
+    def action_relaunch(self) -> None:
+        if self._relaunch_offered():
+            self.dismiss(RELAUNCH)
+
+    def _relaunch_offered(self) -> bool:
+        return (self.written is not None and not self.busy
+                and (self.can_relaunch is None or self.can_relaunch()))
 
     def action_push(self) -> None:
         name = self._highlighted()
@@ -190,18 +237,24 @@ class PatchScreen(Screen[str | None]):
             self._refuse(goal)
             return
         title = "" if goal == P.PRISTINE else P.get_version(pset, goal).title
-        verb = "Roll back" if goal == P.PRISTINE else "Push"
+        if goal == P.PRISTINE:
+            verb, question = "Roll back", f"Roll {self.host} back to {P.PRISTINE}?"
+        else:
+            verb, question = "Push", f"Push {goal} to {self.host}?"
+        width = min(DIALOG_BOX, self.app.size.width * 95 // 100) - DIALOG_FRAME
 
         def decided(yes: bool | None) -> None:
             if yes:
                 # Marked before the worker starts: from here on, Escape must not cancel it.
                 self.writing = "rolling back" if goal == P.PRISTINE else f"pushing {goal}"
+                self.written = self.outcome = None  # the last write's news is old now
                 self._header(Text(f"{self.host}: {self.writing} … wait", style="bold yellow"))
                 self._set_busy(True)
                 self._transition(goal)
 
-        self.app.push_screen(ConfirmScreen(f"{verb} {goal} to {self.host}?",
-                                       plan_lines(st, goal, title, self.host), verb), decided)
+        self.app.push_screen(ConfirmScreen(cut(question, width),
+                                           plan_lines(st, goal, title, self.host, width), verb),
+                             decided)
 
     # ---- workers ------------------------------------------------------------------
     def _set_busy(self, busy: bool) -> None:
@@ -219,6 +272,9 @@ class PatchScreen(Screen[str | None]):
             return
         finally:
             self._set_busy(False)
+        if self.written is not None and self.status["state"] != self.written:
+            self.written = self.outcome = None  # changed behind our back: no longer news
+            self.refresh_bindings()
         self._show_status()
         self._fill_table()
 
@@ -261,23 +317,17 @@ class PatchScreen(Screen[str | None]):
             self.writing = None
             self._set_busy(False)
         self.status = report
+        self.written = goal
+        done = (f"{self.host} now has {describe_state(report)}: "
+                f"{len(report.get('written', []))} file(s) written, hashes verified.")
+        self.outcome = Text(done, style="green")
+        if self._relaunch_offered():
+            # Offered, not asked: a dialog popping up now would take the next key typed.
+            self.outcome.append(f"  Press R to relaunch with {describe_state(report)}.", style="bold")
         self._show_status()
         self._fill_table()
-        self.notify(f"{self.host} now has {describe_state(report)} "
-                    f"({len(report.get('written', []))} file(s) written, hashes verified)")
-        if goal != P.PRISTINE:
-            self._offer_relaunch(goal)
-
-    def _offer_relaunch(self, version: str) -> None:
-        def decided(yes: bool | None) -> None:
-            if yes:
-                self.dismiss(RELAUNCH)
-
-        self.app.push_screen(ConfirmScreen(
-            f"Relaunch now with {version}?",
-            [f"{self.host} has {self.set_name} {version}.",
-             "A running process keeps the code it imported: relaunch to use it."],
-            "Relaunch"), decided)
+        self.refresh_bindings()
+        self.notify(done)
 
 
 def _diff(text: str) -> Syntax:
