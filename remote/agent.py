@@ -265,6 +265,9 @@ class Agent:
         return {}, self.send_snapshot
 
     def op_snapshot(self, args: Dict[str, Any], rid: int) -> Any:
+        # A one-shot client (`status`) asks right after configure's snapshot: wait out the
+        # short CPU window (at most 0.2 s) so it gets readings, not the first sample's nulls.
+        time.sleep(self.procs.cpu_ready_in())
         return self.snapshot()
 
     def op_subscribe(self, args: Dict[str, Any], rid: int) -> Any:

@@ -14,11 +14,14 @@ except ImportError:
 
 RESCAN_S = 30.0
 YOUNG_S = 3.0  # re-read cmdline of fresh PIDs this long: we may have caught them before exec()
+# CPU time moves in whole clock ticks (10 ms at CLK_TCK=100): over a window of a few ms one
+# tick more or less reads as 0 % or 800 %. Windows shorter than this keep the last value.
+MIN_CPU_WINDOW_S = 0.2
 
 class _Proc:
     """What the sampler remembers about one PID between ticks."""
 
-    __slots__ = ("cmdline", "joined", "run_env", "stat", "uid", "born", "cpu_prev")
+    __slots__ = ("cmdline", "joined", "run_env", "stat", "uid", "born", "cpu_base", "cpu")
 
     def __init__(self) -> None:
         self.cmdline: Optional[List[str]] = None
@@ -27,7 +30,10 @@ class _Proc:
         self.stat: Optional[dict] = None
         self.uid: Optional[int] = None
         self.born = 0.0  # process start on the monotonic clock (young PIDs get re-read)
-        self.cpu_prev: Optional[Tuple[int, float]] = None  # (utime+stime ticks, monotonic)
+        # (start_ticks, utime+stime ticks, monotonic time of that read): the base of the
+        # next CPU reading; start_ticks so a reused PID never inherits another's base.
+        self.cpu_base: Optional[Tuple[int, int, float]] = None
+        self.cpu: Optional[float] = None  # the last CPU reading, reused for too-short windows
 
 
 class ProcTable:
@@ -41,6 +47,7 @@ class ProcTable:
         self.seen: Dict[int, _Proc] = {}
         self._last_pid: Optional[str] = None
         self._last_rescan = time.monotonic()
+        self.sampled_at: Optional[float] = None  # monotonic end of the last sample()
 
     def _discover(self, pid: int) -> Optional[_Proc]:
         p = _Proc()
@@ -81,6 +88,12 @@ class ProcTable:
             if pid not in self.seen:
                 self._discover(pid)
 
+    def cpu_ready_in(self) -> float:
+        """Seconds until a new sample() would give fresh CPU readings (0 when now)."""
+        if self.sampled_at is None:
+            return 0.0
+        return max(0.0, self.sampled_at + MIN_CPU_WINDOW_S - time.monotonic())
+
     def sample(self, match: Optional[str], live_runs: Dict[str, Dict[int, str]],
                gpu_pids: Set[int]) -> List[Dict[str, Any]]:
         """Processes of runs, matching `match`, or holding GPU memory, in protocol shape."""
@@ -115,30 +128,44 @@ class ProcTable:
             if not why:
                 continue
             fresh = procfs.read_stat(pid)
+            read_at = time.monotonic()  # this pid's own read time, not the tick's start
             if fresh is None or (p.stat and fresh["start_ticks"] != p.stat["start_ticks"]):
                 del self.seen[pid]  # gone, or PID reused: rediscovered on the next listdir
                 self._last_pid = None
                 continue
-            out.append(self._record(pid, p, fresh, why, run_id, mono, now))
+            out.append(self._record(pid, p, fresh, why, run_id, read_at, now))
         for pid in gpu_pids - set(self.seen):  # e.g. another PID namespace: NVML knows more
             out.append({"pid": pid, "ppid": None, "pgid": None, "sid": None, "user": None,
                         "state": None, "cpu": None, "rss": None, "start_time": None,
                         "elapsed": None, "cmdline": None, "why": ["gpu"], "run_id": None})
         out.sort(key=lambda r: r["pid"])
+        self.sampled_at = time.monotonic()
         return out
 
     def _record(self, pid: int, p: _Proc, st: dict, why: List[str], run_id: Optional[str],
-                mono: float, now: float) -> Dict[str, Any]:
+                read_at: float, now: float) -> Dict[str, Any]:
         p.stat = st
-        ticks = st["utime"] + st["stime"]
-        cpu = None
-        if p.cpu_prev is not None and mono > p.cpu_prev[1]:
-            cpu = round((ticks - p.cpu_prev[0]) / procfs.CLK_TCK / (mono - p.cpu_prev[1]) * 100, 1)
-        p.cpu_prev = (ticks, mono)
+        p.cpu = self._cpu(p, st, read_at)
         if p.uid is None:
             p.uid = procfs.read_uid(pid)
         start = procfs.start_time(st, self.btime)
         return {"pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "sid": st["sid"],
-                "user": procfs.user_name(p.uid), "state": st["state"], "cpu": cpu,
+                "user": procfs.user_name(p.uid), "state": st["state"], "cpu": p.cpu,
                 "rss": st["rss"], "start_time": start, "elapsed": round(now - start, 2),
                 "cmdline": p.cmdline, "why": why, "run_id": run_id or None}
+
+    @staticmethod
+    def _cpu(p: _Proc, st: dict, read_at: float) -> Optional[float]:
+        """Percent of one core used by this process itself (utime+stime, not its reaped
+        children's) since the previous reading of the same process; None when there is
+        none yet."""
+        ticks = st["utime"] + st["stime"]
+        base = p.cpu_base
+        if base is None or base[0] != st["start_ticks"] or ticks < base[1]:
+            p.cpu_base = (st["start_ticks"], ticks, read_at)  # new process: nothing to compare
+            return None
+        window = read_at - base[2]
+        if window < MIN_CPU_WINDOW_S:
+            return p.cpu  # keep the base, so the next reading spans a long enough window
+        p.cpu_base = (st["start_ticks"], ticks, read_at)
+        return round((ticks - base[1]) / procfs.CLK_TCK / window * 100, 1)

@@ -7,9 +7,10 @@ also executed as the supervisor shim: ``python runner.py supervise RUN_DIR``.
 A run lives in ``RUNS_DIR/<run_id>/``: ``launch.json`` (the request),
 ``manifest.json`` (written by the shim once the run's process exists),
 ``output.log``, ``exit.json`` (written by the shim when every process of the run
-is gone) and ``killed.json`` (written by ``kill``). Every process of the run
-inherits ``EAGLE3_TUI_RUN_ID=<run_id>`` so workers that escape the process tree
-can still be found.
+is gone), ``killed.json`` (written by ``kill``) and ``error.json`` (the run could not
+be started; listed as state ``failed`` from ``launch.json`` and the error). Every
+process of the run inherits ``EAGLE3_TUI_RUN_ID=<run_id>`` so workers that escape the
+process tree can still be found.
 """
 
 from __future__ import annotations
@@ -118,11 +119,48 @@ def _run_dir(runs_dir: str, run_id: str) -> str:
     return os.path.join(runs_dir, run_id)
 
 
+# Fields of a run record that only a started run (its manifest) can fill.
+_STARTED_ONLY = ("host", "user", "pid", "pgid", "sid", "start_ticks", "start_time",
+                 "shim_pid", "shim_start_ticks", "boot_time", "subreaper")
+
+
+def _failed_record(run_dir: str) -> dict | None:
+    """The record of a run that never started (error.json, no manifest): the request
+    from launch.json, state ``failed`` and the error; None when there is no error.json."""
+    err_path = os.path.join(run_dir, "error.json")
+    err = _read_json(err_path)
+    if not isinstance(err, dict):
+        return None  # a launch in progress, or junk: not a run yet
+    req = _read_json(os.path.join(run_dir, "launch.json"))
+    req = req if isinstance(req, dict) else {}
+    rec: dict = {key: None for key in _STARTED_ONLY}
+    for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
+        rec[key] = req.get(key)
+    at = err.get("at")
+    if not isinstance(at, (int, float)):
+        try:  # error.json of an older shim carries no time: its mtime is when it failed
+            at = os.stat(err_path).st_mtime
+        except OSError:
+            at = None
+    text = " ".join(str(err.get("error") or "unknown error").split())
+    rec.update(run_id=os.path.basename(run_dir), state="failed", error=text, exit_code=None,
+               signal=None, ended_at=at, duration=None, external=False)
+    return rec
+
+
+def _write_error(run_dir: str, message: str) -> None:
+    """Record why a run could not start (first writer wins), so `runs` can list it."""
+    path = os.path.join(run_dir, "error.json")
+    if not os.path.exists(path):
+        _write_json_atomic(path, {"error": message, "at": time.time()})
+
+
 def _record(run_dir: str, btime: float) -> dict | None:
-    """The run record of one run dir, or None when it holds no usable manifest."""
+    """The run record of one run dir, or None when it holds neither a usable manifest
+    nor an error.json (a launch in progress, or junk)."""
     manifest = _read_json(os.path.join(run_dir, "manifest.json"))
     if not isinstance(manifest, dict):
-        return None
+        return _failed_record(run_dir)
     rec = dict(manifest)
     rec["run_id"] = os.path.basename(run_dir)
     for key in ("pid", "pgid", "sid", "start_ticks", "shim_pid", "shim_start_ticks"):
@@ -154,6 +192,7 @@ def _record(run_dir: str, btime: float) -> dict | None:
         signal=(exit_info or {}).get("signal"),
         ended_at=ended_at,
         external=False,
+        error=None,
     )
     start = rec.get("start_time")
     end = ended_at if ended_at is not None else (time.time() if state == "running" else None)
@@ -198,7 +237,7 @@ def list_runs(runs_dir: str) -> list[dict]:
         rec = _record(path, btime)
         if rec is None:
             continue
-        if rec["state"] in ("exited", "killed"):
+        if rec["state"] in ("exited", "killed", "failed"):
             _ENDED[path] = (st.st_mtime_ns, rec)
         out.append(rec)
 
@@ -310,16 +349,18 @@ def launch(
             # leaves no zombie in a long-lived agent.
             first.wait(timeout=LAUNCH_WAIT)
         except (OSError, subprocess.TimeoutExpired) as e:
+            _write_error(run_dir, "cannot start the supervisor: %s" % e)
             raise RunnerError("cannot start the supervisor: %s" % e) from None
         deadline = time.monotonic() + LAUNCH_WAIT
         while time.monotonic() < deadline:
             started = _record(run_dir, procfs.boot_time())
-            if started is not None:
+            if started is not None and started["state"] != "failed":
                 return started
-            err = _read_json(os.path.join(run_dir, "error.json"))
-            if isinstance(err, dict):
-                raise RunnerError("run %s did not start: %s" % (run_id, err.get("error")))
+            if started is not None:
+                raise RunnerError("run %s did not start: %s" % (run_id, started["error"]))
             time.sleep(0.02)
+        # Listed as failed from now on; a manifest written late still wins over this.
+        _write_error(run_dir, "the supervisor wrote no manifest within %gs" % LAUNCH_WAIT)
         raise RunnerError(
             "run %s: the supervisor wrote no manifest within %gs" % (run_id, LAUNCH_WAIT)
         )
@@ -389,7 +430,7 @@ def supervise(run_dir: str) -> int:
         )
         os.close(log_fd)
     except Exception as e:  # top level of a detached process: report, never vanish
-        _write_json_atomic(os.path.join(run_dir, "error.json"), {"error": str(e)})
+        _write_error(run_dir, str(e) or type(e).__name__)
         return 1
     btime = procfs.boot_time()
     # The child is not reaped yet, so its stat is readable even if it already exited.

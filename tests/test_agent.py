@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -173,6 +174,86 @@ def test_matching_process_appears_then_disappears(plain: AgentProc) -> None:
         child.wait()
     mark = plain.mark()
     _snapshot_where(plain, mark, lambda ps: not mine(ps))
+
+
+# A busy loop and an idle sleeper; each says "ready" once Python's start-up (itself CPU
+# work) is over, and exits by itself after 30 s should the test not kill it.
+BUSY = "import time\nprint('ready', flush=True)\nend = time.monotonic() + 30\n" \
+       "while time.monotonic() < end:\n    pass\n"
+IDLE = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
+
+
+@pytest.fixture
+def busy_idle() -> Iterator[tuple[str, int, int]]:
+    """(marker, busy pid, idle pid): two real processes whose argv holds the marker."""
+    marker = "cpu-marker-" + uuid.uuid4().hex
+    kids = [subprocess.Popen([sys.executable, "-c", code, marker], stdout=subprocess.PIPE)
+            for code in (BUSY, IDLE)]
+    try:
+        for k in kids:
+            assert k.stdout is not None and k.stdout.readline() == b"ready\n"
+        yield marker, kids[0].pid, kids[1].pid
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()
+
+
+def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
+                                                busy_idle: tuple[str, int, int]) -> None:
+    """Snapshots every 50 ms: far closer together than the CPU window."""
+    from remote.proctable import MIN_CPU_WINDOW_S
+
+    marker, busy, idle = busy_idle
+    mark = plain.mark()
+    plain.call("configure", {"interval": 0.05, "match": marker})
+    first = _snapshot_where(plain, mark, lambda ps: len(ps) == 2)
+    assert {p["pid"]: p["cpu"] for p in first["processes"]} == {busy: None, idle: None}
+    last = plain.wait_for(lambda m: m["type"] == "snapshot" and m["time"] > first["time"] + 1.2,
+                          since=mark, timeout=10)
+    readings = []  # (seconds since the first sample, busy, idle)
+    for m in plain.since(mark):
+        if m["type"] == "snapshot" and first["seq"] < m["seq"] <= last["seq"]:
+            got = {p["pid"]: p["cpu"] for p in m["processes"]}
+            readings.append((m["time"] - first["time"], got[busy], got[idle]))
+    early = [r for r in readings if r[0] < MIN_CPU_WINDOW_S * 0.9]
+    assert len(readings) >= 8 and early, readings
+    assert all(r[1] is None and r[2] is None for r in early), readings
+    values = [r for r in readings if r[1] is not None]
+    assert len(values) >= len(readings) // 2, readings
+    # Every reading is sane; the busy loop's typical one is most of a core (the median,
+    # since other work on a shared 2-core box can starve a single 0.2 s window).
+    assert all(0 <= b <= 110 and i is not None and 0 <= i < 5 for _, b, i in values), readings
+    assert 50 <= statistics.median(b for _, b, _ in values) <= 110, readings
+
+
+def test_cpu_base_of_a_reused_pid_is_never_used(busy_idle: tuple[str, int, int]) -> None:
+    from remote import procfs
+    from remote.proctable import ProcTable, _Proc
+
+    busy = busy_idle[1]
+    p, st = _Proc(), procfs.read_stat(busy)
+    assert st is not None and ProcTable._cpu(p, st, time.monotonic()) is None
+    later = procfs.read_stat(busy)
+    assert later is not None and ProcTable._cpu(p, later, time.monotonic() + 1) is not None
+    stranger = dict(later, start_ticks=later["start_ticks"] + 1)  # same pid, other process
+    assert ProcTable._cpu(p, stranger, time.monotonic() + 2) is None
+
+
+def test_snapshot_right_after_configure_reads_real_cpu(plain: AgentProc,
+                                                       busy_idle: tuple[str, int, int]) -> None:
+    """`status`: configure (its snapshot is the first sample) then at once a snapshot."""
+    marker, busy, idle = busy_idle
+    busy_cpu = []
+    for _ in range(3):
+        plain.call("configure", {"interval": 3600, "match": marker})
+        snap = plain.call("snapshot")
+        got = {p["pid"]: p["cpu"] for p in snap["processes"]}
+        assert set(got) == {busy, idle}
+        assert got[busy] is not None and 0 <= got[busy] <= 110, got
+        assert got[idle] is not None and 0 <= got[idle] < 5, got
+        busy_cpu.append(got[busy])
+    assert 50 <= statistics.median(busy_cpu) <= 110, busy_cpu
 
 
 def test_agent_excludes_itself_from_match(plain: AgentProc) -> None:

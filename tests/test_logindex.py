@@ -10,16 +10,19 @@ from __future__ import annotations
 import os
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from tui.state.lines import split_lines
 from tui.state.logindex import (
+    MATCH_MAX,
     Chunk,
     LineIndex,
     LogDocument,
     RootCause,
+    match_text,
     nth_newline,
     nth_newline_back,
 )
@@ -163,8 +166,29 @@ async def test_line_crossing_blocks_and_a_1mb_line(tmp_path: Path) -> None:
     assert await doc.skip_back(lines[2].start, 1) == 5
     hit = await doc.find(0, [re.compile("ERROR")])
     assert hit is not None and hit.start == lines[2].start and hit.line_no == 3
-    back = await doc.find(p.stat().st_size, [re.compile("tail$")], forward=False)
+    back = await doc.find(p.stat().st_size, [re.compile("^BBBB")], forward=False)
     assert back is not None and back.start == 5
+    # Filters see only a line's first MATCH_MAX characters: the end of the 1 MB line is not searched.
+    assert await doc.find(p.stat().st_size, [re.compile("tail$")], forward=False) is None
+
+
+async def test_a_backtracking_regex_costs_little_on_long_lines(tmp_path: Path) -> None:
+    """``\\w+Z\\b`` is quadratic in a word's length: on an 80 000-character word it takes
+    about ten seconds; cut to MATCH_MAX characters, milliseconds."""
+    p = tmp_path / "words.log"
+    word = "w" * 80_000
+    p.write_text(f"head\n{word}\n{word}Z\nthe endZ\n")
+    slow = re.compile(r"\w+Z\b")
+    for scan_chunk in (10_000, 3 << 20):  # a long line cut across chunks, and whole in one
+        doc = LogDocument(local_fetch(p), block=4096, max_blocks=4, every=64, scan_chunk=scan_chunk)
+        t0 = time.monotonic()
+        hits = await doc.collect(0, 10, [slow])
+        elapsed = time.monotonic() - t0
+        assert [(h.line_no, h.text) for h in hits] == [(4, "the endZ")]  # the Z past MATCH_MAX is unseen
+        assert elapsed < 4, f"{elapsed:.1f} s"
+        back = await doc.collect(p.stat().st_size, 10, [slow], forward=False)
+        assert [h.line_no for h in back] == [4]
+    assert len(match_text(word.encode() + b"\n")) == MATCH_MAX
 
 
 async def test_invalid_utf8_ansi_and_redraws(tmp_path: Path) -> None:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from textual.app import App
+from textual.binding import Binding
+from textual.geometry import Region
+from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from tui.screens.logviewer import LogViewerScreen
@@ -43,13 +46,32 @@ def log(tmp_path: Path) -> Path:
     return p
 
 
+# Every key the viewer binds, also bound by the app below it (as the dashboard binds
+# `r` to Relaunch): a viewer key must never reach the app.
+VIEWER_KEYS = ["r", "f", "m", "e", "n", "N", "g", "G", "w", "slash", "left", "right",
+               *[str(d) for d in range(1, 10)]]
+
+
 class ViewerApp(App[None]):
+    """The viewer pushed over an app that binds the viewer's keys itself and records them."""
+
+    BINDINGS = [Binding(",".join(VIEWER_KEYS), "app_key", "App key")]
+
     def __init__(self, screen: LogViewerScreen) -> None:
         super().__init__()
         self.viewer = screen
+        self.app_keys = 0  # app bindings that ran: must stay 0 while the viewer is on top
+        self.notes: list[str] = []
 
     def on_mount(self) -> None:
         self.push_screen(self.viewer)
+
+    def action_app_key(self) -> None:
+        self.app_keys += 1
+
+    def notify(self, message: str, **kw: object) -> None:  # type: ignore[override]
+        self.notes.append(message)
+        super().notify(message, **kw)  # type: ignore[arg-type]
 
 
 def make(client: AgentClient, log: Path, **kw: object) -> tuple[ViewerApp, LogViewerScreen]:
@@ -75,6 +97,12 @@ def shown(screen: LogViewerScreen) -> list[tuple[int | None, str]]:
 
 def body_text(screen: LogViewerScreen) -> str:
     return str(screen.query_one("#lv-body", Static).render())
+
+
+def drawn(widget: Widget) -> list[str]:
+    """The rows the widget draws on the terminal, as text (after Textual's own layout)."""
+    w, h = widget.size
+    return ["".join(seg.text for seg in strip) for strip in widget.render_lines(Region(0, 0, w, h))]
 
 
 async def search(pilot: object, screen: LogViewerScreen, text: str) -> None:
@@ -173,3 +201,103 @@ async def test_follow_shows_appended_lines_and_escape_cancels(client: AgentClien
         assert app.screen is screen
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is not screen, "back to the dashboard")
+
+
+async def test_inapplicable_keys_are_consumed_not_passed_to_the_app(client: AgentClient, log: Path) -> None:
+    # No root cause and no search: r, n, N and m do not apply, and must say so, not fall through.
+    app, screen = make(client, log, follow=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: screen.window, "the first page")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.notes or app.app_keys, "r to be handled")
+        assert app.app_keys == 0, "r fell through to the app (the dashboard's Relaunch)"
+        assert app.notes == ["no root cause in this log"]
+        for key in ("n", "N", "m"):
+            await pilot.press(key)
+        await wait_for(pilot, lambda: len(app.notes) + app.app_keys == 4, "n, N, m to be handled")
+        assert app.app_keys == 0 and app.notes[1:] == ["no search yet: / searches"] * 3
+        await pilot.press("f", "f", "e", "e", "w", "w", "right", "left", "g", "G", *[str(d) for d in range(1, 10)])
+        await pilot.pause(0.1)
+        assert app.screen is screen and app.app_keys == 0
+        # Typed into the search box, the same keys are text, not commands.
+        await pilot.press("slash")
+        box = screen.query_one("#lv-search", Input)
+        await wait_for(pilot, lambda: box.has_focus, "the search box")
+        await pilot.press("r", "N", "5")
+        await wait_for(pilot, lambda: box.value == "rN5", "typed text")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not box.display, "search box closed")
+        assert app.app_keys == 0
+        # After a search, n and m work.
+        await pilot.press("g")
+        await wait_for(pilot, lambda: screen.window[0].line_no == 1, "the top")
+        await search(pilot, screen, "needle")
+        await wait_for(pilot, lambda: screen.match is not None and screen.match.line_no == 2500, "the hit")
+        await pilot.press("m")
+        await wait_for(pilot, lambda: screen.matches_only and [no for no, _ in shown(screen)] == [2500], "the filter")
+        assert app.app_keys == 0
+
+
+@pytest.fixture
+def wide_log(tmp_path: Path) -> Path:
+    """83 lines, each longer than 100 columns, under a long directory (as QA's was)."""
+    d = tmp_path / "runs" / "eagle3-extract-llama-3.1-8b-instruct-2026-01-01-123456" / "logs"
+    d.mkdir(parents=True)
+    p = d / "run.log"
+    p.write_text("".join(f"{line_text(i)} " + "pad " * 20 + f"end-of-{i}\n" for i in range(1, 84)))
+    return p
+
+
+async def test_no_wrap_crops_and_the_last_line_is_the_last_row(client: AgentClient, wide_log: Path) -> None:
+    app, screen = make(client, wide_log)
+    async with app.run_test(size=(100, 30)) as pilot:
+        body = screen.query_one("#lv-body", Static)
+        status = screen.query_one("#lv-status", Static)
+        await wait_for(pilot, lambda: screen.window and screen.window[-1].line_no == 83, "the numbered last page")
+        await wait_for(pilot, lambda: drawn(body)[-1].startswith("83 "), "line 83 in the last row")
+        rows = drawn(body)
+        assert len(rows) == body.size.height == screen.rows
+        first = 83 - len(rows) + 1
+        # One row per line, none wrapped: each row starts with its line number, cut with "…".
+        assert [r.split(" ", 1)[0] for r in rows] == [str(i) for i in range(first, 84)]
+        assert all(r.rstrip().endswith("…") for r in rows)
+        head = drawn(status)[0]
+        assert head.startswith("FOLLOW") and f"lines {first}-83 of 83" in head
+        assert head.rstrip().endswith("run.log")  # the path is shortened from the left
+        # Page down at the end stays at the end; g, then G, come back to it.
+        await pilot.press("g")
+        await wait_for(pilot, lambda: drawn(body)[0].split()[0] == "1", "the top")
+        await pilot.press("G")
+        await wait_for(pilot, lambda: drawn(body)[-1].startswith("83 "), "the bottom again")
+        # Sideways scroll shows the cut-off ends of lines.
+        for _ in range(4):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: "end-of-83" in drawn(body)[-1], "the end of line 83")
+        assert "col 81" in drawn(status)[0]
+        await pilot.press("left", "left", "left", "left")
+        await wait_for(pilot, lambda: drawn(body)[-1].startswith("83 INFO"), "back to column 1")
+
+
+async def test_wrap_pages_by_what_is_on_screen(client: AgentClient, wide_log: Path) -> None:
+    app, screen = make(client, wide_log, follow=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        body = screen.query_one("#lv-body", Static)
+        await wait_for(pilot, lambda: screen.window and screen.window[-1].line_no == 83, "the last page")
+        await pilot.press("w")
+        # Each line takes two rows now; the last row is still the end of line 83.
+        await wait_for(pilot, lambda: drawn(body)[-1].rstrip().endswith("end-of-83"), "the end of line 83")
+        n = len(screen.on_screen)
+        assert n == screen.rows // 2 and screen.on_screen[-1].line_no == 83
+        assert "WRAP" in drawn(screen.query_one("#lv-status", Static))[0]
+        await pilot.press("up")  # one line up, also when the page is short of lines
+        await wait_for(pilot, lambda: screen.on_screen[-1].line_no == 82, "one line up")
+        assert drawn(body)[-1].rstrip().endswith("end-of-82")
+        await pilot.press("g")
+        await wait_for(pilot, lambda: drawn(body)[0].split()[0] == "1", "the top")
+        assert [ln.line_no for ln in screen.on_screen] == list(range(1, n + 1))
+        await pilot.press("pagedown")  # no line is skipped
+        await wait_for(pilot, lambda: screen.on_screen[0].line_no == n + 1, "the next page")
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: screen.on_screen[0].line_no == 1, "the top again")
+        await pilot.press("G")
+        await wait_for(pilot, lambda: drawn(body)[-1].rstrip().endswith("end-of-83"), "the end, wrapped")

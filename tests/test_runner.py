@@ -387,6 +387,45 @@ def test_bad_requests_fail_in_one_line(env):
         killer.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
 
 
+def test_run_that_fails_to_start_is_listed_as_failed(env):
+    before = time.time()
+    with pytest.raises(runner.RunnerError) as err:
+        runner.launch(env.runs, "ghost", ["/nonexistent/prog", "--x"], str(env.tmp),
+                      {"A": "1"}, patch_state={"p": 1})
+    assert "/nonexistent/prog" in str(err.value) and "\n" not in str(err.value)
+    (rec,) = runner.list_runs(env.runs)
+    run_dir = Path(env.runs) / rec["run_id"]
+    assert (run_dir / "error.json").exists() and not (run_dir / "manifest.json").exists()
+    assert rec["state"] == "failed" and rec["exit_code"] is None and rec["signal"] is None
+    assert rec["pid"] is None and rec["external"] is False and rec["duration"] is None
+    assert "/nonexistent/prog" in rec["error"] and "\n" not in rec["error"]
+    assert rec["error"] in str(err.value)
+    assert rec["name"] == "ghost" and rec["argv"] == ["/nonexistent/prog", "--x"]
+    assert rec["env"] == {"A": "1"} and rec["patch_state"] == {"p": 1}
+    assert rec["cwd"] == str(env.tmp)
+    assert before <= rec["launched_at"] <= rec["ended_at"] <= time.time()
+    # It sorts among the others by launch time, and a failed run blocks no relaunch.
+    ok = launch_sleeper(env, name="ghost")
+    listed = runner.list_runs(env.runs)
+    assert [r["run_id"] for r in listed] == [ok["run_id"], rec["run_id"]]
+    assert listed[0]["error"] is None and listed[1] == rec
+
+
+def test_failed_run_from_an_older_shim_uses_the_error_files_time(env):
+    """An error.json without "at" (older shims wrote only the error) still lists."""
+    run_dir = Path(env.runs) / "20260101-000000-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "launch.json").write_text(json.dumps({"name": "old", "argv": ["x"]}))
+    (run_dir / "error.json").write_text(json.dumps({"error": "boom\nsecond line"}))
+    (run_dir / "inprogress").mkdir()  # launch.json only: a launch in progress, not a run
+    (Path(env.runs) / "pending").mkdir()
+    (Path(env.runs) / "pending" / "launch.json").write_text(json.dumps({"name": "p"}))
+    (rec,) = runner.list_runs(env.runs)
+    assert rec["state"] == "failed" and rec["error"] == "boom second line"
+    assert rec["ended_at"] == (run_dir / "error.json").stat().st_mtime
+    assert rec["name"] == "old" and rec["launched_at"] is None
+
+
 def test_list_runs_skips_junk(env):
     runs = Path(env.runs)
     runs.mkdir()

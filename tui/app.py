@@ -285,6 +285,9 @@ class EagleApp(App[None]):
         root = getattr(a, "root_cause", None)
         if run is not None and root is not None:
             notes[run.run_id] = root.title
+        for r in self.state.runs:
+            if r.error:
+                notes[r.run_id] = f"did not start: {r.error}"
         order = ["pristine", *self._version_order]
         if self._applied_patch in order:
             for r in self.state.live_runs():

@@ -20,7 +20,7 @@ from tui.transport import AgentRequestError
 
 __all__ = ["ENDED", "LedgerError", "fetch_summaries", "read_tail"]
 
-ENDED = frozenset({"exited", "killed", "lost"})
+ENDED = frozenset({"exited", "killed", "lost", "failed"})
 # The agent allows 4 MiB per read_range, but the answer is one JSON line of ~4/3 that
 # in base64, and LocalLink reads lines of at most 4 MiB: a full 4 MiB read kills the
 # link. 2 MiB (~2.7 MiB of base64) stays clear of it.

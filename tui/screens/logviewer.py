@@ -5,6 +5,10 @@ blocks with the agent's ``read_range`` into a bounded LRU, and a background work
 counts lines into a sparse index so line numbers appear as it goes. The screen keeps
 only the window of lines on display.
 
+Lines are laid out here, not by the widget: without wrap each line is cut to the width
+(``→``/``←`` scroll sideways), with wrap it is folded into rows, so the rows drawn are
+exactly the rows there are and the last line of the log is always the last row.
+
 Follow mode re-reads the tail on a timer that re-arms itself after each poll: a
 ``read_range`` at the old end of file returns the new bytes and the new size in one
 request. (A ``subscribe`` of its own would put its log events into the client's one
@@ -15,12 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from rich.cells import cell_len, get_character_cell_size
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -29,13 +32,14 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from tui.state.logindex import Chunk, FileChanged, Line, LogDocument, RootCause
+from tui.state.logindex import MATCH_MAX, Chunk, FileChanged, Line, LogDocument, RootCause
 from tui.transport import AgentRequestError, TransportError
 from tui.widgets.logtail import _ERROR as ERROR_PATTERN
 from tui.widgets.logtail import style_line
 
 CONTEXT = 3  # lines shown above a search hit
 POLL_S = 0.5  # follow-mode tail poll
+HSTEP = 20  # columns per sideways scroll
 
 
 def agent_fetch(client: Any, path: str) -> Callable[[int, int], Awaitable[Chunk]]:
@@ -48,10 +52,18 @@ def agent_fetch(client: Any, path: str) -> Callable[[int, int], Awaitable[Chunk]
     return fetch
 
 
+class _Body(Static):
+    """The lines on display. Its height is the page size, so a change re-reads the page."""
+
+    def on_resize(self) -> None:
+        if isinstance(self.screen, LogViewerScreen):
+            self.screen.body_resized()
+
+
 class LogViewerScreen(Screen[None]):
     DEFAULT_CSS = """
     LogViewerScreen #lv-status { height: 1; background: $panel; color: $text; }
-    LogViewerScreen #lv-body { height: 1fr; overflow: hidden; background: $surface; }
+    LogViewerScreen #lv-body { height: 1fr; overflow: hidden; background: $surface; text-wrap: nowrap; }
     LogViewerScreen #lv-search { dock: bottom; }
     """
     AUTO_FOCUS = ""  # nothing focused: keys go to the screen's bindings until `/` opens the search box
@@ -67,6 +79,8 @@ class LogViewerScreen(Screen[None]):
         Binding("G,end", "bottom", "Bottom"),
         Binding("r", "root_cause", "Root cause"),
         Binding("w", "toggle_wrap", "Wrap"),
+        Binding("left", "hscroll(-1)", "Left", show=False),
+        Binding("right", "hscroll(1)", "Right", show=False),
         Binding("up", "scroll(-1)", "Up", show=False),
         Binding("down", "scroll(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -83,6 +97,7 @@ class LogViewerScreen(Screen[None]):
         self.root_cause = root_cause
         self.follow = follow
         self.wrap = False
+        self.hscroll = 0  # columns cut from the left of every line when not wrapping
         self.index_lines = index_lines
         self.poll_s = poll_s
         self.doc = doc or LogDocument(agent_fetch(client, path))
@@ -91,6 +106,9 @@ class LogViewerScreen(Screen[None]):
         self.errors_only = False
         self.window: list[Line] = []
         self.top = 0  # line start of the first line shown (or searched from, when filtering)
+        self.at_end = True  # the window was read from the end (it opens there): keep the end in view
+        self.on_screen: list[Line] = []  # the lines of `window` on screen (maybe cut at one edge)
+        self.whole = 0  # how many of those are shown whole
         self.match: Line | None = None  # the current search hit / root cause, highlighted
         self.searching: float | None = None  # progress of a running search
         self.error: str | None = None
@@ -99,7 +117,7 @@ class LogViewerScreen(Screen[None]):
     # ---- layout and lifecycle --------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static("", id="lv-status")
-        yield Static("", id="lv-body")
+        yield _Body("", id="lv-body")
         box = Input(placeholder="regex (lower case = any case) · enter searches · escape cancels", id="lv-search")
         box.display = False
         yield box
@@ -112,8 +130,13 @@ class LogViewerScreen(Screen[None]):
     def on_resize(self) -> None:
         self._view(self._refill)
 
+    def body_resized(self) -> None:
+        """The body changed height (the terminal, or the search box opening): re-read a page."""
+        self._view(self._refill)
+
     @property
     def rows(self) -> int:
+        """Rows the body shows: the page size."""
         return max(1, self.query_one("#lv-body").size.height or 20)
 
     # ---- what is shown ---------------------------------------------------------------
@@ -135,10 +158,11 @@ class LogViewerScreen(Screen[None]):
     async def _show_from(self, start: int) -> None:
         """Show the page that starts at ``start``, or the last page if it would be short."""
         lines = await self._lines_from(start)
-        if len(lines) < self.rows and start > 0:
+        if start > 0 and self._rows_needed(lines) < self.rows:
             await self._show_end()
             return
         self.top = start
+        self.at_end = False
         self._set_window(lines)
 
     async def _show_end(self) -> None:
@@ -150,10 +174,11 @@ class LogViewerScreen(Screen[None]):
             start = await self.doc.skip_back(self.doc.size, self.rows)
             lines = await self.doc.numbered(await self.doc.lines(start, self.rows))
         self.top = lines[0].start if lines else self.doc.size
+        self.at_end = True
         self._set_window(lines)
 
     async def _refill(self) -> None:
-        if self.follow:
+        if self.follow or self.at_end:
             await self._show_end()
         else:
             await self._show_from(self.top)
@@ -161,13 +186,19 @@ class LogViewerScreen(Screen[None]):
     async def _scroll(self, k: int) -> None:
         """Move ``k`` lines (shown lines, when filtering) down or up."""
         if k > 0:
-            if not self.window:
+            shown = self.on_screen or self.window
+            if not shown:
                 return
-            if k < len(self.window):
-                await self._show_from(self.window[k].start)
+            if k < len(shown):
+                await self._show_from(shown[k].start)
             else:
-                await self._show_from(self.window[-1].end)
-        elif self.top > 0:
+                await self._show_from(shown[-1].end)
+        elif self.top > 0 or (self.at_end and len(self.on_screen) > self.whole):
+            if self.at_end and len(self.on_screen) > self.whole:
+                k += 1  # the top line is cut: the first step up shows it from its start
+            if k == 0:
+                await self._show_from(self.top)
+                return
             pats = self.patterns()
             if pats:
                 prev = await self.doc.collect(self.top, -k, pats, forward=False)
@@ -182,67 +213,153 @@ class LogViewerScreen(Screen[None]):
         self._paint()
 
     # ---- rendering -------------------------------------------------------------------
+    def _styled(self, ln: Line) -> Text:
+        """``ln`` coloured by severity, with search hits and the current match; tabs expanded."""
+        text = ln.text
+        # Only a line's head decides its colour and is searched for highlights: a regex run
+        # over a 16k-character line could stall the UI (MATCH_MAX bounds the filters too).
+        t = Text(text, style=style_line(text[:MATCH_MAX]).style, end="")
+        if self.pattern is not None:
+            lo = 0 if self.wrap else max(0, self.hscroll - MATCH_MAX // 2)
+            for m in self.pattern.finditer(text, lo, lo + MATCH_MAX):
+                if m.end() > m.start():
+                    t.stylize("bold black on yellow", m.start(), m.end())
+        if self.match is not None and ln.start == self.match.start:
+            t.stylize("reverse")
+        if "\t" in text:
+            t.expand_tabs()
+        return t
+
+    def _rows_of(self, t: Text, width: int, limit: int) -> list[Text]:
+        """``t`` as at most ``limit`` rows of ``width`` cells: cut to the width, or folded."""
+        if not self.wrap:
+            if self.hscroll:
+                t = t[self.hscroll:] if self.hscroll < len(t.plain) else Text("", end="")
+            if cell_len(t.plain) > width:
+                t.truncate(width, overflow="ellipsis")  # "…" says the line goes on
+            return [t]
+        plain = t.plain
+        cuts: list[int] = []
+        if plain.isascii():
+            cuts = list(range(width, len(plain), width))[:limit]
+        else:
+            used = 0
+            for i, ch in enumerate(plain):
+                w = get_character_cell_size(ch)
+                if used + w > width and used:
+                    cuts.append(i)
+                    used = 0
+                    if len(cuts) >= limit:
+                        break
+                used += w
+        return list(t.divide(cuts))[:limit]
+
+    def _gutter(self, lines: list[Line]) -> int:
+        """Columns of the line-number gutter (0 while no number is known)."""
+        known = [ln.line_no for ln in lines if ln.line_no is not None]
+        return len(str(max(known))) if known else 0
+
+    def _text_width(self, gutter: int) -> int:
+        body = self.query_one("#lv-body")
+        return max(1, (body.size.width or self.app.size.width) - (gutter + 1 if gutter else 0))
+
+    def _rows_needed(self, lines: list[Line]) -> int:
+        """Rows ``lines`` take on screen (counted up to one page)."""
+        if not self.wrap:
+            return len(lines)
+        width, total = self._text_width(self._gutter(lines)), 0
+        for ln in lines:
+            total += len(self._rows_of(Text(ln.text.expandtabs(8)), width, self.rows))
+            if total >= self.rows:
+                break
+        return total
+
     def _paint(self) -> None:
         try:
             body = self.query_one("#lv-body", Static)
         except NoMatches:  # a worker finishing while the screen is torn down
             return
-        lines = self.window
-        known = [ln.line_no for ln in lines if ln.line_no is not None]
-        gutter = len(str(max(known))) if known else 0
-        width = max(1, body.size.width - (gutter + 1 if gutter else 0))
-        if self.wrap and lines:
-            # Wrapped lines take several rows: keep the end in view when following.
-            rows, kept = 0, list[Line]()
-            seq = reversed(lines) if self.follow else iter(lines)
-            for ln in seq:
-                need = max(1, math.ceil(len(ln.text) / width))
-                if kept and rows + need > self.rows:
-                    break
-                kept.append(ln)
-                rows += need
-            lines = list(reversed(kept)) if self.follow else kept
-        out = Text(no_wrap=not self.wrap, overflow="crop" if not self.wrap else "fold", end="")
-        for i, ln in enumerate(lines):
-            if i:
-                out.append("\n")
-            if gutter:
-                no = str(ln.line_no) if ln.line_no is not None else ""
-                out.append(no.rjust(gutter) + " ", style="dim")
-            t = style_line(ln.text)
-            if self.pattern is not None:
-                t.highlight_regex(self.pattern, style="bold black on yellow")
-            if self.match is not None and ln.start == self.match.start:
-                t.stylize("reverse")
-            out.append_text(t)
-        if not lines:
+        free = self.rows
+        gutter = self._gutter(self.window)
+        width = self._text_width(gutter)
+        # Lines fill the body from the top, or from the bottom when the window was read back
+        # from the end (so the log's last line is the last row). The line at the far edge
+        # may not fit whole: its rows nearest the anchor are shown.
+        blocks: list[tuple[Line, list[Text]]] = []
+        used, self.whole = 0, 0
+        for ln in reversed(self.window) if self.at_end else self.window:
+            # From the bottom, a cut line shows its true end, so it is folded whole.
+            rows = self._rows_of(self._styled(ln), width, 1 << 30 if self.at_end else free)
+            if used + len(rows) > free:
+                rows = rows[len(rows) - (free - used):] if self.at_end else rows[: free - used]
+            else:
+                self.whole += 1
+            blocks.append((ln, rows))
+            used += len(rows)
+            if used >= free:
+                break
+        if self.at_end:
+            blocks.reverse()
+        self.on_screen = [ln for ln, _ in blocks]
+        if self.at_end and self.on_screen:
+            self.top = self.on_screen[0].start  # scrolling up goes on from what is on screen
+        out = Text(no_wrap=True, overflow="crop", end="")
+        for ln, rows in blocks:
+            for k, row in enumerate(rows):
+                if len(out):
+                    out.append("\n")
+                if gutter:
+                    no = str(ln.line_no) if ln.line_no is not None and k == 0 else ""  # first row shown
+                    out.append(no.rjust(gutter) + " ", style="dim")
+                out.append_text(row)
+        if not blocks:
             out.append("(no lines match)" if self.patterns() else "(empty)", style="dim")
         body.update(out)
         self._render_status()
 
     def _render_status(self) -> None:
+        """One row, most important first: flags, errors, position, size; the path gets the rest."""
+        try:
+            status = self.query_one("#lv-status", Static)
+        except NoMatches:
+            return
+        width = status.size.width or self.app.size.width or 100
         size = self.doc.size
-        parts = [self.path, f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size} B"]
-        if self.window:
-            a, b = self.window[0].line_no, self.window[-1].line_no
-            if a is not None and b is not None:
-                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.newlines}" if self._index_done() else ""))
-            parts.append(f"{100 * self.window[-1].end // max(1, size)}%")
+        pat = self.pattern.pattern if self.pattern else ""
         flags = [
             "FOLLOW" if self.follow else "",
-            f"MATCHES /{self.pattern.pattern}/" if self.matches_only and self.pattern else "",
+            f"MATCHES /{pat if len(pat) <= 20 else pat[:19] + '…'}/" if self.matches_only and pat else "",
             "ERRORS" if self.errors_only else "",
             "WRAP" if self.wrap else "",
+            f"col {self.hscroll + 1}" if self.hscroll and not self.wrap else "",
         ]
-        parts += [f for f in flags if f]
-        if self.searching is not None:
-            parts.append(f"searching… {int(self.searching * 100)}% (escape cancels)")
-        elif self.index_lines and not self._index_done():
-            parts.append(f"indexing lines {100 * self.doc.index.frontier // max(1, size)}%")
+        parts = [f for f in flags if f]
         if self.error:
             parts.append(self.error)
-        with contextlib.suppress(NoMatches):
-            self.query_one("#lv-status", Static).update(Text("  ·  ".join(parts)))
+        if self.searching is not None:
+            parts.append(f"searching {int(self.searching * 100)}% (esc cancels)")
+        shown = self.on_screen or self.window
+        if shown:
+            a, b = shown[0].line_no, shown[-1].line_no
+            if a is not None and b is not None:
+                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.newlines}" if self._index_done() else ""))
+            parts.append(f"{100 * shown[-1].end // max(1, size)}%")
+        if self.searching is None and self.index_lines and not self._index_done():
+            parts.append(f"indexing {100 * self.doc.index.frontier // max(1, size)}%")
+        parts.append(f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size} B")
+        head = " · ".join(parts)
+        room = width - cell_len(head) - 3
+        path = self.path
+        if room >= 12:  # else the path is left out: the flags matter more
+            if cell_len(path) > room:
+                path = "…" + path[-(room - 1):]
+            head += " · " + path
+        out = Text(head, no_wrap=True, end="")
+        for f in flags:
+            if f:
+                out.highlight_words([f], style="bold")
+        out.truncate(width, overflow="ellipsis")
+        status.update(out)
 
     def _index_done(self) -> bool:
         return self.doc.size > 0 and self.doc.index.frontier >= self.doc.size
@@ -352,7 +469,8 @@ class LogViewerScreen(Screen[None]):
             self.searching = None
         if hit is None:
             where = "below" if forward else "above"
-            self.notify(f"/{self.pattern.pattern}/: no {'' if new else 'more '}matches {where}", severity="warning")
+            self.notify(f"/{self.pattern.pattern}/: no {'' if new else 'more '}matches {where}",
+                        severity="warning", markup=False)
             self._render_status()
             return
         self._jump_to(hit)
@@ -375,12 +493,16 @@ class LogViewerScreen(Screen[None]):
         self._view(show)
 
     # ---- actions ---------------------------------------------------------------------
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("next_match", "prev_match", "toggle_filter"):
-            return self.pattern is not None or None
-        if action == "root_cause":
-            return self.root_cause is not None or None
-        return True
+    # No check_action: every binding stays enabled. A disabled one lets its key fall
+    # through to the dashboard's binding of the same key (`r` there relaunches the run);
+    # an action that does not apply says so instead.
+
+    def _no_search(self) -> bool:
+        """True (after telling the user) when there is no search pattern yet."""
+        if self.pattern is None:
+            self.notify("no search yet: / searches", severity="warning")
+            return True
+        return False
 
     def action_back(self) -> None:
         box = self.query_one("#lv-search", Input)
@@ -416,28 +538,27 @@ class LogViewerScreen(Screen[None]):
         try:
             self.pattern = re.compile(text, flags)
         except re.error as exc:
-            self.notify(f"not a regex: {exc}", severity="error")
+            self.notify(f"not a regex: {exc}", severity="error", markup=False)
             return
         event.input.display = False
         self.set_focus(None)
-        self.refresh_bindings()
         if self.matches_only:
             self._view(self._refill)
         else:
             self._search(True, self.top, True)
 
     def action_next_match(self) -> None:
-        if self.pattern is not None:
+        if not self._no_search():
             start = self.match.end if self.match is not None else self.top
             self._search(True, start, False)
 
     def action_prev_match(self) -> None:
-        if self.pattern is not None:
+        if not self._no_search():
             start = self.match.start if self.match is not None else self.top
             self._search(False, start, False)
 
     def action_toggle_filter(self) -> None:
-        if self.pattern is None:
+        if self._no_search():
             return
         self.matches_only = not self.matches_only
         self._refilter()
@@ -458,6 +579,14 @@ class LogViewerScreen(Screen[None]):
         self.wrap = not self.wrap
         self._paint()
 
+    def action_hscroll(self, direction: int) -> None:
+        """Scroll sideways by ``HSTEP`` columns (no wrap only; wrap shows whole lines)."""
+        if self.wrap:
+            self.notify("wrap is on: every column is shown (w turns it off)")
+            return
+        self.hscroll = max(0, self.hscroll + direction * HSTEP)
+        self._paint()
+
     def action_top(self) -> None:
         self.follow = False
         self._view(lambda: self._show_from(0))
@@ -471,7 +600,9 @@ class LogViewerScreen(Screen[None]):
         self._view(lambda: self._scroll(k))
 
     def action_page(self, direction: int) -> None:
-        self.action_scroll(direction * self.rows)
+        # A page is the lines shown whole: with wrap that can be fewer lines than rows, and
+        # a line cut at the bottom edge starts the next page.
+        self.action_scroll(direction * max(1, self.whole if self.on_screen else self.rows))
 
     def action_jump(self, fraction: float) -> None:
         """Show the line at ``fraction`` of the file's bytes (like less's ``50%``)."""
@@ -485,15 +616,17 @@ class LogViewerScreen(Screen[None]):
 
     def action_root_cause(self) -> None:
         rc = self.root_cause
-        if rc is not None:
-            self._root_cause_worker(rc)
+        if rc is None:
+            self.notify("no root cause in this log")
+            return
+        self._root_cause_worker(rc)
 
     @work(exclusive=True, group="search")
     async def _root_cause_worker(self, rc: RootCause) -> None:
         try:
             hit = await self.doc.locate(rc)
         except (FileChanged, AgentRequestError, TransportError) as exc:
-            self.notify(f"root cause: {exc}", severity="error")
+            self.notify(f"root cause: {exc}", severity="error", markup=False)
             return
         if hit is None:
             self.notify(f"root cause line {rc.line_no} is no longer in the log", severity="warning")

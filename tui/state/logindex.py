@@ -35,8 +35,10 @@ __all__ = [
     "Line",
     "LineIndex",
     "LogDocument",
+    "MATCH_MAX",
     "RootCause",
     "clean",
+    "match_text",
     "nth_newline",
     "nth_newline_back",
 ]
@@ -47,6 +49,7 @@ SCAN_CHUNK = 2 << 20  # bytes per scan request: small enough that one chunk's wo
 INDEX_EVERY = 4096  # one index mark every this many lines
 MAX_LINE = 16 << 20  # a "line" with no newline this long is cut, so odd files stay bounded
 DISPLAY_MAX = 16384  # characters of one line decoded for display
+MATCH_MAX = 4096  # characters of one line a filter or search looks at: bounds a backtracking regex
 _WINDOW = 64 * 1024  # count newlines this many bytes at a time when looking for the n-th
 
 
@@ -118,11 +121,22 @@ def clean(raw: bytes, total: int | None = None) -> str:
     return text
 
 
-def _full_text(raw: bytes) -> str:
-    """The whole cleaned line, for matching (display text may be cut)."""
+def match_text(raw: bytes) -> str:
+    """What filters and searches see of one line: its first ``MATCH_MAX`` cleaned characters.
+
+    A regex that backtracks (``\\w+Error\\b`` is quadratic in the length of a word) costs
+    at most that much on a 1 MB line, so the UI never stalls on one.
+    """
     if raw.endswith(b"\n"):
         raw = raw[:-1]
-    return collapse_cr(strip_ansi(raw.decode("utf-8", "replace")))
+    return collapse_cr(strip_ansi(raw[: MATCH_MAX * 4].decode("utf-8", "replace")))[:MATCH_MAX]
+
+
+def _has_long_line(data: bytes) -> bool:
+    """True when some line of ``data`` is longer than ``MATCH_MAX`` bytes."""
+    if len(data) <= MATCH_MAX:
+        return False
+    return max(map(len, data.split(b"\n"))) > MATCH_MAX
 
 
 def nth_newline(data: bytes, n: int, start: int = 0) -> int:
@@ -561,18 +575,20 @@ class LogDocument:
         """Lines of ``data`` (whole lines starting at byte ``base``) that match all patterns."""
         text = data.decode("utf-8", "replace")
         out: list[Line] = []
-        if "\x1b" in text or "\r" in text:
-            # Escapes or redraws change what is shown: judge each cleaned line exactly.
+        if "\x1b" in text or "\r" in text or _has_long_line(data):
+            # Escapes or redraws change what is shown, and a long line must be cut before a
+            # regex sees it: judge each cleaned (and capped) line on its own.
             pos = 0
             for raw in data.split(b"\n"):
                 if pos >= len(data):
                     break
                 end = pos + len(raw) + 1
-                if _matches(_full_text(raw), patterns):
+                if _matches(match_text(raw), patterns):
                     out.append(Line(base + pos, base + min(end, len(data)), clean(raw)))
                 pos = end
             return out
-        # Fast path: search the whole chunk with the first pattern, confirm per line.
+        # Fast path: search the whole chunk with the first pattern, confirm per line. No line
+        # here is longer than MATCH_MAX, so the chunk-wide search is bounded per line too.
         ascii_ = len(text) == len(data)
         # MULTILINE, so that ^ and $ mean line start and end inside a chunk.
         first = re.compile(patterns[0].pattern, patterns[0].flags | re.MULTILINE)
@@ -594,7 +610,7 @@ class LogDocument:
             le_b = data.find(b"\n", ls_b)
             le_b = len(data) if le_b < 0 else le_b + 1
             raw = data[ls_b:le_b]
-            if _matches(_full_text(raw), patterns):
+            if _matches(match_text(raw), patterns):
                 out.append(Line(base + ls_b, base + le_b, clean(raw)))
             cur_t, cur_b, tpos = le_t, le_b, le_t
             if tpos >= len(text):

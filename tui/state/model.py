@@ -146,6 +146,7 @@ class Run:
     log: str | None
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # why it failed to start (state "failed", no process)
 
     @property
     def alive(self) -> bool:
@@ -170,6 +171,7 @@ class Run:
             log=d.get("log") if isinstance(d.get("log"), str) else None,
             cwd=d.get("cwd") if isinstance(d.get("cwd"), str) else None,
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+            error=d.get("error") if isinstance(d.get("error"), str) else None,
         )
 
 
