@@ -87,5 +87,7 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
         await until(pilot, lambda: any(r.state == "killed" for r in app.state.runs), 60, "the killed run")
         assert not (paths.out / "index.json").exists()  # it really was cut short
         await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the relaunch confirmation")
+        await pilot.press("y")
         await until(pilot, lambda: len(app.state.runs) == 2 and any(r.state == "exited" for r in app.state.runs), 120, "the relaunched run")
     assert outputs(paths.out) == outputs(whole.out)
