@@ -24,10 +24,10 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a worker that ignores SIGTERM,
 pid = os.fork()
 if pid == 0:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("worker", os.getpid(), flush=True)
+    os.write(1, b"worker %d\\n" % os.getpid())  # one write: the two lines never interleave
     while True:
         time.sleep(1)
-print("parent", os.getpid(), flush=True)
+os.write(1, b"parent %d\\n" % os.getpid())
 while True:
     time.sleep(1)
 """

@@ -26,7 +26,7 @@ RUN_SCRIPT = """\
 import multiprocessing as mp, os, signal, sys, time
 
 def say(role):
-    print("ready %s %d" % (role, os.getpid()), flush=True)
+    os.write(1, ("ready %s %d" % (role, os.getpid()) + "\\n").encode())  # one write: lines of several processes never interleave
 
 def worker(stubborn):
     if stubborn:
@@ -486,8 +486,8 @@ def test_kill_external_run_spares_the_shell(env):
         textwrap.dedent("""\
         import os, subprocess, sys, time
         kid = subprocess.Popen([sys.executable, "-c", "import time\\nwhile 1: time.sleep(0.05)"])
-        print("ready main %d" % os.getpid(), flush=True)
-        print("ready kid %d" % kid.pid, flush=True)
+        os.write(1, ("ready main %d" % os.getpid() + "\\n").encode())
+        os.write(1, ("ready kid %d" % kid.pid + "\\n").encode())
         while True:
             time.sleep(0.05)
     """),
@@ -533,12 +533,12 @@ def test_kill_external_run_takes_its_own_group(env):
         os.setpgid(0, 0)
         if os.fork() == 0:
             if os.fork() == 0:
-                print("ready helper %d" % os.getpid(), flush=True)
+                os.write(1, ("ready helper %d" % os.getpid() + "\\n").encode())
                 while True:
                     time.sleep(0.05)
             os._exit(0)
         os.wait()
-        print("ready main %d" % os.getpid(), flush=True)
+        os.write(1, ("ready main %d" % os.getpid() + "\\n").encode())
         while True:
             time.sleep(0.05)
     """),
@@ -614,7 +614,7 @@ cuda = ctypes.CDLL("libcuda.so.1")
 ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
 assert cuda.cuInit(0) == 0 and cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, 0) == 0
 assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), 1 << 30) == 0
-print("ready main %d" % os.getpid(), flush=True)
+os.write(1, ("ready main %d" % os.getpid() + "\\n").encode())
 while True:
     time.sleep(0.05)
 """
@@ -674,10 +674,10 @@ ORPHAN_SESSION = """\
 import os, sys, time
 os.setsid()
 if os.fork() == 0:
-    print("ready member %d" % os.getpid(), flush=True)
+    os.write(1, ("ready member %d" % os.getpid() + "\\n").encode())
     while True:
         time.sleep(0.05)
-print("ready leader %d" % os.getpid(), flush=True)
+os.write(1, ("ready leader %d" % os.getpid() + "\\n").encode())
 os._exit(0)
 """
 
