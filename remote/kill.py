@@ -18,27 +18,15 @@ import time
 from collections.abc import Callable, Iterable
 
 try:  # imported as remote.kill (tests) or as a top-level module (host)
-    from . import procfs
-    from .runner import (
-        _EXT_ID_RE,
-        RUN_ENV,
-        RunnerError,
-        _alive,
-        _read_json,
-        _run_dir,
-        _write_json_atomic,
-    )
+    from . import procfs, runner
 except ImportError:
     import procfs  # type: ignore[no-redef]
-    from runner import (  # type: ignore[no-redef]
-        _EXT_ID_RE,
-        RUN_ENV,
-        RunnerError,
-        _alive,
-        _read_json,
-        _run_dir,
-        _write_json_atomic,
-    )
+    import runner  # type: ignore[no-redef]
+
+# The run-directory helpers and names this module shares with runner.py.
+_EXT_ID_RE, RUN_ENV, RunnerError = runner._EXT_ID_RE, runner.RUN_ENV, runner.RunnerError
+_alive, _read_json, _run_dir = runner._alive, runner._read_json, runner._run_dir
+_write_json_atomic = runner._write_json_atomic
 
 KILL_WAIT = 10.0  # seconds to wait after SIGKILL (processes in D state die late)
 POLL = 0.1
