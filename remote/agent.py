@@ -90,7 +90,7 @@ class Agent:
     """Owns the state; the main loop in `run()` is the only thread that touches it,
     except workers, which only call runner/GPUs and `emit()`."""
 
-    LONG_OPS = ("launch", "kill", "resolve_module", "py_compile")
+    LONG_OPS = ("launch", "kill", "resolve_module", "py_compile", "prune")
     # Long ops that change the host: the agent outlives its client until they finish,
     # so a kill always completes its escalation and a launch its manifest.
     FINISH_ON_EOF = ("launch", "kill")
@@ -365,6 +365,14 @@ class Agent:
             # runs (found only through the process table) would be missing.
             procs = self._sample()[2]
         return {"runs": self._runs(procs)}
+
+    def op_prune(self, args: Dict[str, Any], rid: int) -> Any:
+        runner = self._need_runner()
+        older, keep = arg(args, "older_than", (int, float), None), arg(args, "keep", int, None)
+        if (older is not None and older < 0) or (keep is not None and keep < 0):
+            raise BadRequest("prune needs older_than >= 0 and keep >= 0")
+        return runner.prune_runs(self._runs_dir(), older, keep, arg(args, "env", dict, None),
+                                 bool(arg(args, "dry_run", bool, False)))
 
     def op_kill(self, args: Dict[str, Any], rid: int) -> Any:
         self._need_runner()

@@ -612,3 +612,50 @@ def main(args: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# ---------------------------------------------------------------- prune
+
+
+def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None = None,
+               env: dict | None = None, dry_run: bool = False) -> dict:
+    """Remove ended runs' directories (records and logs together); never a live one.
+
+    Selected: ended runs (not `running`) whose launch env holds every item of `env`
+    (the demo marks its runs so), then of those, the ones that ended more than
+    `older_than` seconds ago and are not among the `keep` newest. Only directories
+    this runner made (a launch.json inside) are touched. Holds the launch lock, so
+    a launch in progress is never raced.
+    """
+    import shutil
+
+    try:
+        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
+    except FileNotFoundError:
+        return {"removed": [], "kept": 0, "dry_run": dry_run}
+    except OSError as e:
+        raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunnerError("a launch is in progress on this host; try again") from None
+        now = time.time()
+        ended = [r for r in list_runs(runs_dir) if r.get("state") != "running"
+                 and os.path.isfile(os.path.join(runs_dir, r["run_id"], "launch.json"))
+                 and all((r.get("env") or {}).get(k) == v for k, v in (env or {}).items())]
+        chosen = ended[keep:] if keep else ended  # list_runs is newest first
+        if older_than is not None:
+            chosen = [r for r in chosen
+                      if (r.get("ended_at") or r.get("launched_at") or now) < now - older_than]
+        removed = []
+        for rec in chosen:
+            path = _run_dir(runs_dir, rec["run_id"])
+            if not dry_run:
+                shutil.rmtree(path, ignore_errors=True)
+                _ENDED.pop(path, None)
+                if os.path.exists(path):
+                    continue
+            removed.append({"run_id": rec["run_id"], "name": rec.get("name"),
+                            "state": rec.get("state"), "ended_at": rec.get("ended_at")})
+    return {"removed": removed, "kept": len(ended) - len(removed), "dry_run": dry_run}

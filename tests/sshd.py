@@ -53,8 +53,13 @@ class Sshd:
 
     alias = "gpubox"
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, sftp: bool = True,
+                 env: dict[str, str] | None = None) -> None:
+        """`sftp=False` leaves out the SFTP subsystem (as hardened hosts do); `env` is
+        set in every session (SetEnv), e.g. a PATH that puts a fake `python3` first."""
         self._own_root = root is None
+        self.sftp = sftp
+        self.env = env or {}
         self.root = Path(root or tempfile.mkdtemp(prefix="eagle3-sshd-"))
         self.host = "127.0.0.1"
         self.user = getpass.getuser()
@@ -118,7 +123,9 @@ class Sshd:
                     "KbdInteractiveAuthentication no",
                     "StrictModes no",
                     "UsePAM no",
-                    "Subsystem sftp internal-sftp",
+                    *(["Subsystem sftp internal-sftp"] if self.sftp else []),
+                    *([f"SetEnv {' '.join(f'{k}={v}' for k, v in self.env.items())}"]
+                      if self.env else []),
                     "MaxStartups 100",
                     "LogLevel INFO",
                     "",

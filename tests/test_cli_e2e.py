@@ -123,7 +123,7 @@ def test_unknown_host_key_is_refused_in_one_line(tmp_path: Path, sshd: Sshd) -> 
 def test_bad_config_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "eagle3.toml").write_text("[run]\ncommand = 'python x.py'\n")
     res = e3("status", cwd=tmp_path)
-    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "[run] command" in res.stderr
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "run.command: must be a list" in res.stderr
 
 
 @pytest.mark.parametrize("where", ["local", "ssh"])

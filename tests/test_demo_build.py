@@ -134,9 +134,10 @@ def test_missing_torch_is_one_clear_error(tmp_path: Path) -> None:
             "try:\n    build_demo(Path(sys.argv[1]))\nexcept DemoError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], cwd=ROOT,
                           check=False, capture_output=True, text=True, timeout=60)
-    assert proc.stdout.strip() == MISSING_DEPS, proc.stderr
+    assert proc.stdout.strip() == MISSING_DEPS.format(module="torch", python=sys.executable), proc.stderr
     assert not (tmp_path / "d" / "venv").exists()  # no pip work before the clear error
-    assert MISSING_DEPS == "the demo needs torch and transformers: pip install 'eagle3-tui[demo]'"
+    assert proc.stdout.strip() == (f"the demo needs torch in {sys.executable}: install it with: "
+                                   f"{sys.executable} -m pip install torch")
 
 
 def test_no_venv_means_a_demo_without_patches_and_a_one_line_reason(

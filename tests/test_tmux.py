@@ -17,9 +17,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux not installed"
-)
+
+
+@pytest.fixture(autouse=True)
+def _tmux() -> None:
+    if shutil.which("tmux") is None:  # never a silent skip: ./tests/run installs it
+        pytest.fail("tmux not found: apt-get install tmux", pytrace=False)
 
 
 def screen(session: str) -> str:

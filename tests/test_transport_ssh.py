@@ -22,6 +22,7 @@ from tui.transport import (
     HostUnreachable,
     TransportError,
 )
+from tui.transport.hostpython import HostPythonError
 from tui.transport.ssh import SshLink
 
 pytestmark = pytest.mark.ssh
@@ -179,7 +180,8 @@ async def test_missing_python_is_one_line(sshd: Sshd, tmp_path: Path, agent_sock
     err = await expect_failure(
         link(sshd, tmp_path, known_hosts=sshd.known_hosts, python="/nonexistent/python3")
     )
-    assert isinstance(err, AgentStartFailed) and err.permanent
+    assert isinstance(err, HostPythonError) and err.permanent  # a config mistake: exit 2
     assert str(err) == (
-        f"/nonexistent/python3 not found on {sshd.target} (set [host] python in eagle3.toml)"
+        f"no /nonexistent/python3 found on {sshd.target}; the agent needs Python ≥ 3.9 "
+        '(set [host] python = "/path/to/python3.9+")'
     )

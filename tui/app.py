@@ -33,6 +33,7 @@ from tui.state.logindex import RootCause
 from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, TransportError
+from tui.transport import ConfigError as TransportConfigError
 from tui.widgets.gpus import GpuPanel
 from tui.widgets.logtail import LogPane
 from tui.widgets.progress import RunProgress
@@ -112,8 +113,14 @@ class EagleApp(App[None]):
             await services.configure(self.client, self.cfg)
         except (TransportError, AgentRequestError) as exc:
             self.fatal_error = str(exc)
-            self.exit(return_code=3)
+            # A config mistake (e.g. the host's Python too old) is exit 2, like the CLI's.
+            self.exit(return_code=2 if isinstance(exc, TransportConfigError) else 3)
             return
+        for warning in self.cfg.warnings:
+            self.notify(warning, severity="warning", timeout=10)
+        notice = getattr(getattr(self.client, "link", None), "notice", None)
+        if notice:  # said once, e.g. that the host has no SFTP and the agent came over exec
+            self.notify(notice, title="eagle3-tui", timeout=10)
         await self._follow_log()
         if self._launch_on_connect:
             self._launch_worker(None)

@@ -39,6 +39,8 @@ class Ctx:
     def cfg(self) -> Config:
         if self._cfg is None:
             self._cfg = load_config(self.config_path)
+            for warning in self._cfg.warnings:
+                click.echo(f"eagle3-tui: warning: {warning}", err=True)
         return self._cfg
 
     def target(self, target: str | None) -> str:
@@ -59,11 +61,13 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]]) -> T:
+def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]],
+                cfg: Config | None = None) -> T:
     """Connect, run `body(client)`, close; map every expected failure to one line."""
 
     async def main() -> T:
-        client = ctx.client(ctx.target(target))
+        client = (services.new_client(target or "local", cfg, reconnect=False) if cfg
+                  else ctx.client(ctx.target(target)))
         try:
             await client.start()
             return await body(client)
@@ -76,13 +80,29 @@ def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awai
         fail(str(exc), EXIT_USAGE)
     except TransportError as exc:
         fail(str(exc), EXIT_CONNECT)
-    except (AgentRequestError, ValueError) as exc:
+    except (AgentRequestError, ValueError, TimeoutError) as exc:
         fail(str(exc), EXIT_FAILED)
     except OSError as exc:
         fail(f"{exc.strerror or exc}", EXIT_CONNECT)
     except KeyboardInterrupt:
         fail("interrupted", 130)
     raise AssertionError("unreachable")
+
+
+def need_terminal(command: str) -> None:
+    """Refuse at once, before Textual starts, when there is no terminal to draw on."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
+        if stream is None or not stream.isatty():
+            fail(f"{command} needs a terminal ({name} is not one); without a screen use "
+                 "`eagle3-tui status --json`, `eagle3-tui runs`, `eagle3-tui demo --headless`",
+                 EXIT_USAGE)
+
+
+def run_app(app: Any) -> None:
+    """Run the dashboard; a fatal error ends it with its one line and exit code."""
+    app.run()
+    if app.fatal_error:
+        fail(app.fatal_error, app.return_code or EXIT_CONNECT)
 
 
 def print_json(obj: Any) -> None:
@@ -116,8 +136,7 @@ def main(ctx: click.Context, config: str | None, ssh_config: str | None, accept_
 @click.pass_obj
 def connect(obj: Ctx, target: str | None) -> None:
     """Open the live dashboard."""
-    from tui.app import make_app  # Textual is imported only for the dashboard
-
+    need_terminal("connect")
     try:
         cfg = obj.cfg
     except ConfigError as exc:
@@ -127,10 +146,9 @@ def connect(obj: Ctx, target: str | None) -> None:
         client = obj.client(name, reconnect=True)
     except TransportError as exc:  # a malformed target or SSH config
         fail(str(exc), EXIT_USAGE)
-    app = make_app(client, cfg, name)
-    app.run()
-    if app.fatal_error:
-        fail(app.fatal_error, EXIT_CONNECT)
+    from tui.app import make_app  # Textual is imported only for the dashboard
+
+    run_app(make_app(client, cfg, name))
 
 
 @main.command()
@@ -138,33 +156,67 @@ def connect(obj: Ctx, target: str | None) -> None:
     "--dir", "demo_dir", default="eagle3-demo", show_default=True, metavar="DIR",
     help="Where to build the demo model, dataset, outputs and eagle3.toml.",
 )
+@click.option("--headless", is_flag=True,
+              help="No dashboard: print progress and the outcome; exit 0 only if the run finished.")
+@click.option("--timeout", type=float, metavar="SECONDS", help="With --headless: give up after this long.")
 @click.pass_obj
-def demo(obj: Ctx, demo_dir: str) -> None:
+def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None:
     """The embedded default: a real (tiny) extraction run on this machine, in the dashboard.
 
     Builds a random Llama-style model as 64 safetensors shards and a token dataset (no
     downloads), launches remote/extract.py through the normal launch path on `local`,
-    and opens the dashboard on it.
+    and opens the dashboard on it (or, with --headless, follows it to its end).
+    Exits non-zero whenever the demo run did not finish.
     """
-    from tui.demo import DemoError, build_demo
+    from tui.demo import DemoError, build_demo, check_job
 
+    if not headless:
+        need_terminal("demo")
     click.echo(f"preparing the demo in {demo_dir}/ (the first time takes ~10 s)…", err=True)
     try:
         paths = build_demo(Path(demo_dir), clear_out=True)
+        check_job(paths)
         cfg = load_config(paths.config)
     except (DemoError, ConfigError) as exc:
         fail(str(exc), EXIT_USAGE)
-    from tui.app import make_app
-
     if paths.patches_note:
         click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
-    app = make_app(services.new_client("local", cfg, reconnect=True), cfg, "local", launch=not paths.busy)
-    app.run()
-    if app.fatal_error:
-        fail(app.fatal_error, EXIT_CONNECT)
-    click.echo(f"demo outputs: {paths.out}/ (index.json describes them); config: {paths.config}")
+    if headless:
+        run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg)
+    else:
+        from tui.app import make_app
+
+        run_app(make_app(services.new_client("local", cfg, reconnect=True), cfg, "local",
+                         launch=not paths.busy))
+        runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg)
+        run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
+    from tui.headless import describe_end, succeeded
+
+    where = f"demo outputs: {paths.out}/; config: {paths.config}"
+    if run is None:
+        fail(f"the demo run was never launched; {where}", EXIT_FAILED)
+    elif run.get("state") == "running":
+        fail(f"demo run {run['run_id']} is still running (watch it: eagle3-tui --config "
+             f"{paths.config} connect); {where}", EXIT_FAILED)
+    elif not succeeded(run):
+        fail(f"demo run {run['run_id']} did not finish: {describe_end(run)} "
+             f"(log: {run.get('log')}); {where}", EXIT_FAILED)
+    click.echo(f"demo run {run['run_id']} finished; {where}")
+
+
+async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
+                         timeout: float | None) -> dict[str, Any]:
+    from tui.headless import follow
+
+    if attach:
+        runs = await services.list_runs(client, cfg)
+        record = next(r for r in runs if r.get("state") == "running" and r.get("name") == cfg.run.name)
+    else:
+        record = await services.launch(client, cfg, await services.patch_state(client, cfg))
+    click.echo(f"launched demo run {record['run_id']} (pid {record.get('pid')}), log {record.get('log')}")
+    return await follow(client, record["run_id"], click.echo, timeout)
 
 
 @main.command()
@@ -183,11 +235,25 @@ def status(obj: Ctx, target: str | None, as_json: bool) -> None:
     click.echo(format_status(snap))
 
 
-@main.command()
+class _ListByDefault(click.Group):
+    """`runs [TARGET]` lists (`runs list`); `runs prune …` prunes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group(cls=_ListByDefault)
+def runs() -> None:
+    """The runs on the host: list them (the default), or prune ended ones."""
+
+
+@runs.command("list")
 @target_arg
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def runs(obj: Ctx, target: str | None, as_json: bool) -> None:
+def runs_list(obj: Ctx, target: str | None, as_json: bool) -> None:
     """List the runs on the host (the run ledger)."""
     result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
     if as_json:
@@ -196,6 +262,46 @@ def runs(obj: Ctx, target: str | None, as_json: bool) -> None:
     from tui.report import format_runs
 
     click.echo(format_runs(result))
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    m = DURATION.fullmatch(value.strip())
+    if not m:
+        raise click.BadParameter(f"{value!r} is not a duration like 90s, 30m, 12h, 7d or 2w")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+@runs.command("prune")
+@target_arg
+@click.option("--older-than", callback=_duration, metavar="AGE",
+              help="Only runs that ended more than AGE ago (90s, 30m, 12h, 7d, 2w).")
+@click.option("--keep", type=click.IntRange(min=0), metavar="N",
+              help="Keep the N newest ended runs (of those selected).")
+@click.option("--demo", is_flag=True, help="Only the runs `eagle3-tui demo` launched.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int | None,
+               demo: bool, dry_run: bool, as_json: bool) -> None:
+    """Remove ended runs: their directory (record, log) on the host. Never a live run."""
+    if older_than is None and keep is None and not demo:
+        fail("runs prune needs --older-than AGE, --keep N or --demo (all ended runs: --keep 0)",
+             EXIT_USAGE)
+    result = run_on_host(obj, target, lambda c: services.prune(
+        c, obj.cfg, older_than=older_than, keep=keep, demo=demo, dry_run=dry_run))
+    if as_json:
+        print_json(result)
+        return
+    verb = "would remove" if dry_run else "removed"
+    for r in result["removed"]:
+        click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
+    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept")
 
 
 @main.command()
@@ -360,7 +466,7 @@ def _add_host_options(cmd: click.Command) -> None:
     ]
 
 
-for _cmd in [*main.commands.values(), *patch.commands.values()]:
+for _cmd in [*main.commands.values(), *patch.commands.values(), *runs.commands.values()]:
     if not isinstance(_cmd, click.Group):
         _add_host_options(_cmd)
 

@@ -1,16 +1,20 @@
-"""`eagle3.toml`: the user's configuration, parsed strictly with tomllib.
+"""`eagle3.toml`: the user's configuration, validated by pydantic against typed dataclasses.
 
-Unknown keys and wrong types are errors that name the key, so a typo never
-silently falls back to a default.
+A wrong value is an error of one line naming the file and the key
+(`eagle3.toml: run.command: must be a list of strings, not str`), so a typo in a value
+never silently falls back to a default. An unknown key is a warning naming the closest
+known key: the config still loads, and every command prints the warning once.
 """
 
 from __future__ import annotations
 
-import math
+import difflib
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,39 +24,68 @@ else:  # pragma: no cover - exercised on 3.10 only
 DEFAULT_NAME = "eagle3.toml"
 
 
-# Allowed ranges of number settings (the agent refuses snapshot intervals outside these).
-RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0)}
-
-
 class ConfigError(ValueError):
     """A malformed config file; the message is one line naming the file and key."""
 
 
+# Value types: strict (no "3" for 3, no true for 1), finite numbers, no empty strings.
+Text = Annotated[str, Strict(), Field(min_length=1)]
+Argv = tuple[Annotated[str, Strict()], ...]
+
+
+# Allowed ranges of the number settings, in seconds (the agent refuses intervals outside).
+RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0),
+          "graces": (0.0, 3600.0), "gpu_wait": (0.0, 3600.0)}
+
+
+def Seconds(key: str) -> Any:  # noqa: N802 - builds a type
+    low, high = RANGES[key]
+    return Annotated[float, Strict(), Field(ge=low, le=high, allow_inf_nan=False)]
+
+
+def _key(default: Any = None, what: str = "a string", **kw: Any) -> Any:
+    """A dataclass field whose error messages say what it must be."""
+    if "default_factory" in kw:
+        return field(metadata={"what": what}, **kw)
+    return field(default=default, metadata={"what": what}, **kw)
+
+
+STRICT = ConfigDict(extra="forbid")
+
+
 @dataclass(frozen=True)
 class HostConfig:
-    target: str | None = None
-    python: str = "python3"
-    runs_dir: str | None = None  # on the host; default ~/.cache/eagle3-tui/runs
-    interval: float = 1.0  # seconds between snapshots
-    connect_timeout: float = 10.0
-    keepalive: float = 15.0
+    __pydantic_config__ = STRICT
+    target: Text | None = _key(None)
+    python: Text | None = _key(None)  # None: find python3.X >= 3.9 on the host
+    runs_dir: Text | None = _key(None)  # on the host; default ~/.cache/eagle3-tui/runs
+    interval: Seconds("interval") = _key(1.0, "a number of seconds")  # between snapshots
+    connect_timeout: Seconds("connect_timeout") = _key(10.0, "a number of seconds")
+    keepalive: Seconds("keepalive") = _key(15.0, "a number of seconds")
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    name: str = "run"
-    command: tuple[str, ...] = ()
-    cwd: str = "."
-    env: dict[str, str] = field(default_factory=dict)
-    match: str | None = None
-    log: str | None = None
-    graces: tuple[float, float] = (10.0, 10.0)  # SIGINT -> SIGTERM -> SIGKILL waits
-    gpu_wait: float = 30.0
+    __pydantic_config__ = STRICT
+    name: Text = _key("run")
+    command: Argv = _key((), "a list of strings (an argv, not a shell line)")
+    cwd: Text = _key(".")
+    env: dict[str, Annotated[str, Strict()]] = _key(what="a table of strings",
+                                                     default_factory=dict)
+    match: Text | None = _key(None)
+    log: Text | None = _key(None)
+    graces: tuple[Seconds("graces"), Seconds("graces")] = _key(
+        (10.0, 10.0), "two numbers of seconds [after SIGINT, after SIGTERM]")
+    gpu_wait: Seconds("gpu_wait") = _key(30.0, "a number of seconds")
 
 
 @dataclass(frozen=True)
 class PatchesConfig:
-    set: str | None = None
+    __pydantic_config__ = STRICT
+    set: Text | None = _key(None)
+
+
+SECTIONS: dict[str, type] = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig}
 
 
 @dataclass(frozen=True)
@@ -61,51 +94,43 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     path: Path | None = None
+    warnings: tuple[str, ...] = ()  # unknown keys, each with the closest known one
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path else DEFAULT_NAME
+
+    def require_command(self) -> tuple[str, ...]:
+        """`[run] command`, or the ConfigError that launching without one deserves."""
+        if not self.run.command:
+            raise ConfigError(f"{self.where}: run.command: required (a list of strings)")
+        return self.run.command
 
 
-def _check(section: str, key: str, value: Any, kind: Any, where: str) -> Any:
-    """Validate one value against the dataclass field's annotated type."""
-    name = f"[{section}] {key}"
-    if kind in ("str", "str | None"):
-        if value is None and kind == "str | None":
-            return None
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: {name} must be a string, not {type(value).__name__}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{where}: {name} must be a number")
-        low, high = RANGES.get(key, (0.0, math.inf))
-        if not low <= value <= high:
-            raise ConfigError(f"{where}: {name} must be between {low:g} and {high:g}")
-        return float(value)
-    if kind == "tuple[str, ...]":
-        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings (an argv, not a shell line)")
-        return tuple(value)
-    if kind == "tuple[float, float]":
-        ok = isinstance(value, list) and len(value) == 2
-        ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value)
-        if not ok:
-            raise ConfigError(f"{where}: {name} must be two non-negative numbers [sigint_s, sigterm_s]")
-        return (float(value[0]), float(value[1]))
-    if kind == "dict[str, str]":
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise ConfigError(f"{where}: {name} must be a table of strings")
-        return dict(value)
-    raise AssertionError(kind)  # a field type this parser does not know
+_ADAPTERS = {name: TypeAdapter(cls) for name, cls in SECTIONS.items()}
 
 
-def _section(cls: type, section: str, raw: Any, where: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: [{section}] must be a table")
-    known = {f.name: f.type for f in fields(cls)}
-    values = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key [{section}] {key} (known: {', '.join(known)})")
-        values[key] = _check(section, key, value, known[key], where)
-    return cls(**values)
+def _unknown(kind: str, name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+    return f"unknown {kind} {name} ignored ({hint})"
+
+
+def _message(section: str, cls: type, err: dict[str, Any]) -> str:
+    """One ValidationError entry as `section.key: what is wrong`."""
+    key = str(err["loc"][0]) if err["loc"] else "?"
+    what = next((f.metadata.get("what", "valid") for f in fields(cls) if f.name == key), "valid")
+    kind = err["type"]
+    if kind == "missing" and len(err["loc"]) == 1:
+        text = f"required ({what})"
+    elif kind == "string_too_short":
+        text = "must not be empty"
+    elif kind in ("greater_than_equal", "less_than_equal") and key in RANGES:
+        text = "must be between {:g} and {:g}".format(*RANGES[key])
+    else:
+        given = type(err.get("input")).__name__
+        text = f"must be {what}" + (f", not {given}" if len(err["loc"]) == 1 else "")
+    return f"{section}.{key}: {text}"
 
 
 def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
@@ -114,13 +139,24 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
-    sections = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig}
-    for key in raw:
-        if key not in sections:
-            raise ConfigError(f"{where}: unknown section [{key}] (known: host, run, patches)")
-    return Config(
-        **{name: _section(cls, name, raw.get(name, {}), where) for name, cls in sections.items()}
-    )
+    warnings: list[str] = []
+    sections: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in SECTIONS:
+            warnings.append(f"{where}: " + _unknown("section", f"[{name}]", [f"[{s}]" for s in SECTIONS]))
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {name}: must be a table ([{name}])")
+        known = [f.name for f in fields(SECTIONS[name])]
+        for key in value:
+            if key not in known:
+                warnings.append(f"{where}: " + _unknown("key", f"{name}.{key}", [f"{name}.{k}" for k in known]))
+        clean = {k: v for k, v in value.items() if k in known}
+        try:
+            sections[name] = _ADAPTERS[name].validate_python(clean)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: " + _message(name, SECTIONS[name], exc.errors()[0])) from None
+    return Config(**sections, warnings=tuple(warnings))
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -136,4 +172,4 @@ def load_config(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read config: {exc}") from None
     cfg = parse_config(text, str(p))
-    return Config(host=cfg.host, run=cfg.run, patches=cfg.patches, path=p)
+    return Config(host=cfg.host, run=cfg.run, patches=cfg.patches, path=p, warnings=cfg.warnings)

@@ -29,12 +29,16 @@ from pathlib import Path
 
 EXTRACT_SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "extract.py"
 MARKER = ".demo-complete"
-MISSING_DEPS = "the demo needs torch and transformers: pip install 'eagle3-tui[demo]'"
+# The one line for a package the demo (or its job) cannot import.
+MISSING_DEPS = "the demo needs {module} in {python}: install it with: {python} -m pip install {module}"
 PATCH_SET = "speculators-0.3.0-vllm-0.16"
 SPECULATORS = "speculators==0.3.0"
 # A file the patch set targets; its presence in the venv means the install finished.
 SPEC_PROBE = "speculators/data_generation/vllm_hidden_states_generator.py"
 VENV_MARKER = ".eagle3-demo-venv"
+PTH_NAME = "eagle3-demo-user-site.pth"  # adds the user's site dirs to the demo venv
+JOB_MODULES = ("torch", "safetensors", "transformers")  # what extract.py --backend hf imports
+DEMO_ENV = "EAGLE3_DEMO"  # set in the demo runs' environment, so `runs prune --demo` finds them
 PIP_TIMEOUT = 300  # seconds for the whole install; pip's own --timeout bounds each request
 
 
@@ -108,10 +112,12 @@ def _config_text(root: Path, python: str, command: tuple[str, ...],
         "[host]\n"
         'target = "local"\n'
         f"python = {_toml_str(python)}\n"
+        f"runs_dir = {_toml_str(str(root / 'runs'))}\n"
         "\n[run]\n"
         'name = "demo-extract"\n'
         f"command = [{argv}]\n"
         f"cwd = {_toml_str(str(root))}\n"
+        f'env = {{ {DEMO_ENV} = "1" }}\n'
         'match = "extract.py"\n'
         f"{patches}"
     )
@@ -145,8 +151,9 @@ def _write_model(model_dir: Path, spec: DemoSpec) -> None:
         import torch
         from safetensors.torch import save
         from transformers import LlamaConfig, LlamaForCausalLM
-    except ImportError:
-        raise DemoError(MISSING_DEPS) from None
+    except ImportError as exc:
+        module = (exc.name or "torch").split(".")[0]
+        raise DemoError(MISSING_DEPS.format(module=module, python=sys.executable)) from None
     config = LlamaConfig(
         vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
         num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
@@ -251,40 +258,88 @@ def build_demo(
 
 
 def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | None]:
-    """Make `venv` (seeing `base`'s packages) hold speculators 0.3.0; reuse it when done.
+    """Make `venv` hold speculators 0.3.0 and see `base`'s packages; reuse it when done.
 
-    Returns `(venv_python, None)`, or `(None, reason)` with a one-line reason on failure.
+    `base` is the interpreter running eagle3-tui (often itself in a venv, a uv venv or a
+    pipx venv). A `--system-site-packages` venv would see the *base installation's*
+    packages, not the user's venv's, so instead the venv gets a `.pth` file that adds
+    every site directory of `base` after its own: torch and transformers come from the
+    user's environment, and only speculators (the copy the patch screen patches) is the
+    venv's own. Returns `(venv_python, None)`, or `(None, reason)` on failure.
     """
     venv_python = venv / "bin" / "python"
     marker = venv / VENV_MARKER
-    want = json.dumps({"base": base, "spec": SPECULATORS}, sort_keys=True)
+    sites = _site_dirs(base)
+    want = json.dumps({"base": base, "sites": sites, "spec": SPECULATORS}, sort_keys=True)
     try:
         if (marker.read_text(encoding="utf-8") == want and venv_python.exists()
                 and _venv_has_speculators(venv)):
             return str(venv_python), None
     except OSError:
         pass
-    # --without-pip: ensurepip costs seconds and is missing on some distributions; the
-    # base interpreter's pip is visible through --system-site-packages and installs into
-    # the venv, because it is run by the venv's python.
-    steps = (
-        ("cannot create a virtual environment",
-         [base, "-m", "venv", "--clear", "--system-site-packages", "--without-pip", str(venv)]),
-        (f"cannot install {SPECULATORS}",
-         # --ignore-installed: a speculators the base already has must not satisfy this,
-         # or the patch screen would rewrite the base's files instead of the venv's.
-         [str(venv_python), "-m", "pip", "install", "--no-deps", "--quiet",
-          "--ignore-installed", "--disable-pip-version-check", "--retries", "1",
-          "--timeout", "20", SPECULATORS]),
-    )
-    for what, argv in steps:
-        why = _run_step(argv)
-        if why is not None:
-            return None, f"{what} ({why})"
+    # --without-pip: ensurepip costs seconds and is missing on some distributions; pip
+    # comes from the user's environment through the .pth file.
+    why = _run_step([base, "-m", "venv", "--clear", "--without-pip", str(venv)])
+    if why is not None:
+        return None, f"cannot create a virtual environment ({why})"
+    own = _site_dirs(str(venv_python))
+    if not own:
+        return None, f"cannot find the site-packages of {venv}"
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
+    _atomic_write(Path(own[0]) / PTH_NAME, lines.encode())
+    # --ignore-installed: a speculators the user already has must not satisfy this, or
+    # the patch screen would rewrite the user's files instead of the venv's.
+    args = ["install", "--no-deps", "--quiet", "--ignore-installed", "--retries", "1",
+            "--timeout", "20", SPECULATORS]
+    if _run_step([str(venv_python), "-c", "import pip"]) is None:
+        why = _run_step([str(venv_python), "-m", "pip", "--disable-pip-version-check", *args])
+    elif shutil.which("uv"):  # a uv venv has no pip
+        why = _run_step(["uv", "pip", "install", "--python", str(venv_python), "--no-deps",
+                         "--quiet", SPECULATORS])
+    else:
+        why = "neither pip nor uv is available to this Python"
+    if why is not None:
+        return None, f"cannot install {SPECULATORS} ({why})"
     if not _venv_has_speculators(venv):
         return None, f"{SPECULATORS} did not land in {venv}"
     _atomic_write(marker, want.encode())
     return str(venv_python), None
+
+
+def _site_dirs(python: str) -> list[str]:
+    """The site directories `python` reads packages from, in its own order."""
+    code = ("import site, sys, json; d = site.getsitepackages()"
+            " + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else []);"
+            " print(json.dumps([p for p in sys.path if p in d] + [p for p in d if p not in sys.path]))")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL, check=True).stdout
+        return [d for d in json.loads(out) if os.path.isdir(d)]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+
+
+def check_job(paths: DemoPaths) -> None:
+    """Raise DemoError naming the first package the demo job's interpreter cannot import."""
+    missing = job_imports_missing(paths.python)
+    if missing:
+        raise DemoError(MISSING_DEPS.format(module=missing, python=paths.python))
+
+
+def job_imports_missing(python: str, modules: tuple[str, ...] = JOB_MODULES) -> str | None:
+    """The first of `modules` that `python` cannot import, or None when all import."""
+    code = ("import importlib.util, sys\n"
+            "for m in sys.argv[1:]:\n"
+            "    if importlib.util.find_spec(m) is None:\n"
+            "        print(m); break\n")
+    try:
+        proc = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"python ({exc})"
+    if proc.returncode != 0:
+        return "python (it does not run)"
+    return proc.stdout.strip() or None
 
 
 def _run_step(argv: list[str]) -> str | None:

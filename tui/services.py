@@ -57,11 +57,9 @@ async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
 
 
 def _launch_args(cfg: Config, patch_state: Any) -> dict[str, Any]:
-    if not cfg.run.command:
-        raise ValueError("no [run] command in the config: nothing to launch")
     return {
         "name": cfg.run.name,
-        "argv": list(cfg.run.command),
+        "argv": list(cfg.require_command()),
         "cwd": cfg.run.cwd,
         "env": dict(cfg.run.env),
         "patch_state": patch_state,
@@ -107,6 +105,16 @@ def pick_run(runs: list[dict[str, Any]], run_id: str | None, cfg: Config) -> dic
     adopted = [r for r in live if r.get("external")]
     pool = mine or adopted
     return pool[0] if pool else None
+
+
+async def prune(client: AgentClient, cfg: Config, *, older_than: float | None,
+                keep: int | None, demo: bool, dry_run: bool) -> dict[str, Any]:
+    """Remove ended runs (directory and record together) from the host's runs dir."""
+    from tui.demo import DEMO_ENV
+
+    await configure(client, cfg)
+    return await client.request("prune", older_than=older_than, keep=keep, dry_run=dry_run,
+                                env={DEMO_ENV: "1"} if demo else None)
 
 
 async def kill(

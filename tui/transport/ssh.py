@@ -8,7 +8,10 @@ key is always refused. The agent files are uploaded by content hash, once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import json
 import os
 import shlex
 import socket
@@ -17,6 +20,7 @@ from typing import Any
 
 import asyncssh
 
+from . import hostpython
 from .errors import (
     AgentStartFailed,
     AuthFailed,
@@ -40,7 +44,7 @@ class SshLink:
         ssh_config: str | os.PathLike[str] | None = None,
         known_hosts: str | os.PathLike[str] | None = None,
         accept_new_host_key: bool = False,
-        python: str = "python3",
+        python: str | None = None,
         cache_dir: str = ".cache/eagle3-tui",
         connect_timeout: float = 10,
         keepalive_interval: float = 15,
@@ -54,7 +58,9 @@ class SshLink:
         self.ssh_config = str(ssh_config) if ssh_config else None
         self.known_hosts = str(known_hosts) if known_hosts else None
         self.accept_new_host_key = accept_new_host_key
-        self.python = python
+        self.python = python  # None: the first of python3, python3.14 … python3.9 that is >= 3.9
+        self.found: hostpython.Found | None = None  # the interpreter the agent runs on
+        self.notice: str | None = None  # said once in the status bar (e.g. "no SFTP")
         # Paths relative to the remote home; a leading "~/" would not expand once quoted.
         self.cache_dir = cache_dir.removeprefix("~/")
         self.connect_timeout = connect_timeout
@@ -213,10 +219,25 @@ class SshLink:
             )
         _append_known_host(files[0], name, port, key)
 
-    # -- agent upload and start -------------------------------------------------
+    # -- host Python, agent upload and start ------------------------------------
 
-    async def _upload(self, conn: asyncssh.SSHClientConnection) -> str:
-        """Put the agent files in `<cache_dir>/agent-<sha12>` unless already there."""
+    async def _find_python(self, conn: asyncssh.SSHClientConnection) -> hostpython.Found:
+        """The host interpreter for the agent (one exec; remembered across reconnects)."""
+        if self.found is None:
+            try:
+                res = await conn.run(hostpython.probe_command(self.python), check=False,
+                                     timeout=self.connect_timeout)
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+                raise AgentStartFailed(f"cannot run a command on {self._where}: {exc}") from None
+            found = hostpython.parse_probe(str(res.stdout or ""), self.python)
+            self.found = hostpython.choose(found, self.python, self._where)
+        return self.found
+
+    async def _upload(self, conn: asyncssh.SSHClientConnection, python: str) -> str:
+        """Put the agent files in `<cache_dir>/agent-<sha12>` unless already there.
+
+        SFTP first; a host that refuses the SFTP subsystem gets them over an exec channel.
+        """
         files = agent_files(self.agent_dir)
         sha = agent_sha(files)
         rdir = f"{self.cache_dir}/agent-{sha[:12]}"
@@ -231,6 +252,14 @@ class SshLink:
                 # Written last: a half-finished upload has no marker and is redone.
                 async with sftp.open(f"{rdir}/.complete", "wb") as f:
                     await f.write(sha.encode() + b"\n")
+        except asyncssh.ChannelOpenError as exc:
+            sftp_error = exc.reason or str(exc)
+            self.notice = f"SFTP unavailable on {self._where} ({sftp_error}); agent sent over exec"
+            done = await conn.run(shlex.join([python, "-c", hostpython.IS_FILE, f"{rdir}/.complete"]),
+                                  check=False, timeout=self.connect_timeout)
+            if done.exit_status == 0:
+                return rdir
+            await self._upload_exec(conn, python, files, sha, rdir, sftp_error)
         except (OSError, asyncssh.Error) as exc:
             raise AgentStartFailed(
                 f"cannot upload the agent to {self._where}:{rdir}: {exc}"
@@ -238,14 +267,33 @@ class SshLink:
         self.uploads += 1
         return rdir
 
+    async def _upload_exec(self, conn: asyncssh.SSHClientConnection, python: str,
+                           files: dict[str, bytes], sha: str, rdir: str, sftp_error: str) -> None:
+        """The agent files as JSON on the stdin of the host's Python, checked by sha256."""
+        payload = json.dumps({name: (base64.b64encode(data).decode(), hashlib.sha256(data).hexdigest())
+                              for name, data in files.items()})
+        try:
+            res = await conn.run(shlex.join([python, "-c", hostpython.UPLOAD, rdir, sha]),
+                                 input=payload, check=False, timeout=60)
+            ok = res.exit_status == 0 and str(res.stdout).startswith("ok")
+            why = (str(res.stderr or "").strip().splitlines() or [f"exit status {res.exit_status}"])[-1]
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            ok, why = False, str(exc) or type(exc).__name__
+        if not ok:
+            raise AgentStartFailed(
+                f"cannot upload the agent to {self._where}:{rdir}: SFTP refused ({sftp_error}), "
+                f"and the exec fallback failed ({why})"
+            )
+
     async def open(self) -> AgentStream:
         await self.close()
         conn = await self._connect()
         self._conn = conn
         try:
-            rdir = await self._upload(conn)
+            python = (await self._find_python(conn)).path
+            rdir = await self._upload(conn, python)
             self.remote_dir = rdir
-            argv = [self.python, "-u", f"{rdir}/agent.py"]
+            argv = [python, "-u", f"{rdir}/agent.py"]
             if self.runs_dir:
                 argv += ["--runs-dir", self.runs_dir]
             proc = await conn.create_process(shlex.join(argv), encoding=None)
@@ -265,7 +313,7 @@ class SshLink:
             proc.stdin,
             proc.stderr,
             where=self._where,
-            python=self.python,
+            python=python,
             wait_exit=wait_exit,
             close=proc.close,
             io_errors=(OSError, asyncssh.Error),

@@ -79,7 +79,7 @@ def make_link(
         target,
         ssh_config=ssh_config,
         accept_new_host_key=accept_new_host_key,
-        python=python or "python3",
+        python=python,
         runs_dir=runs_dir,
         **ssh_options,
     )

@@ -1,0 +1,82 @@
+"""Follow one run to its end without a screen: progress lines on stdout, outcome as exit code.
+
+Used by `eagle3-tui demo --headless` (scripts, CI). It talks to the agent the same way
+the dashboard does: `launch` through the supervisor shim, `runs` for the run's state,
+`read_range` for the new bytes of its log, which the same pure parser as the
+dashboard's (`tui.state.logparse`) turns into shard and extraction progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tui.state import logparse
+
+POLL_S = 0.5
+CHUNK = 1 << 20
+
+
+def describe_end(run: dict[str, Any]) -> str:
+    state = run.get("state")
+    if state == "exited":
+        return f"{state} with code {run.get('exit_code')}"
+    if run.get("signal"):
+        return f"{state} by signal {run.get('signal')}"
+    return str(state)
+
+
+def succeeded(run: dict[str, Any]) -> bool:
+    return run.get("state") == "exited" and run.get("exit_code") == 0
+
+
+async def follow(client: Any, run_id: str, echo: Callable[[str], None],
+                 timeout: float | None = None) -> dict[str, Any]:
+    """Print progress of `run_id` until it ends; return its final record.
+
+    Prints the shard bar at each quarter and at the end, every extraction batch line,
+    and on failure the root cause the log parser found.
+    """
+    analysis = logparse.LogAnalysis()
+    offset, line_no, partial = 0, 0, b""
+    said_quarter = -1
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        runs = (await client.request("runs")).get("runs") or []
+        run = next((r for r in runs if r.get("run_id") == run_id), None)
+        if run is None:
+            raise ValueError(f"run {run_id} disappeared from the host")
+        log = run.get("log")
+        while log:  # all new bytes, then look at the state again
+            try:
+                r = await client.request("read_range", path=log, offset=offset, length=CHUNK)
+            except Exception:  # the log may not exist yet
+                break
+            data = base64.b64decode(r["b64"])
+            if not data:
+                break
+            offset += len(data)
+            *lines, partial = (partial + data).split(b"\n")
+            for raw in lines:
+                line_no += 1
+                line = raw.decode("utf-8", "replace").rstrip("\r")
+                analysis = logparse.step(analysis, line, line_no, time.time())
+                if line.startswith("[extract]"):
+                    echo(line)
+                shard = analysis.shard
+                if shard is not None and shard.total:
+                    quarter = 4 * shard.done // shard.total
+                    if quarter > said_quarter:
+                        said_quarter = quarter
+                        echo(f"[load] shards {shard.done}/{shard.total}")
+        if run.get("state") != "running":
+            cause = analysis.root_cause
+            if not succeeded(run) and cause is not None:
+                echo(f"root cause (log line {cause.line_no}): {cause.title}: {cause.line.strip()}")
+            return run
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} still running after {timeout:g} s")
+        await asyncio.sleep(POLL_S)

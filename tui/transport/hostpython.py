@@ -1,0 +1,106 @@
+"""Finding a host Python the agent can run on, and the exec-channel upload.
+
+The agent needs Python >= 3.9. One command on the host asks every candidate for its
+version (`[host] python` when set; else `python3`, then `python3.X` from the newest
+down to 3.9) and the first that is new enough wins. When none is, the user gets one
+line naming what was found and the setting that fixes it.
+
+Hosts without an SFTP subsystem (hardened sshd, dropbear, many containers) get the
+agent files over an exec channel instead: `UPLOAD` reads them as JSON on stdin,
+writes each atomically and checks its sha256 before the `.complete` marker is written.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+MIN_VERSION = (3, 9)
+CANDIDATES = ("python3", *(f"python3.{x}" for x in range(14, 8, -1)))
+
+# Valid in Python 2 and 3, so even a very old interpreter answers with its version.
+PROBE = 'import sys; print("%d.%d.%d %s" % (tuple(sys.version_info[:3]) + (sys.executable,)))'
+
+
+class HostPythonError(ConfigError):
+    """No interpreter on the host is new enough for the agent (exit 2: the config fixes it)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    name: str  # as asked for: "python3", "python3.11", "/opt/venv/bin/python"
+    version: tuple[int, int, int]
+    path: str  # sys.executable
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def probe_command(python: str | None) -> str:
+    """The one shell line that asks the candidates for their versions."""
+    if python:
+        return shlex.join([python, "-c", PROBE])
+    names = " ".join(CANDIDATES)
+    script = f'for p in {names}; do v=$("$p" -c {shlex.quote(PROBE)} 2>/dev/null) && echo "$p $v"; done; true'
+    # Through sh: the login shell may be fish or csh, which read loops differently.
+    return shlex.join(["sh", "-c", script])
+
+
+def parse_probe(output: str, python: str | None) -> list[Found]:
+    found = []
+    for line in output.splitlines():
+        parts = line.split(" ", 2) if not python else [python, *line.split(" ", 1)]
+        if len(parts) != 3:
+            continue
+        try:
+            version = tuple(int(x) for x in parts[1].split("."))
+        except ValueError:
+            continue
+        if len(version) == 3:
+            found.append(Found(parts[0], version, parts[2].strip()))  # type: ignore[arg-type]
+    return found
+
+
+def choose(found: list[Found], python: str | None, where: str) -> Found:
+    """The first candidate >= 3.9, or HostPythonError with the one line the user needs."""
+    for f in found:
+        if f.version[:2] >= MIN_VERSION:
+            return f
+    need = ".".join(map(str, MIN_VERSION))
+    hint = f'(set [host] python = "/path/to/python{need}+")'
+    if found:
+        f = found[0]
+        return _raise(f"host {f.name} is {f.dotted} at {f.path} on {where}; "
+                      f"the agent needs ≥ {need} {hint}")
+    asked = python or "python3 (nor python3.9 … python3.14)"
+    return _raise(f"no {asked} found on {where}; the agent needs Python ≥ {need} {hint}")
+
+
+def _raise(message: str) -> Found:
+    raise HostPythonError(message)
+
+
+IS_FILE = "import os, sys; sys.exit(0 if os.path.isfile(sys.argv[1]) else 1)"
+
+UPLOAD = r"""
+import base64, hashlib, json, os, sys
+d = sys.argv[1]
+files = json.loads(sys.stdin.read())
+os.makedirs(d, exist_ok=True)
+for name, (b64, sha) in sorted(files.items()):
+    data = base64.b64decode(b64)
+    if hashlib.sha256(data).hexdigest() != sha or "/" in name:
+        sys.exit("checksum mismatch for " + name)
+    tmp = os.path.join(d, ".%s.tmp-%d" % (name, os.getpid()))
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, name))
+with open(os.path.join(d, ".complete"), "w") as f:
+    f.write(sys.argv[2] + "\n")
+print("ok %d" % len(files))
+"""
