@@ -101,8 +101,8 @@ class Sshd:
         reason = sshd_missing()
         if reason:
             raise RuntimeError(reason)
-        # sshd insists on its privilege-separation directory.
-        os.makedirs("/run/sshd", exist_ok=True)
+        if os.geteuid() == 0:  # as root, sshd insists on its privilege-separation directory
+            os.makedirs("/run/sshd", exist_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
         keygen(self.host_key, "eagle3-test-host")
         user_pub = keygen(self.client_key, "eagle3-test-user")
