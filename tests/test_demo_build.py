@@ -68,7 +68,8 @@ def test_default_demo_has_64_shards_and_a_runnable_config(ml: None, tmp_path: Pa
     cfg = parse_config(paths.config.read_text(), str(paths.config))
     assert cfg.host.target == "local" and cfg.host.python == sys.executable
     assert cfg.patches.set is None and paths.patches_note is None  # not asked for
-    assert cfg.run.name == "demo-extract" and cfg.run.match == "extract.py"
+    # match: only this demo's own job (its out/ dir), never another extract.py on the host
+    assert cfg.run.name == "demo-extract" and cfg.run.match == str(paths.out)
     assert cfg.run.cwd == str(paths.root) and paths.root.is_absolute()
     assert cfg.run.command == paths.command == (
         sys.executable, str(ROOT / "remote" / "extract.py"), "--backend", "hf",

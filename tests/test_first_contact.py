@@ -330,3 +330,15 @@ def test_runs_prune_removes_ended_runs_never_a_live_one(tmp_path: Path) -> None:
         assert cli("runs", "prune", "local", "--older-than", "1y", cwd=tmp_path).returncode == 2
     finally:
         cli("kill", "local", live, "--yes", cwd=tmp_path)
+
+
+def test_an_old_configured_python_on_local_is_exit_2(tmp_path: Path) -> None:
+    old = tmp_path / "python3.8"
+    old.write_text("#!/bin/sh\necho '3.8.10 /opt/py38/bin/python3.8'\n")
+    old.chmod(0o755)
+    (tmp_path / "eagle3.toml").write_text(f'[host]\npython = "{old}"\n')
+    proc = cli("status", "local", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert one_line(proc.stderr) == (
+        f"eagle3-tui: host {old} is 3.8.10 at /opt/py38/bin/python3.8 on local; the agent "
+        'needs ≥ 3.9 (set [host] python = "/path/to/python3.9+")')

@@ -118,7 +118,7 @@ def _config_text(root: Path, python: str, command: tuple[str, ...],
         f"command = [{argv}]\n"
         f"cwd = {_toml_str(str(root))}\n"
         f'env = {{ {DEMO_ENV} = "1" }}\n'
-        'match = "extract.py"\n'
+        f"match = {_toml_str(str(root / 'out'))}\n"
         f"{patches}"
     )
 

@@ -184,6 +184,7 @@ class LocalLink:
         self.python = python
         self.agent_dir = Path(agent_dir) if agent_dir else default_agent_dir()
         self.runs_dir = runs_dir
+        self._checked = False
         self._proc: asyncio.subprocess.Process | None = None
 
     def describe(self) -> str:
@@ -196,9 +197,28 @@ class LocalLink:
             argv += ["--runs-dir", str(self.runs_dir)]
         return argv
 
+    async def _check_python(self) -> None:
+        """A configured interpreter must be >= 3.9 (this one is: the client needs 3.10)."""
+        from . import hostpython
+
+        if self.python == sys.executable or self._checked:
+            return
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.python, "-c", hostpython.PROBE, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+            out, _ = await proc.communicate()
+        except OSError:
+            out = b""
+        found = hostpython.parse_probe(out.decode(errors="replace"), self.python)
+        if found:  # one that does not run at all fails at the start, with its own message
+            hostpython.choose(found, self.python, "local")
+        self._checked = True
+
     async def open(self) -> AgentStream:
         await self.close()
         agent_files(self.agent_dir)  # fail early, with a clear message, if agent.py is missing
+        await self._check_python()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv(),
