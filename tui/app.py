@@ -34,8 +34,9 @@ from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.widgets.gpus import GpuPanel
-from tui.widgets.logtail import LogPane
+from tui.widgets.logtail import FRAME_S, LogPane
 from tui.widgets.progress import RunProgress
+from tui.widgets.render import set_content, set_title
 from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
@@ -77,6 +78,8 @@ class EagleApp(App[None]):
         self._version_order: list[str] = []
         self._ledger_at = float("-inf")
         self._kill_done_at = float("inf")
+        self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
+        self._progress_due = False  # a progress repaint is scheduled for the next frame
 
     # ---- layout -------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -95,10 +98,10 @@ class EagleApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#runs-box").border_title = "Runs"
-        self.query_one("#progress-box").border_title = "Progress"
-        self.query_one("#gpu-box").border_title = "GPUs"
-        self.query_one("#procs").border_title = "Processes"
+        set_title(self.query_one("#runs-box"), "Runs")
+        set_title(self.query_one("#progress-box"), "Progress")
+        set_title(self.query_one("#gpu-box"), "GPUs")
+        set_title(self.query_one("#procs"), "Processes")
         self._render_all()
         self.connect_agent()
         self.set_interval(1.0, self._tick)
@@ -155,8 +158,10 @@ class EagleApp(App[None]):
     def _apply(self, event: Any) -> None:
         self.state = apply(self.state, event, time.time())
         if isinstance(event, (p.LogData, p.LogReset)):
-            self.query_one(LogPane).show(self.state.log)
-            self._render_progress()
+            self.query_one(LogPane).show(self.state.log)  # drawn with the next frame
+            if not self._progress_due:  # the phase follows the log, once per frame too
+                self._progress_due = True
+                self.set_timer(FRAME_S, self._render_progress)
         elif isinstance(event, p.KillProgress):
             self._render_banner()
         else:
@@ -206,19 +211,27 @@ class EagleApp(App[None]):
         visible = self._visible_runs()
         runs_table.show(visible, self._run_notes())
         hidden = len(st.runs) - len(visible)
-        self.query_one("#runs-box").border_title = (
-            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})"
+        set_title(
+            self.query_one("#runs-box"),
+            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})",
         )
         if self.selected_run and runs_table.selected_run_id() != self.selected_run:
             runs_table.select(self.selected_run)
-        self.query_one("#gpu-box").border_title = (
-            f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs"
-        )
+        set_title(self.query_one("#gpu-box"), f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs")
         self._render_progress()
         self._render_banner()
-        self.refresh_bindings()  # kill/relaunch availability follows the runs
+        self._refresh_bindings()  # kill/relaunch availability follows the runs
+
+    def _refresh_bindings(self) -> None:
+        """Rebuild the footer only when a key's availability changed: a rebuild
+        recomposes the whole footer."""
+        shown = (len(self.screen_stack), *(self.check_action(a, ()) for a in self.DASHBOARD_ACTIONS))
+        if shown != self._bindings_shown:
+            self._bindings_shown = shown
+            self.refresh_bindings()
 
     def _render_progress(self) -> None:
+        self._progress_due = False
         run = self._run()
         label = f"run {run.run_id} ({run.state})" if run else "no run"
         self.query_one(RunProgress).show(self.state, self._phase(run), label)
@@ -262,7 +275,7 @@ class EagleApp(App[None]):
         banner.set_class(text is not None, "shown")
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
-        banner.update(text or "")
+        set_content(banner, text or "")
 
     def _tick(self) -> None:
         self.query_one(StatusBar).show(self.state)
@@ -459,7 +472,7 @@ class EagleApp(App[None]):
     @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
         self._busy = "kill"
-        self.refresh_bindings()
+        self._refresh_bindings()
         try:
             report = await services.kill(self.client, self.cfg, run_id)
             self.state = self._with_kill(report=report)
@@ -468,7 +481,7 @@ class EagleApp(App[None]):
             self.state = self._with_kill(error=str(exc), run_id=run_id)
         finally:
             self._busy = None
-            self.refresh_bindings()
+            self._refresh_bindings()
             self._render_banner()
         kill = self.state.kill
         if relaunch is not None and kill is not None and kill.report and kill.report.get("ok"):
@@ -487,7 +500,7 @@ class EagleApp(App[None]):
 
     async def _launch(self, run: Run | None) -> None:
         self._busy = "launch"
-        self.refresh_bindings()
+        self._refresh_bindings()
         try:
             ps = await services.patch_state(self.client, self.cfg)
             if run is None:
@@ -499,7 +512,7 @@ class EagleApp(App[None]):
             return
         finally:
             self._busy = None
-            self.refresh_bindings()
+            self._refresh_bindings()
         self.selected_run = record.get("run_id")
         self.state = replace(self.state, kill=None)  # a new run: the old kill report is history
         self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")

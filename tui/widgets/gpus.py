@@ -22,13 +22,17 @@ class GpuPanel(Static):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state: AppState | None = None
+        self._shown: tuple[Any, ...] | None = None
 
     def show(self, state: AppState) -> None:
-        self._state = state
-        n = len(state.gpus)
-        src = state.gpu_source or "no GPU source"
-        self.border_title = f"GPUs ({n}, {src})" if n else "GPUs"
-        self.refresh(layout=True)
+        """Repaint when a reading or the history changed; lay out again only when the
+        number of cards did (the panel's height follows it)."""
+        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history)
+        if shown == self._shown:
+            return
+        relayout = self._shown is None or len(self._shown[0]) != len(state.gpus)
+        self._state, self._shown = state, shown
+        self.refresh(layout=relayout)
 
     def render(self) -> Text:
         state = self._state

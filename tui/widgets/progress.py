@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from tui.format import duration, num
 from tui.state.model import AppState
-from tui.widgets.render import bar
+from tui.widgets.render import bar, set_content
 
 PHASE_STYLE = {
     "starting": "yellow",
@@ -72,4 +72,4 @@ class RunProgress(Static):
                 fix = getattr(root, "fix", None)
                 if fix:
                     out.append(f"\n  fix: {fix}", style="yellow")
-        self.update(out)
+        set_content(self, out)

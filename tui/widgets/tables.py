@@ -11,12 +11,14 @@ from textual.widgets import DataTable
 
 from tui.format import duration, gib, num
 from tui.state.model import AppState, Proc, Run
+from tui.widgets.render import set_title
 
 
 class KeyedTable(DataTable):
     """A DataTable kept in sync with a dict of row key -> cells."""
 
     COLUMNS: Sequence[tuple[str, str]] = ()  # (key, label)
+    _synced: dict[str, tuple[Any, ...]] | None = None
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -27,6 +29,9 @@ class KeyedTable(DataTable):
     def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
         """Show `rows` in their given order. Cells update in place; only a change in
         which rows exist rebuilds the table (keeping the cursor on the same row)."""
+        if rows == self._synced:
+            return  # nothing changed: no cell touched, nothing repainted
+        self._synced = rows
         keys = [k for k, _ in self.COLUMNS]
         with self.app.batch_update():
             if [rk.value for rk in self.rows] != list(rows):
@@ -62,7 +67,7 @@ class ProcessTable(KeyedTable):
     def show(self, state: AppState) -> None:
         procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.pid))
         self.sync({str(p.pid): self._cells(p) for p in procs})
-        self.border_title = f"Processes ({len(procs)})"
+        set_title(self, f"Processes ({len(procs)})")
 
     @staticmethod
     def _cells(p: Proc) -> tuple[Any, ...]:
