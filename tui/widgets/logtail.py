@@ -11,10 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.cache import LRUCache
 from textual.containers import Vertical
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Log, Static
 
 from tui.state.model import LOG_LINES, LogTail
@@ -61,6 +67,49 @@ class SeverityHighlighter(Highlighter):
             text.stylize(style)
 
 
+class TailLog(Log):
+    """`Log` whose appends never lay the whole screen out again.
+
+    `Log.write_lines` assigns `virtual_size`, a reactive declared with `layout=True`, so
+    each append that grows the log re-lays and repaints the whole dashboard (41 % of the
+    client's samples at 20 lines/s in py-spy), and measures widths in a thread worker.
+    The log's own box never changes size, so here the virtual size is set without a
+    layout and only the scrollbars and the log itself are refreshed. Each line is
+    styled and rendered once, not again each time the tail scrolls by one line."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        if self.text_selection is not None:
+            return super()._render_line_strip(y, rich_style)
+        key = (self._lines[y], rich_style)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = super()._render_line_strip(y, rich_style)
+        return strip
+
+    def write_lines(self, lines: Any, scroll_end: bool | None = None) -> TailLog:
+        new = [ln for line in lines for ln in line.splitlines()]
+        if not new:
+            return self
+        at_end = self.is_vertical_scroll_end
+        self._lines.extend(new)
+        if self.max_lines is not None and len(self._lines) > self.max_lines:
+            self._prune_max_lines()
+        self._width = max(self._width, max(cell_len(self._process_line(ln)) for ln in new))
+        size = Size(self._width, len(self._lines))
+        if size != self.virtual_size:
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
+        self.refresh()
+        auto = self.auto_scroll if scroll_end is None else scroll_end
+        if auto and at_end and not self.is_vertical_scrollbar_grabbed:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        return self
+
+
 class LogPane(Vertical):
     DEFAULT_CSS = """
     LogPane Log { height: 1fr; background: $surface; color: $foreground; overflow-x: auto; overflow-y: scroll; }
@@ -80,7 +129,7 @@ class LogPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
-        view = Log(max_lines=LOG_LINES, highlight=True, auto_scroll=True)
+        view = TailLog(max_lines=LOG_LINES, highlight=True, auto_scroll=True)
         view.highlighter = SeverityHighlighter()
         yield view
         yield Static("", id="live")
