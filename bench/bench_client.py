@@ -269,6 +269,8 @@ def main() -> int:
         marker = f"burst-end-{uuid.uuid4().hex[:8]}"
         writer.write_marker(marker)
         behind = dash.wait([marker], 30)
+        if behind is None:
+            print("!! the line written after the burst is not on the pane; the pane:\n" + dash.screen())
         total = log.read_bytes().count(b"\n")
         dash.keys("L")
         seen_all = dash.wait([f"of {total}"], 60)

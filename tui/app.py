@@ -34,7 +34,7 @@ from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.widgets.gpus import GpuPanel
-from tui.widgets.logtail import FRAME_S, LogPane
+from tui.widgets.logtail import BUSY_S, LogPane
 from tui.widgets.progress import RunProgress
 from tui.widgets.render import set_content, set_title
 from tui.widgets.status import StatusBar
@@ -161,7 +161,7 @@ class EagleApp(App[None]):
             self.query_one(LogPane).show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
                 self._progress_due = True
-                self.set_timer(FRAME_S, self._render_progress)
+                self.set_timer(BUSY_S, self._render_progress)
         elif isinstance(event, p.KillProgress):
             self._render_banner()
         else:

@@ -3,12 +3,14 @@ only ever appends the new lines, plus one line below it for the bar being redraw
 place (`\\r` without a newline).
 
 `show()` only records the newest tail; the lines that arrived since the last frame are
-written in one append, at most `FRAME_S` later, so a log of 2,000 lines/s costs a
-few appends per second, not one repaint per line."""
+written in one append: `FRAME_S` after a line that follows a quiet spell, and at most
+once per `BUSY_S` while lines keep coming, so a log of 20 or 2,000 lines/s costs five
+repaints a second, not one per line (each repaint redraws every visible row)."""
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from rich.cells import cell_len
@@ -31,7 +33,8 @@ _ERROR = re.compile(r"\b(?:ERROR|CRITICAL|FATAL|Traceback)\b|Error:|Exception:|\
 _WARN = re.compile(r"\bWARN(?:ING)?\b")
 SCAN = 4096  # only a line's head decides its colour
 SHOW = 2000  # characters of a line shown in the tail pane (the viewer shows more)
-FRAME_S = 1 / 20  # new lines are appended at most this long after they arrive
+FRAME_S = 0.05  # a line after a quiet spell is on screen this long after it arrives
+BUSY_S = 0.2  # while lines keep coming, one repaint per this many seconds at most
 MARK = "── "  # a restart marker line: "── log was truncated ──"
 
 
@@ -124,6 +127,7 @@ class LogPane(Vertical):
         self._path: str | None = None
         self._pending: LogTail | None = None  # the newest tail not on screen yet
         self._drawn: LogTail | None = None
+        self._flushed_at = 0.0  # monotonic time of the last repaint
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
 
@@ -139,14 +143,15 @@ class LogPane(Vertical):
         if log is self._drawn:
             return
         if self._pending is None:
-            self.set_timer(FRAME_S, self.flush)
+            since = time.monotonic() - self._flushed_at
+            self.set_timer(max(FRAME_S, BUSY_S - since), self.flush)
         self._pending = log
 
     def flush(self) -> None:
         log, self._pending = self._pending, None
         if log is None:
             return
-        self._drawn = log
+        self._drawn, self._flushed_at = log, time.monotonic()
         view = self.query_one(Log)
         out: list[str] = []
         if log.path != self._path:  # another run's log: start afresh
