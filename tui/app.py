@@ -98,6 +98,15 @@ class EagleApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # The widgets, looked up once: timers that fire while the app shuts down find
+        # them still (a query would not), and renders skip a DOM query each.
+        self._status = self.query_one(StatusBar)
+        self._gpus = self.query_one(GpuPanel)
+        self._procs = self.query_one(ProcessTable)
+        self._runs_table = self.query_one(RunsTable)
+        self._progress = self.query_one(RunProgress)
+        self._log_pane = self.query_one(LogPane)
+        self._banner = self.query_one("#banner", Static)
         set_title(self.query_one("#runs-box"), "Runs")
         set_title(self.query_one("#progress-box"), "Progress")
         set_title(self.query_one("#gpu-box"), "GPUs")
@@ -158,7 +167,7 @@ class EagleApp(App[None]):
     def _apply(self, event: Any) -> None:
         self.state = apply(self.state, event, time.time())
         if isinstance(event, (p.LogData, p.LogReset)):
-            self.query_one(LogPane).show(self.state.log)  # drawn with the next frame
+            self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
                 self._progress_due = True
                 self.set_timer(BUSY_S, self._render_progress)
@@ -181,7 +190,7 @@ class EagleApp(App[None]):
             self._log_subs += 1
             sub = f"log{self._log_subs}"
             self.state = replace(self.state, log=LogTail(path=path, sub=sub))
-            self.query_one(LogPane).show(self.state.log)
+            self._log_pane.show(self.state.log)
             if old is not None:
                 await self._request("unsubscribe", sub=old)
             ok = await self._request("subscribe", sub=sub, path=path, offset=-TAIL_BYTES, inode=None)
@@ -204,10 +213,10 @@ class EagleApp(App[None]):
     # ---- rendering ----------------------------------------------------------------
     def _render_all(self) -> None:
         st = self.state
-        self.query_one(StatusBar).show(st)
-        self.query_one(GpuPanel).show(st)
-        self.query_one(ProcessTable).show(st)
-        runs_table = self.query_one(RunsTable)
+        self._status.show(st)
+        self._gpus.show(st)
+        self._procs.show(st)
+        runs_table = self._runs_table
         visible = self._visible_runs()
         runs_table.show(visible, self._run_notes())
         hidden = len(st.runs) - len(visible)
@@ -234,7 +243,7 @@ class EagleApp(App[None]):
         self._progress_due = False
         run = self._run()
         label = f"run {run.run_id} ({run.state})" if run else "no run"
-        self.query_one(RunProgress).show(self.state, self._phase(run), label)
+        self._progress.show(self.state, self._phase(run), label)
 
     def _phase(self, run: Run | None) -> str | None:
         a = self.state.log.analysis
@@ -246,7 +255,7 @@ class EagleApp(App[None]):
         return phase
 
     def _render_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
+        banner = self._banner
         kill = self.state.kill
         text, kind = None, ""
         if kill is not None:
@@ -278,7 +287,7 @@ class EagleApp(App[None]):
         set_content(banner, text or "")
 
     def _tick(self) -> None:
-        self.query_one(StatusBar).show(self.state)
+        self._status.show(self.state)
         if self.state.kill is not None and time.monotonic() - self._kill_done_at > KILL_BANNER_S:
             self.state = replace(self.state, kill=None)  # the kill's result has been read
             self._render_banner()
