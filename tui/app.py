@@ -48,7 +48,10 @@ LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the
 class EagleApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "eagle3-tui"
+    # `q` and `?` first: the footer cuts from the right on a narrow terminal.
     BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("k", "kill", "Kill run"),
         Binding("r", "relaunch", "Relaunch"),
         Binding("l", "launch", "Launch"),
@@ -56,9 +59,11 @@ class EagleApp(App[None]):
         Binding("L", "open_log", "Log viewer"),
         Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
         Binding("a", "all_runs", "All runs", show=False),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
     ]
+    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; below 30 rows
+    # the Processes panel gives its rows to the runs, the phase and the log.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(self, client: AgentClient, cfg: Config, target: str, launch: bool = False) -> None:
         super().__init__()
