@@ -72,6 +72,7 @@ class Gpus:
         self._handles: List[Any] = []
         self._static: List[Dict[str, Any]] = []
         self._smi: Optional[str] = None
+        self._mem_v2: Optional[bool] = None  # NVML v2 memory info: untried, works, or not
         forced = os.environ.get("EAGLE3_TUI_GPU_SOURCE", "").strip().lower()
         if forced == "none":
             self.error = "GPU source disabled (EAGLE3_TUI_GPU_SOURCE=none)"
@@ -129,7 +130,7 @@ class Gpus:
     def _read_nvml(self, i: int, h: Any) -> Dict[str, Any]:
         nv = self._nv
         gpu = dict(self._static[i])
-        mem = _nvml_call(nv.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(h)
         util = _nvml_call(nv.nvmlDeviceGetUtilizationRates, h)
         power = _nvml_call(nv.nvmlDeviceGetPowerUsage, h)
         limit = _nvml_call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
@@ -149,6 +150,20 @@ class Gpus:
                 procs[p.pid] = used if prev is None else max(prev, used or 0)
         gpu["processes"] = [{"pid": pid, "mem": mem_} for pid, mem_ in sorted(procs.items())]
         return gpu
+
+    def _memory(self, h: Any) -> Any:
+        """Memory info as nvidia-smi reports it: the v2 call, whose `used` leaves out what
+        the driver reserves (v1 counts ~600 MiB on an idle H200), where the driver and
+        nvidia-ml-py have it; else the first call."""
+        nv = self._nv
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None and self._mem_v2 is not False:
+            mem = _nvml_call(nv.nvmlDeviceGetMemoryInfo, h, version)  # TypeError: old pynvml
+            if mem is not None or self._mem_v2:
+                self._mem_v2 = True
+                return mem
+            self._mem_v2 = False
+        return _nvml_call(nv.nvmlDeviceGetMemoryInfo, h)
 
     def _smi_run(self, query: str) -> List[List[str]]:
         out = subprocess.run([self._smi or "nvidia-smi", query, "--format=csv,noheader,nounits"],

@@ -100,3 +100,34 @@ def test_gpu_process_listed(agent: AgentProc) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+def _smi_used_mib() -> list[int]:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    return [int(line.strip()) for line in out.splitlines() if line.strip()]
+
+
+def _agent_used_mib(agent: AgentProc) -> list[float]:
+    return [g["mem_used"] / 2**20 for g in agent.call("snapshot")["gpus"]]
+
+
+def test_memory_used_as_nvidia_smi(agent: AgentProc) -> None:
+    """GPU memory used is what nvidia-smi shows (NVML v2: the driver's reserve left out),
+    on idle cards and with 2 GiB allocated on each, within 1 MiB (smi rounds to MiB)."""
+    if subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode:
+        pytest.skip("nvidia-smi not found")
+    ours, smi = _agent_used_mib(agent), _smi_used_mib()
+    assert len(ours) == len(smi) and all(abs(a - s) <= 1 for a, s in zip(ours, smi)), (ours, smi)
+    pytest.importorskip("torch")
+    child = subprocess.Popen([sys.executable, "-c", ALLOC, "mem-check"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().startswith("ready")
+        ours, smi = _agent_used_mib(agent), _smi_used_mib()
+        assert all(s >= 2048 for s in smi), smi
+        assert all(abs(a - s) <= 1 for a, s in zip(ours, smi)), (ours, smi)
+    finally:
+        if child.stdin:
+            child.stdin.close()
+        child.wait(timeout=30)

@@ -4,6 +4,7 @@ change with `pytest tests/test_snapshots.py --snapshot-update` and review the SV
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -58,3 +59,49 @@ def test_dashboard_160x50(snap_compare: Any, n: int) -> None:
 
 def test_dashboard_8_gpus_100x30(snap_compare: Any) -> None:
     assert snap_compare(app_with(8), terminal_size=(100, 30), run_before=settle)
+
+
+# ---- every size works ------------------------------------------------------------------
+SIZES = [(80, 24), (120, 40), (160, 50), (250, 70)]
+RUNS_SIZES = RUNS + [
+    {"run_id": "20251130-010000-0008", "name": "kimi", "state": "failed", "argv": ["python9", "02_extract.py"],
+     "launched_at": T0 - 600, "ended_at": T0 - 600, "error": "exec failed: No such file or directory: 'python9'"},
+]
+
+
+def sized_app() -> Any:
+    events = [snapshot(2, runs=RUNS_SIZES), p.LogData("log1", "/srv/x.log", 7, 0, LOG)]
+    return make_app(ReplayClient(events), CFG, "root@gpu-box")  # type: ignore[arg-type]
+
+
+def screen_text(app: Any) -> str:
+    """What the terminal shows, as plain text rows."""
+    update = app.screen._compositor.render_full_update()
+    return "\n".join("".join(strip.text for strip in row) for row in update.strips)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_every_size_keeps_state_exit_failure_phase_and_keys(size: tuple[int, int]) -> None:
+    """STATE, EXIT, FAILURE and the phase never disappear; the footer shows q and ?."""
+
+    async def go() -> str:
+        app = sized_app()
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            await pilot.pause(0.3)
+            return screen_text(app)
+
+    text = asyncio.run(go())
+    rows = text.splitlines()
+    assert len(rows) == size[1] and all(len(r) <= size[0] for r in rows)
+    header = next(r for r in rows if "RUN" in r and "STATE" in r)
+    assert "EXIT" in header and "FAILURE" in header, header
+    assert "failed" in text and "killed" in text and "SIGINT" in text  # STATE and EXIT cells
+    assert "did not" in text  # the failure note of the run that did not start, maybe clipped
+    assert "Phase loading" in text
+    assert "q Quit" in rows[-1] and "? Help" in rows[-1], rows[-1]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_dashboard_sizes(snap_compare: Any, size: tuple[int, int]) -> None:
+    assert snap_compare(sized_app(), terminal_size=size, run_before=settle)

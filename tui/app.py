@@ -35,8 +35,9 @@ from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.widgets.gpus import GpuPanel
-from tui.widgets.logtail import LogPane
+from tui.widgets.logtail import BUSY_S, LogPane
 from tui.widgets.progress import RunProgress
+from tui.widgets.render import set_content, set_title
 from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
@@ -48,7 +49,10 @@ LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the
 class EagleApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "eagle3-tui"
+    # `q` and `?` first: the footer cuts from the right on a narrow terminal.
     BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("k", "kill", "Kill run"),
         Binding("r", "relaunch", "Relaunch"),
         Binding("l", "launch", "Launch"),
@@ -56,9 +60,11 @@ class EagleApp(App[None]):
         Binding("L", "open_log", "Log viewer"),
         Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
         Binding("a", "all_runs", "All runs", show=False),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
     ]
+    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; below 30 rows
+    # the Processes panel gives its rows to the runs, the phase and the log.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(self, client: AgentClient, cfg: Config, target: str, launch: bool = False) -> None:
         super().__init__()
@@ -78,6 +84,8 @@ class EagleApp(App[None]):
         self._version_order: list[str] = []
         self._ledger_at = float("-inf")
         self._kill_done_at = float("inf")
+        self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
+        self._progress_due = False  # a progress repaint is scheduled for the next frame
 
     # ---- layout -------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -96,10 +104,19 @@ class EagleApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#runs-box").border_title = "Runs"
-        self.query_one("#progress-box").border_title = "Progress"
-        self.query_one("#gpu-box").border_title = "GPUs"
-        self.query_one("#procs").border_title = "Processes"
+        # The widgets, looked up once: timers that fire while the app shuts down find
+        # them still (a query would not), and renders skip a DOM query each.
+        self._status = self.query_one(StatusBar)
+        self._gpus = self.query_one(GpuPanel)
+        self._procs = self.query_one(ProcessTable)
+        self._runs_table = self.query_one(RunsTable)
+        self._progress = self.query_one(RunProgress)
+        self._log_pane = self.query_one(LogPane)
+        self._banner = self.query_one("#banner", Static)
+        set_title(self.query_one("#runs-box"), "Runs")
+        set_title(self.query_one("#progress-box"), "Progress")
+        set_title(self.query_one("#gpu-box"), "GPUs")
+        set_title(self.query_one("#procs"), "Processes")
         self._render_all()
         self.connect_agent()
         self.set_interval(1.0, self._tick)
@@ -162,8 +179,10 @@ class EagleApp(App[None]):
     def _apply(self, event: Any) -> None:
         self.state = apply(self.state, event, time.time())
         if isinstance(event, (p.LogData, p.LogReset)):
-            self.query_one(LogPane).show(self.state.log)
-            self._render_progress()
+            self._log_pane.show(self.state.log)  # drawn with the next frame
+            if not self._progress_due:  # the phase follows the log, once per frame too
+                self._progress_due = True
+                self.set_timer(BUSY_S, self._render_progress)
         elif isinstance(event, p.KillProgress):
             self._render_banner()
         else:
@@ -183,7 +202,7 @@ class EagleApp(App[None]):
             self._log_subs += 1
             sub = f"log{self._log_subs}"
             self.state = replace(self.state, log=LogTail(path=path, sub=sub))
-            self.query_one(LogPane).show(self.state.log)
+            self._log_pane.show(self.state.log)
             if old is not None:
                 await self._request("unsubscribe", sub=old)
             ok = await self._request("subscribe", sub=sub, path=path, offset=-TAIL_BYTES, inode=None)
@@ -206,29 +225,37 @@ class EagleApp(App[None]):
     # ---- rendering ----------------------------------------------------------------
     def _render_all(self) -> None:
         st = self.state
-        self.query_one(StatusBar).show(st)
-        self.query_one(GpuPanel).show(st)
-        self.query_one(ProcessTable).show(st)
-        runs_table = self.query_one(RunsTable)
+        self._status.show(st)
+        self._gpus.show(st)
+        self._procs.show(st)
+        runs_table = self._runs_table
         visible = self._visible_runs()
         runs_table.show(visible, self._run_notes())
         hidden = len(st.runs) - len(visible)
-        self.query_one("#runs-box").border_title = (
-            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})"
+        set_title(
+            self.query_one("#runs-box"),
+            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})",
         )
         if self.selected_run and runs_table.selected_run_id() != self.selected_run:
             runs_table.select(self.selected_run)
-        self.query_one("#gpu-box").border_title = (
-            f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs"
-        )
+        set_title(self.query_one("#gpu-box"), f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs")
         self._render_progress()
         self._render_banner()
-        self.refresh_bindings()  # kill/relaunch availability follows the runs
+        self._refresh_bindings()  # kill/relaunch availability follows the runs
+
+    def _refresh_bindings(self) -> None:
+        """Rebuild the footer only when a key's availability changed: a rebuild
+        recomposes the whole footer."""
+        shown = (len(self.screen_stack), *(self.check_action(a, ()) for a in self.DASHBOARD_ACTIONS))
+        if shown != self._bindings_shown:
+            self._bindings_shown = shown
+            self.refresh_bindings()
 
     def _render_progress(self) -> None:
+        self._progress_due = False
         run = self._run()
         label = f"run {run.run_id} ({run.state})" if run else "no run"
-        self.query_one(RunProgress).show(self.state, self._phase(run), label)
+        self._progress.show(self.state, self._phase(run), label)
 
     def _phase(self, run: Run | None) -> str | None:
         a = self.state.log.analysis
@@ -240,7 +267,7 @@ class EagleApp(App[None]):
         return phase
 
     def _render_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
+        banner = self._banner
         kill = self.state.kill
         text, kind = None, ""
         if kill is not None:
@@ -269,10 +296,10 @@ class EagleApp(App[None]):
         banner.set_class(text is not None, "shown")
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
-        banner.update(text or "")
+        set_content(banner, text or "")
 
     def _tick(self) -> None:
-        self.query_one(StatusBar).show(self.state)
+        self._status.show(self.state)
         if self.state.kill is not None and time.monotonic() - self._kill_done_at > KILL_BANNER_S:
             self.state = replace(self.state, kill=None)  # the kill's result has been read
             self._render_banner()
@@ -466,7 +493,7 @@ class EagleApp(App[None]):
     @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
         self._busy = "kill"
-        self.refresh_bindings()
+        self._refresh_bindings()
         try:
             report = await services.kill(self.client, self.cfg, run_id)
             self.state = self._with_kill(report=report)
@@ -475,7 +502,7 @@ class EagleApp(App[None]):
             self.state = self._with_kill(error=str(exc), run_id=run_id)
         finally:
             self._busy = None
-            self.refresh_bindings()
+            self._refresh_bindings()
             self._render_banner()
         kill = self.state.kill
         if relaunch is not None and kill is not None and kill.report and kill.report.get("ok"):
@@ -494,7 +521,7 @@ class EagleApp(App[None]):
 
     async def _launch(self, run: Run | None) -> None:
         self._busy = "launch"
-        self.refresh_bindings()
+        self._refresh_bindings()
         try:
             ps = await services.patch_state(self.client, self.cfg)
             if run is None:
@@ -506,7 +533,7 @@ class EagleApp(App[None]):
             return
         finally:
             self._busy = None
-            self.refresh_bindings()
+            self._refresh_bindings()
         self.selected_run = record.get("run_id")
         self.state = replace(self.state, kill=None)  # a new run: the old kill report is history
         self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")

@@ -16,19 +16,23 @@ from tui.widgets.render import bar, sparkline
 
 class GpuPanel(Static):
     DEFAULT_CSS = """
-    GpuPanel { height: auto; }
+    GpuPanel { height: auto; text-wrap: nowrap; text-overflow: clip; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state: AppState | None = None
+        self._shown: tuple[Any, ...] | None = None
 
     def show(self, state: AppState) -> None:
-        self._state = state
-        n = len(state.gpus)
-        src = state.gpu_source or "no GPU source"
-        self.border_title = f"GPUs ({n}, {src})" if n else "GPUs"
-        self.refresh(layout=True)
+        """Repaint when a reading or the history changed; lay out again only when the
+        number of cards did (the panel's height follows it)."""
+        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history)
+        if shown == self._shown:
+            return
+        relayout = self._shown is None or len(self._shown[0]) != len(state.gpus)
+        self._state, self._shown = state, shown
+        self.refresh(layout=relayout)
 
     def render(self) -> Text:
         state = self._state
@@ -37,11 +41,12 @@ class GpuPanel(Static):
         if not state.gpus:
             reason = state.gpu_error or "the host reported no GPUs"
             return Text.assemble(("no GPU source: ", "bold yellow"), (reason, "yellow"))
-        width = max(self.size.width, 40)
-        # Two lines per card when there is room, one otherwise (100x30 with 8 cards).
+        width = self.size.width or 80
+        # Two lines per card when there is room, one otherwise (100x30 with 8 cards, or
+        # a narrow panel).
         room = self.parent.size.height if isinstance(self.parent, Widget) else 0
-        compact = 0 < room < 2 * len(state.gpus)
-        out = Text()
+        compact = 0 < room < 2 * len(state.gpus) or width < 50
+        out = Text(no_wrap=True, overflow="crop")  # a narrow panel cuts lines, never wraps them
         for i, gpu in enumerate(state.gpus):
             if i:
                 out.append("\n")
@@ -52,13 +57,15 @@ class GpuPanel(Static):
     @staticmethod
     def _card(gpu: Gpu, hist: tuple, width: int, compact: bool) -> Text:
         name = (gpu.name or "N/A").replace("NVIDIA ", "")
-        head = Text.assemble((f"{gpu.index:>2} ", "bold"), (f"{name[:14]:<14} ", ""))
+        wide = width >= 60
+        name_w = 14 if wide else 5
+        head = Text.assemble((f"{gpu.index:>2} ", "bold"), (f"{name[:name_w]:<{name_w}} ", ""))
         power = num(gpu.power, "{:.0f}")
         if gpu.power_limit is not None and gpu.power is not None:
             power += f"/{gpu.power_limit:.0f}"
         # Readings in the order they are given up when the panel is narrow (last first).
         parts = [
-            f" {gib(gpu.mem_used)}/{gib(gpu.mem_total, 0)} GiB".rjust(17),
+            f" {gib(gpu.mem_used)}/{gib(gpu.mem_total, 0)} GiB".rjust(15 if wide else 0),
             f" {num(gpu.util, '{:.0f}%'):>4}",
             f" {num(gpu.temp, '{:.0f}°C'):>5}",
             f" {power + ' W' if gpu.power is not None else 'N/A W':>9}",

@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from tui.format import duration, num
 from tui.state.model import AppState
-from tui.widgets.render import bar
+from tui.widgets.render import bar, set_content
 
 PHASE_STYLE = {
     "starting": "yellow",
@@ -31,23 +31,30 @@ def _rate(rate_it_s: float | None) -> str:
 
 
 def shard_line(sp: Any, width: int) -> Text:
+    """One worker's shard bar; on a narrow panel elapsed, then the rate, then the ETA
+    give way (the bar and n/N stay)."""
     label = f"{sp.worker or 'load'}"
-    tail = (
-        f" {sp.done}/{sp.total} {sp.percent:3.0f}%  {_rate(sp.rate_it_s)}"
-        f"  elapsed {duration(sp.elapsed_s)}  ETA {duration(sp.remaining_s)}"
-    )
-    bar_w = max(width - len(label) - len(tail) - 2, 5)
+    parts = [
+        f" {sp.done}/{sp.total} {sp.percent:3.0f}%", f"  {_rate(sp.rate_it_s)}",
+        f"  elapsed {duration(sp.elapsed_s)}", f"  ETA {duration(sp.remaining_s)}",
+    ]
+    for drop in (2, 1, 1):
+        if max(len(label), 5) + 1 + 5 + sum(map(len, parts)) <= width:
+            break
+        parts.pop(drop)
+    tail = "".join(parts)
+    bar_w = max(width - max(len(label), 5) - 1 - len(tail), 5)
     return Text.assemble((f"{label:<5}", "bold"), " ", bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
 
 
 class RunProgress(Static):
     DEFAULT_CSS = """
-    RunProgress { height: auto; min-height: 3; padding: 0 1; }
+    RunProgress { height: auto; min-height: 3; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, state: AppState, phase: str | None, run_label: str) -> None:
         a = state.log.analysis
-        width = max(self.size.width - 2, 40)
+        width = max(self.content_region.width, 20)
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
         if a is not None:
@@ -72,4 +79,5 @@ class RunProgress(Static):
                 fix = getattr(root, "fix", None)
                 if fix:
                     out.append(f"\n  fix: {fix}", style="yellow")
-        self.update(out)
+        out.no_wrap, out.overflow = True, "ellipsis"  # a narrow panel cuts lines, never wraps them
+        set_content(self, out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from rich.text import Text
 
@@ -39,3 +39,21 @@ def sparkline(values: Iterable[float | None], width: int, top: float = 1.0) -> T
         level = min(max(v / top, 0.0), 1.0)
         out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="cyan")
     return out
+
+
+def set_title(widget: Any, title: str | None) -> None:
+    """Set a border title only when it changed: every assignment repaints the widget."""
+    if getattr(widget, "_shown_title", None) != title:
+        widget._shown_title = title
+        widget.border_title = title
+
+
+def set_content(static: Any, content: Text | str, layout: bool = True) -> bool:
+    """`Static.update` only when the content changed (an update lays the screen out
+    again); True when it was updated."""
+    key = (content.plain, tuple(content.spans), str(content.style)) if isinstance(content, Text) else content
+    if getattr(static, "_shown_content", None) == key:  # (Text's own == ignores its style)
+        return False
+    static._shown_content = key
+    static.update(content, layout=layout)
+    return True

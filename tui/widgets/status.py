@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from tui.format import gib
 from tui.state.model import AppState
+from tui.widgets.render import set_content
 
 
 class StatusBar(Static):
@@ -44,4 +45,4 @@ class StatusBar(Static):
             text.append(f"  mem {gib(used, 0)}/{gib(host.mem_total, 0)} GiB")
         if state.agent:
             text.append(f"  {state.agent}", style="dim")
-        self.update(text)
+        set_content(self, text, layout=False)  # one line, fixed height: no layout; unchanged: no repaint

@@ -6,42 +6,109 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from tui.format import duration, gib, num
 from tui.state.model import AppState, Proc, Run
+from tui.widgets.render import set_title
 
 
 class KeyedTable(DataTable):
-    """A DataTable kept in sync with a dict of row key -> cells."""
+    """A DataTable kept in sync with a dict of row key -> cells, fitted to its width.
+
+    When the columns do not fit, they give way in a stated order: those in `DROP` hide,
+    first to last, until the `FLEX` column has room for `FLEX_WANT` cells of its text;
+    then those in `SHRINK` keep only their last N characters; the `FLEX` column takes
+    what is left (at least `FLEX_MIN` cells) and its text is clipped."""
 
     COLUMNS: Sequence[tuple[str, str]] = ()  # (key, label)
+    DROP: Sequence[str] = ()
+    SHRINK: dict[str, int] = {}
+    FLEX: str = ""
+    FLEX_MIN = 10
+    FLEX_WANT = 10
+    SHORT_LABELS: dict[str, str] = {}  # a column's label when its width is cut below it
+    _synced: dict[str, tuple[Any, ...]] | None = None
+    _fitted: tuple[int, tuple[str, ...]] | None = None  # (width, visible columns)
+    _all_rows: dict[str, tuple[Any, ...]] = {}
+    _shown_cols: tuple[str, ...] = ()
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for key, label in self.COLUMNS:
-            self.add_column(label, key=key)
+
+    def on_resize(self) -> None:
+        self.sync(self._all_rows)
+
+    def layout_for(self, rows: dict[str, tuple[Any, ...]], width: int) -> tuple[tuple[str, ...], dict[str, int]]:
+        """The columns shown at `width` and the columns cut to a width (SHRINK, FLEX)."""
+        keys = [k for k, _ in self.COLUMNS]
+        need = {k: cell_len(self.SHORT_LABELS.get(k, label)) for k, label in self.COLUMNS}
+        for cells in rows.values():
+            for k, c in zip(keys, cells):
+                need[k] = max(need[k], _cell_len(c))
+        shown, cut = list(keys), {}
+        pad = 2 * self.cell_padding
+
+        def total() -> int:
+            return sum(cut.get(k, need[k]) + pad for k in shown)
+
+        if width <= 0:
+            return tuple(shown), cut
+        if self.FLEX:
+            cut[self.FLEX] = min(need[self.FLEX], max(self.FLEX_WANT, self.FLEX_MIN))
+        for k in self.DROP:
+            if total() <= width:
+                break
+            shown.remove(k)
+        if self.FLEX:
+            cut[self.FLEX] = min(need[self.FLEX], self.FLEX_MIN)
+        for k, n in self.SHRINK.items():
+            if total() > width and need[k] > n:
+                cut[k] = n
+        if self.FLEX:
+            cut[self.FLEX] = max(width - (total() - cut[self.FLEX] - pad) - pad, self.FLEX_MIN)
+        return tuple(shown), cut
 
     def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
         """Show `rows` in their given order. Cells update in place; only a change in
-        which rows exist rebuilds the table (keeping the cursor on the same row)."""
+        which rows or columns exist rebuilds the table (keeping the cursor on its row)."""
+        width = self.scrollable_content_region.width
+        if rows == self._synced and self._fitted is not None and self._fitted[0] == width:
+            return  # nothing changed: no cell touched, nothing repainted
+        self._all_rows = rows
         keys = [k for k, _ in self.COLUMNS]
+        cols, cut = self.layout_for(rows, width)
+        self._synced, self._fitted = rows, (width, cols)
+        index = [keys.index(k) for k in cols]
+        shown = {rk: tuple(_clip(cells[i], cut.get(keys[i]), keys[i] in self.SHRINK) for i in index)
+                 for rk, cells in rows.items()}
         with self.app.batch_update():
-            if [rk.value for rk in self.rows] != list(rows):
+            if cols != self._shown_cols or [rk.value for rk in self.rows] != list(shown):
                 selected = self._cursor_key()
-                self.clear()
-                for key, cells in rows.items():
+                self.clear(columns=cols != self._shown_cols)
+                if cols != self._shown_cols:
+                    labels = dict(self.COLUMNS)
+                    for k in cols:
+                        label = labels[k]
+                        if cut.get(k, len(label)) < len(label):
+                            label = self.SHORT_LABELS.get(k, label)
+                        self.add_column(label, key=k)
+                    self._shown_cols = cols
+                for key, cells in shown.items():
                     self.add_row(*cells, key=key)
-                if selected in rows:
-                    self.move_cursor(row=list(rows).index(selected), animate=False)
+                if selected in shown:
+                    self.move_cursor(row=list(shown).index(selected), animate=False)
                 return
-            for key, cells in rows.items():
+            for key, cells in shown.items():
                 current = self.get_row(key)
-                for col, old, new in zip(keys, current, cells):
-                    if str(old) != str(new):
-                        self.update_cell(key, col, new)
+                for col, old, new in zip(cols, current, cells):
+                    if str(old) != str(new) or (isinstance(new, Text) and old != new):
+                        wider = _cell_len(new) > self.columns[ColumnKey(col)].content_width
+                        self.update_cell(key, col, new, update_width=wider)
 
     def _cursor_key(self) -> str | None:
         if not self.row_count:
@@ -52,17 +119,36 @@ class KeyedTable(DataTable):
             return None
 
 
+def _cell_len(cell: Any) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
+
+
+def _clip(cell: Any, width: int | None, keep_tail: bool) -> Any:
+    """A cell cut to `width` cells: the tail of a run id (its unique end), the head of
+    a text (with an ellipsis)."""
+    if width is None or _cell_len(cell) <= width:
+        return cell
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    short = text[len(text) - width :] if keep_tail else text[: max(width - 1, 0)] + "…"
+    return Text(short, style=cell.style) if isinstance(cell, Text) else short
+
+
 class ProcessTable(KeyedTable):
     COLUMNS = (
         ("pid", "PID"), ("ppid", "PPID"), ("user", "USER"), ("s", "S"), ("cpu", "CPU%"),
         ("rss", "RSS GiB"), ("gpu", "GPU GiB"), ("elapsed", "ELAPSED"), ("why", "WHY"),
         ("run", "RUN"), ("cmd", "COMMAND"),
     )
+    # Narrow: PPID, USER, WHY, S, ELAPSED, RSS hide in this order; RUN keeps the id's
+    # unique tail; COMMAND takes the rest. PID, CPU% and GPU GiB always stay.
+    DROP = ("ppid", "user", "why", "s", "elapsed", "rss")
+    SHRINK = {"run": 11}
+    FLEX = "cmd"
 
     def show(self, state: AppState) -> None:
         procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.pid))
         self.sync({str(p.pid): self._cells(p) for p in procs})
-        self.border_title = f"Processes ({len(procs)})"
+        set_title(self, f"Processes ({len(procs)})")
 
     @staticmethod
     def _cells(p: Proc) -> tuple[Any, ...]:
@@ -82,6 +168,15 @@ class RunsTable(KeyedTable):
         ("id", "RUN"), ("name", "NAME"), ("state", "STATE"), ("started", "STARTED"),
         ("dur", "DURATION"), ("exit", "EXIT"), ("patch", "PATCH"), ("note", "FAILURE / NOTE"),
     )
+    # Narrow: STARTED, PATCH, NAME, DURATION hide in this order (while a failure note
+    # needs the room); RUN keeps the id's
+    # unique tail (HHMMSS-xxxx); STATE, EXIT and FAILURE / NOTE always stay.
+    DROP = ("started", "patch", "name", "dur")
+    SHRINK = {"id": 11}
+    FLEX = "note"
+    FLEX_MIN = 9
+    FLEX_WANT = 40  # a failure's title outranks NAME, STARTED, PATCH and DURATION
+    SHORT_LABELS = {"note": "FAILURE"}
 
     def show(self, runs: tuple[Run, ...], notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
@@ -103,7 +198,7 @@ class RunsTable(KeyedTable):
         state = "failed" if r.state == "exited" and r.exit_code not in (0, None) else r.state
         return (
             r.run_id, (r.name or "")[:20], Text(state, style=STATE_STYLE.get(state, "")),
-            started, dur, exit_, str(patch), note[:60],
+            started, dur, exit_, str(patch), note,
         )
 
     def selected_run_id(self) -> str | None:

@@ -1,0 +1,368 @@
+"""What the dashboard costs beside a log viewer and `tail -F` on the same log, in one run.
+
+    python bench/bench_client.py [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
+                                 [--ssh] [--toolong PATH_TO_tl]
+
+Starts, each in its own tmux session at 160x50, `eagle3-tui connect local` following a
+generated log, toolong (`tl`) and `tail -F` on the same file, then:
+
+1. first full frame: seconds from start until every panel and "connected" are on screen;
+2. idle: no line written for --idle s;
+3. steady: 20 lines/s for --steady s;
+4. burst: 2,000 lines/s for --burst s (vLLM-style lines with tqdm redraws); during it `?`
+   is pressed every few seconds and the time until the help screen is on the pane is
+   taken; at its end, how long until the last line is on the pane; then the log viewer
+   (`L`) must count every line of the file;
+5. RSS at 20 lines/s for --rss-minutes, sampled every 10 s, growth extrapolated per hour;
+6. with --ssh: idle again through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py).
+
+CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
+phase), not its share of wall time, so other load on the machine changes it less; the
+local agent is counted apart from the client. The machine's load is printed with the
+figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+SIZE = (160, 50)
+HELP_NEEDLE = "watches one run on one host"  # first line of the help screen (tui/screens/help.py)
+
+
+# ---- processes ------------------------------------------------------------------------
+def cpu_s(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE / 1e6
+
+
+def descendant(root: int, needle: bytes) -> int | None:
+    """A process under `root` (children, grandchildren, ...) whose command line holds `needle`."""
+    parent: dict[int, int] = {}
+    cmds: dict[int, bytes] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parent[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmds[int(d)] = Path(f"/proc/{d}/cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                pass
+    for pid, cmd in cmds.items():
+        if needle in cmd:
+            p = pid
+            while p > 1:
+                p = parent.get(p, 0)
+                if p == root:
+                    return pid
+    return None
+
+
+class Tmux:
+    def __init__(self, name: str, cmd: str) -> None:
+        self.name = f"bc-{name}-{uuid.uuid4().hex[:6]}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
+                        "exec " + cmd], check=True)
+        subprocess.run(["tmux", "set-option", "-t", self.name, "remain-on-exit", "on"], check=True)
+        out = subprocess.run(["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
+                             capture_output=True, text=True, check=True).stdout
+        self.pid = int(out.split()[0])  # `exec`: the pane's process is the program itself
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait(self, needles: list[str], timeout: float, gone: bool = False) -> float | None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            text = self.screen()
+            if all((n in text) != gone for n in needles):
+                return time.monotonic() - t0
+            time.sleep(0.01)
+        return None
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+# ---- the log ----------------------------------------------------------------------------
+class Writer:
+    """Appends vLLM-like lines at a set rate, in 10 ms batches; counts what it wrote."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.lines, self.rate = path, 0, 0.0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._rng = random.Random(7)
+        self._t.start()
+
+    def line(self) -> str:
+        n = self.lines + 1
+        if n % 10 == 0:
+            pct = n % 100
+            return (f"(Worker_TP{n % 8} pid={1000 + n % 8}) Processed prompts: {pct:3d}%|{'█' * (pct // 5):<20}| "
+                    f"{n}/{n + 1000} [00:{n % 60:02d}<01:00, {self._rng.uniform(1, 9):.2f}it/s]")
+        return (f"INFO 12-01 04:{n // 60 % 60:02d}:{n % 60:02d} [engine.py:{n % 900}] line {n}: "
+                f"Avg prompt throughput: {self._rng.uniform(0, 9e3):.1f} tokens/s, Running: {n % 64} reqs, "
+                f"GPU KV cache usage: {self._rng.uniform(0, 100):.1f}%")
+
+    def _loop(self) -> None:
+        carry, last = 0.0, time.monotonic()
+        with open(self.path, "a", buffering=1 << 20) as f:
+            while not self._stop.is_set():
+                time.sleep(0.01)
+                now = time.monotonic()
+                carry += self.rate * (now - last)
+                last = now
+                n = int(carry)
+                if n:
+                    carry -= n
+                    f.write("".join(self.line_and_count() for _ in range(n)))
+                    f.flush()
+
+    def line_and_count(self) -> str:
+        text = self.line() + "\n"
+        self.lines += 1
+        return text
+
+    def write_marker(self, text: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(text + "\n")
+        self.lines += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+# ---- measuring ----------------------------------------------------------------------------
+class Procs:
+    """The measured processes by label, and CPU seconds over a phase."""
+
+    def __init__(self) -> None:
+        self.pids: dict[str, int] = {}
+
+    def cpu(self) -> dict[str, float]:
+        out = {}
+        for label, pid in self.pids.items():
+            try:
+                out[label] = cpu_s(pid)
+            except OSError:
+                out[label] = float("nan")
+        return out
+
+    def phase(self, seconds: float, during: object = None) -> dict[str, float]:
+        """% of one core per process over `seconds` (CPU time / wall time)."""
+        c0, t0 = self.cpu(), time.monotonic()
+        if callable(during):
+            during()
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+        c1, wall = self.cpu(), time.monotonic() - t0
+        return {k: 100 * (c1[k] - c0[k]) / wall for k in c0}
+
+
+def fmt(v: float | None, spec: str = "{:.2f}") -> str:
+    return "N/A" if v is None or v != v else spec.format(v)
+
+
+def row(name: str, figures: dict[str, float], order: list[str]) -> None:
+    print(f"| {name} | " + " | ".join(fmt(figures.get(k)) for k in order) + " |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--idle", type=float, default=30)
+    ap.add_argument("--steady", type=float, default=60)
+    ap.add_argument("--burst", type=float, default=60)
+    ap.add_argument("--rss-minutes", type=float, default=10)
+    ap.add_argument("--ssh", action="store_true", help="also measure idle over loopback SSH")
+    ap.add_argument("--toolong", default=shutil.which("tl"), help="path of toolong's `tl`")
+    args = ap.parse_args()
+    if not shutil.which("tmux"):
+        print("tmux not found", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-client-"))
+    log = work / "run.log"
+    log.write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
+    cfg = work / "eagle3.toml"
+    cfg.write_text(f'[host]\nruns_dir = "{work / "runs"}"\n[run]\nname = "bench"\nlog = "{log}"\nmatch = "no-such-thing-{uuid.uuid4().hex}"\n')
+    py = shlex.quote(sys.executable)
+    env = f"PYTHONPATH={shlex.quote(str(ROOT))}"
+    client_cmd = f"env {env} {py} -m tui.cli --config {shlex.quote(str(cfg))} connect local"
+    writer = Writer(log)
+    procs = Procs()
+    sessions: list[Tmux] = []
+    order = ["client", "agent", "toolong", "tail -F"]
+    results: dict[str, dict[str, float]] = {}
+    try:
+        t0 = time.monotonic()
+        dash = Tmux("dash", client_cmd)
+        sessions.append(dash)
+        first = dash.wait(["Runs", "GPUs", "Processes", "Log", "Progress", "connected", "Starting to load"], 30)
+        print(f"first full frame after connect (local): {fmt(first)} s (tmux start included: {time.monotonic() - t0:.2f} s to here)")
+        procs.pids["client"] = dash.pid
+        agent = None
+        for _ in range(50):
+            agent = descendant(dash.pid, b"agent.py")
+            if agent:
+                break
+            time.sleep(0.1)
+        if agent:
+            procs.pids["agent"] = agent
+        if args.toolong:
+            tl = Tmux("tl", f"{shlex.quote(args.toolong)} {shlex.quote(str(log))}")
+            sessions.append(tl)
+            procs.pids["toolong"] = tl.pid
+        tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
+        sessions.append(tail)
+        procs.pids["tail -F"] = tail.pid
+        time.sleep(5)  # every viewer has read the file and settled
+
+        print(f"\nmachine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; pids {procs.pids}")
+        results["idle"] = procs.phase(args.idle)
+        writer.rate = 20
+        time.sleep(2)
+        results["20 lines/s"] = procs.phase(args.steady)
+
+        # burst
+        writer.rate = 2000
+        keys: list[float] = []
+
+        def press_keys() -> None:
+            end = time.monotonic() + args.burst - 3
+            time.sleep(3)
+            while time.monotonic() < end - 2:
+                dash.keys("?")
+                t = dash.wait([HELP_NEEDLE], 5)
+                keys.append(t if t is not None else float("inf"))
+                dash.keys("Escape")
+                dash.wait([HELP_NEEDLE], 5, gone=True)
+                time.sleep(2)
+
+        results["2,000 lines/s"] = procs.phase(args.burst, press_keys)
+        burst_lines = writer.lines
+        writer.rate = 0
+        time.sleep(0.05)
+        marker = f"burst-end-{uuid.uuid4().hex[:8]}"
+        writer.write_marker(marker)
+        behind = dash.wait([marker], 30)
+        if behind is None:
+            print("!! the line written after the burst is not on the pane; the pane:\n" + dash.screen())
+        total = log.read_bytes().count(b"\n")
+        dash.keys("L")
+        seen_all = dash.wait([f"of {total}"], 60)
+        shown = dash.screen()
+        dash.keys("Escape")
+        # rss
+        writer.rate = 20
+        samples: list[tuple[float, dict[str, float]]] = []
+        t_end = time.monotonic() + args.rss_minutes * 60
+        while time.monotonic() < t_end:
+            s: dict[str, float] = {}
+            for label, pid in procs.pids.items():
+                try:
+                    s[label] = rss_mb(pid)
+                except OSError:
+                    pass
+            samples.append((time.monotonic(), s))
+            time.sleep(10)
+        writer.rate = 0
+    finally:
+        writer.stop()
+        for s in sessions:
+            if not Path(f"/proc/{s.pid}").exists():
+                print(f"\n!! {s.name} exited early; its last screen:\n{s.screen()}")
+            s.kill()
+    if args.ssh:  # alone: only one agent.py from an uploaded copy runs now
+        results["idle over SSH"] = ssh_idle(cfg, args.idle, py, env)
+
+    print(f"\nload at end {os.getloadavg()[0]:.2f}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
+    print("\nCPU, % of one core (process CPU time / wall time):\n")
+    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F |")
+    print("|---|" + "---:|" * (len(order) + 2))
+    for phase, fig in results.items():
+        c, tl_, tf = fig.get("client"), fig.get("toolong"), fig.get("tail -F")
+        ratio_tl = c / tl_ if c is not None and tl_ else None
+        ratio_tf = c / tf if c is not None and tf else None
+        print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
+              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} |")
+    print("\nburst (2,000 lines/s):")
+    finite = sorted(k for k in keys if k != float("inf"))
+    if keys:
+        print(f"  key `?` -> help on the pane: n={len(keys)}, median {fmt(1000 * finite[len(finite) // 2] if finite else None, '{:.0f}')} ms,"
+              f" max {fmt(1000 * max(keys), '{:.0f}')} ms")
+    print(f"  pane behind the file at the burst's end: {fmt(behind)} s (until the line written after the burst is shown)")
+    print(f"  log viewer counts every line ({total:,}): {'yes' if seen_all is not None else 'NO'}")
+    if seen_all is None:
+        print("  viewer status line: " + next((ln for ln in shown.splitlines() if "lines" in ln), "?").strip())
+    print(f"\nRSS at 20 lines/s over {args.rss_minutes:g} min, MB (first, last, growth per hour by least squares):\n")
+    print("| process | first | last | MB/hour |")
+    print("|---|---:|---:|---:|")
+    for label in procs.pids:
+        pts = [(t, s[label]) for t, s in samples if label in s]
+        if len(pts) < 2:
+            continue
+        slope = _slope(pts) * 3600
+        print(f"| {label} | {pts[0][1]:.1f} | {pts[-1][1]:.1f} | {slope:+.1f} |")
+    return 0
+
+
+def _slope(pts: list[tuple[float, float]]) -> float:
+    n = len(pts)
+    mx = sum(t for t, _ in pts) / n
+    my = sum(v for _, v in pts) / n
+    den = sum((t - mx) ** 2 for t, _ in pts)
+    return sum((t - mx) * (v - my) for t, v in pts) / den if den else 0.0
+
+
+def ssh_idle(cfg: Path, seconds: float, py: str, env: str) -> dict[str, float]:
+    """Idle client and agent through a real OpenSSH sshd on 127.0.0.1."""
+    from tests.sshd import Sshd
+
+    with Sshd() as sshd:
+        cmd = f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} --config {shlex.quote(str(cfg))} connect {sshd.alias}"
+        dash = Tmux("ssh", cmd)
+        try:
+            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", "Starting to load"], 30)
+            print(f"first full frame after connect (loopback SSH): {fmt(t)} s")
+            p = Procs()
+            p.pids["client"] = dash.pid
+            agent = None
+            for _ in range(50):
+                agent = descendant(sshd.proc.pid, b"agent.py") if sshd.proc else None
+                if agent:
+                    break
+                time.sleep(0.1)
+            if agent:
+                p.pids["agent"] = agent
+            time.sleep(3)
+            return p.phase(seconds)
+        finally:
+            dash.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
