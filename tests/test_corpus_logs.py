@@ -34,7 +34,7 @@ def score(entry: dict[str, Any]) -> dict[str, tuple[bool, str]]:
     sh = r["shards"]
     got_shards = [sh["done"], sh["total"]] if sh else None
     failed = r["root_cause"] is not None
-    phase = r.get("failed_in") if failed else r["phase"]
+    phase = r["failed_in"] if failed else r["phase"]
     line = r["root_cause"]["line"] if failed else None
     want_cause = entry.get("cause")
     cause_ok = (line is None) if want_cause is None else (line is not None and want_cause in line)
