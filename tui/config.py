@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from tui.state.watch import WatchConfig  # [watch]: stall and hang thresholds (issue 15)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,11 +58,18 @@ class PatchesConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    command: tuple[str, ...] = ()  # argv run with each event as one JSON object on stdin
+
+
+@dataclass(frozen=True)
 class Config:
     host: HostConfig = field(default_factory=HostConfig)
     run: RunConfig = field(default_factory=RunConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     path: Path | None = None
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
 
 def _check(section: str, key: str, value: Any, kind: Any, where: str) -> Any:
@@ -114,10 +123,11 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
-    sections = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig}
+    sections = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig, "watch": WatchConfig,
+                "notify": NotifyConfig}
     for key in raw:
         if key not in sections:
-            raise ConfigError(f"{where}: unknown section [{key}] (known: host, run, patches)")
+            raise ConfigError(f"{where}: unknown section [{key}] (known: {', '.join(sections)})")
     return Config(
         **{name: _section(cls, name, raw.get(name, {}), where) for name, cls in sections.items()}
     )
@@ -136,4 +146,4 @@ def load_config(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read config: {exc}") from None
     cfg = parse_config(text, str(p))
-    return Config(host=cfg.host, run=cfg.run, patches=cfg.patches, path=p)
+    return replace(cfg, path=p)

@@ -301,10 +301,10 @@ class _Builder:
         """Evidence of a post-load stage: the weights are loaded, whatever the bars say."""
         name = _STAGES[kind]
         if self.get("phase") == "failed":
-            if _RANK.get(self.get("failed_in") or "", 9) < _RANK["loaded"]:
+            if _RANK.get(self.get("failed_in") or "", 9) <= _RANK["loaded"]:
                 self.set("failed_in", "loaded")  # the run got that far before it died
-            if self.get("failed_stage") is None:
-                self.set("failed_stage", name)
+                if self.get("failed_stage") is None:
+                    self.set("failed_stage", name)
             return
         if _RANK[self.get("phase")] <= _RANK["loaded"]:
             self.loaded(line_no)
