@@ -251,3 +251,36 @@ def test_watch_cli_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "eagle3.toml").write_text("[watch]\nhang_s = 'soon'\n")
     r = e3("watch", cwd=tmp_path)
     assert r.returncode == 2 and "[watch] hang_s must be a number" in r.stderr
+
+
+async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_path: Path) -> None:
+    from tui.app import make_app
+    from tui.widgets.progress import RunProgress
+
+    cfg = load_config(write_config(tmp_path, "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n"))
+    app = make_app(services.new_client("local", cfg, reconnect=False), cfg, "local", launch=True)
+    sent: list[Any] = []
+    app._notifier.hooks = []
+    original = app._notifier.send_new
+
+    def spy(ws: Any) -> list[Any]:
+        out = original(ws)
+        sent.extend(out)
+        return out
+
+    app._notifier.send_new = spy  # type: ignore[method-assign]
+    async with app.run_test(size=(160, 50)) as pilot:
+        deadline = time.monotonic() + 30
+        while "stalled" not in str(app.query_one("#banner").render()):
+            assert time.monotonic() < deadline, str(app.query_one("#banner").render())
+            await pilot.pause(0.1)
+        banner = str(app.query_one("#banner").render())
+        assert "no progress for " in banner and "(last: shard 4/8 at " in banner
+        assert app._phase(app._run()) == "stalled"
+        notes = app._run_notes()
+        assert any(v.startswith("STALLED: no progress for ") for v in notes.values())
+        assert "stalled" in str(app.query_one(RunProgress).render())
+        assert [e.kind for e in sent] == ["stalled"]
+        run = app._run()
+        assert run is not None
+        await services.kill(app.client, cfg, run.run_id)
