@@ -239,6 +239,10 @@ _LIFECYCLE = re.compile(
     r"|(?P<profile>^Memory profiling takes|^Available KV cache memory|^GPU KV cache size|^# GPU blocks"
     r"|^the current vLLM instance can use|^Memory pool end|^Load weight end)"
 )
+# Cheap first test for _LIFECYCLE: each of its alternatives contains one of these.
+_LIFECYCLE_WORDS = ("Uvicorn", "startup complete", "throughput", "API server", "request", "HTTP/1",
+                    "aptur", "ompil", "Dynamo", "warm", "profiling", "KV cache", "GPU blocks",
+                    "instance can use", "Memory pool end", "Load weight end", "fired up")
 # Frames that only run after the load: where a traceback was when the run died.
 _STAGE_FRAME = re.compile(
     r'^\s+File ".*", line \d+, in (?:(?P<capture>capture_model|capture_one_batch_size|capture_end|capture)'
@@ -419,7 +423,7 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
             elif kind in ("weights", "loaded") and not _loading_elsewhere(b, pre.worker):
                 b.loaded(line_no)
             return
-    lm = _LIFECYCLE.search(msg)
+    lm = _LIFECYCLE.search(msg) if any(k in msg for k in _LIFECYCLE_WORDS) else None
     if lm:
         if lm.group("serving"):
             if b.get("phase") != "failed":
