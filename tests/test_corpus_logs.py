@@ -1,6 +1,6 @@
 """Score the log analysis on real excerpts from public issue threads (issue 15).
 
-``tests/fixtures/corpus/`` holds 47 excerpts copied verbatim from vLLM / SGLang /
+``tests/fixtures/corpus/`` holds 52 excerpts copied verbatim from vLLM / SGLang /
 Ray issue threads (sources in ``expected.toml``), with what a human reading each one
 concludes, written before the parser ran on them. This test runs the same analysis
 ``eagle3-tui inspect`` runs and prints, for each of shard progress, failed-or-not,

@@ -52,6 +52,8 @@ _FOREIGN = re.compile(
     r"|\[(?P<blevel>(?i:debug|info|warning|warn|error|critical))\]"
     r"|\([A-Z][a-z]+\)"
     r"|\[rank\d+\]:"
+    r"|\u2502"  # a box-drawing border, from a pane copied out of k9s or a TUI
+    r"|(?P<slevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: \d+)? \[[\w./\-]{1,200}:\d+\]"
     r"|\[(?P<glog>[IWEF])\d{0,4} [^\]]{1,120}\])"
     r" ?"
 )
@@ -110,8 +112,8 @@ def split_prefix(line: str) -> LinePrefix:
             continue
         f = _FOREIGN.match(text)
         if f and f.end() > 0 and (worker is None or f.group("plevel") or f.group("blevel") or f.group("glog")
-                                  or text[:1] == "["):
-            lv = f.group("plevel") or f.group("blevel") or f.group("glog")
+                                  or f.group("slevel") or text[:1] == "["):
+            lv = f.group("plevel") or f.group("blevel") or f.group("glog") or f.group("slevel")
             if lv:
                 foreign_level = _LEVELS[lv.upper()]
             text = text[f.end() :]
