@@ -45,10 +45,12 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     """Watch until the run ends; return the exit code for its outcome."""
     out = out or sys.stdout
     runs = await services.list_runs(client, cfg)
-    rec = services.pick_run(runs, run_id, cfg)
-    if rec is None and not run_id:
-        mine = [r for r in runs if r.get("name") == cfg.run.name and not r.get("external")]
-        rec = mine[0] if mine else None  # the newest, ended or not
+    mine = [r for r in runs if r.get("name") == cfg.run.name and not r.get("external")]
+    if run_id:
+        rec = services.pick_run(runs, run_id, cfg)
+    else:  # the config's live run, else its newest (ended: say how), else an adopted one
+        live = [r for r in mine if r.get("state") == "running"]
+        rec = (live or mine or [None])[0] or services.pick_run(runs, None, cfg)
     if rec is None:
         raise ValueError(f"no run {run_id} on this host" if run_id else
                          f"no run of {cfg.run.name!r} to watch (runs lists them all)")
@@ -63,6 +65,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     await services.configure(client, cfg)  # snapshots from now on, the first one at once
     events = client.events().__aiter__()
     last = run
+    snaps = 0
     while True:
         event = await events.__anext__()
         state = apply(state, event, time.time())
@@ -70,6 +73,9 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
             print(_line(ev, as_json), file=out, flush=True)
         if not isinstance(event, p.Snapshot):
             continue
+        snaps += 1
+        if snaps < 2:
+            continue  # the log's tail is read meanwhile, so an ended run's end can name its cause
         current = state.run(run.run_id)
         if current is None:  # gone from the ledger (pruned): it ended unseen
             current = replace(last, state="lost")
@@ -78,12 +84,15 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
             continue
         result = ending(current, state.log.analysis)
         code = current.exit_code if current.exit_code is not None else current.signal
+        root = getattr(state.log.analysis, "root_cause", None)
+        cause = root.title if root is not None and result == "failed" else None
         if as_json:
-            print(json.dumps({"event": "ended", "run_id": run.run_id, "outcome": result,
+            print(json.dumps({"event": "ended", "run_id": run.run_id, "outcome": result, "cause": cause,
                               "exit_code": current.exit_code, "signal": current.signal}, sort_keys=True),
                   file=out, flush=True)
         else:
-            print(f"run {run.run_id} ended: {result} (exit {code})", file=out, flush=True)
+            print(f"run {run.run_id} ended: {result} (exit {code})" + (f": {cause}" if cause else ""),
+                  file=out, flush=True)
         return OUTCOME_CODES[result]
 
 
