@@ -231,7 +231,7 @@ def test_watch_cli_failure_stall_and_config_thresholds(tmp_path: Path) -> None:
     r = e3("watch", cwd=tmp_path / "f")
     assert r.returncode == 1
     assert "failed: died while extracting" in r.stdout and "GPU out of memory" in r.stdout
-    assert r.stdout.splitlines()[-1].endswith("ended: failed (exit 1)")
+    assert r.stdout.splitlines()[-1].endswith("ended: failed (exit 1): GPU out of memory")
     # a stall, with the floor from eagle3.toml's [watch]
     write_config(tmp_path / "s", "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n")
     launched = e3("launch", "--json", cwd=tmp_path / "s")
