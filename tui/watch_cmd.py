@@ -50,7 +50,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
         rec = services.pick_run(runs, run_id, cfg)
     else:  # the config's live run, else its newest (ended: say how), else an adopted one
         live = [r for r in mine if r.get("state") == "running"]
-        rec = (live or mine or [None])[0] or services.pick_run(runs, None, cfg)
+        rec = (live or mine)[0] if (live or mine) else services.pick_run(runs, None, cfg)
     if rec is None:
         raise ValueError(f"no run {run_id} on this host" if run_id else
                          f"no run of {cfg.run.name!r} to watch (runs lists them all)")
