@@ -19,6 +19,9 @@ DOMAIN = [
     "tui.state.advice",
     "tui.state.patches",
     "tui.ledger",
+    "tui.state.watch",
+    "tui.notify",
+    "tui.watch_cmd",
 ]
 
 

@@ -14,7 +14,8 @@ import pytest
 from tui.inspect import format_report, inspect_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-KEYS = {"phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line"}
+KEYS = {"phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line",
+        "stage", "failed_in", "failed_stage", "failed_after_s", "summary", "loads"}
 
 
 def chunks(data: bytes, size: int) -> Iterator[bytes]:

@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui import ledger, services
+from tui import ledger, notify, services
 from tui import protocol as p
 from tui.config import Config
 from tui.format import gib, size
@@ -28,10 +28,10 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.logviewer import LogViewerScreen
 from tui.state import advice as advisor
-from tui.state import logparse
 from tui.state.logindex import RootCause
 from tui.state.model import AppState, KillView, LogTail, Run
 from tui.state.reducer import apply
+from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.widgets.gpus import GpuPanel
@@ -71,7 +71,8 @@ class EagleApp(App[None]):
         self._launch_on_connect = launch
         self.client = client
         self.cfg = cfg
-        self.state = AppState(target=target)
+        self.state = AppState(target=target, watch=WatchState(config=cfg.watch))
+        self._notifier = notify.Notifier(cfg.notify.command, host=target, write=self._terminal_write)
         self.selected_run: str | None = None
         self.show_all_runs = False
         self.fatal_error: str | None = None
@@ -178,6 +179,9 @@ class EagleApp(App[None]):
 
     def _apply(self, event: Any) -> None:
         self.state = apply(self.state, event, time.time())
+        for ev in self._notifier.send_new(self.state.watch):  # failed, finished, stalled, hung: once each
+            self.notify(ev.message, title=f"run {ev.run_id} {ev.kind}", timeout=15,
+                        severity="information" if ev.kind in ("finished", "resumed") else "error")
         if isinstance(event, (p.LogData, p.LogReset)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
@@ -262,9 +266,15 @@ class EagleApp(App[None]):
         phase = getattr(a, "phase", None)
         if run is not None and run.state == "killed":
             return "killed"
-        if phase in ("loading", "extracting") and a is not None and logparse.is_stalled(a, time.time()):
-            return "stalled"
+        w = self.state.watch
+        if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
+            return w.condition
         return phase
+
+    def _terminal_write(self, seq: str) -> None:
+        """Bell and desktop-notification escapes, through Textual's own writer."""
+        if not self.is_headless and self._driver is not None:
+            self._driver.write(seq)
 
     def _render_banner(self) -> None:
         banner = self._banner
@@ -293,6 +303,8 @@ class EagleApp(App[None]):
             kind = "error" if link.state == "failed" else ""
         elif (adv := self._advice()) is not None:
             text, kind = f"⚠ {adv.text}  — press k to kill", "error"
+        elif (w := self.state.watch) is not None and (what := w.describe(time.time())) is not None:
+            text, kind = f"⚠ run {w.run_id} {w.condition}: {what}", "error"
         banner.set_class(text is not None, "shown")
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
@@ -322,6 +334,9 @@ class EagleApp(App[None]):
         for r in self.state.runs:
             if r.error:
                 notes[r.run_id] = f"did not start: {r.error}"
+        w = self.state.watch
+        if w is not None and w.run_id is not None and (what := w.describe(time.time())) is not None:
+            notes[w.run_id] = f"{w.condition.upper()}: {what}"
         order = ["pristine", *self._version_order]
         if self._applied_patch in order:
             for r in self.state.live_runs():

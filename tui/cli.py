@@ -444,6 +444,9 @@ def inspect(logfile: str, as_json: bool) -> None:
 from tui.cli_patch import patch  # noqa: E402 - cli_patch imports tui.cli lazily, so no cycle
 
 main.add_command(patch)
+from tui.watch_cmd import watch  # noqa: E402 - `eagle3-tui watch` (issue 15)
+
+main.add_command(watch)
 
 
 def _setter(attr: str) -> Callable[[click.Context, click.Parameter, Any], None]:

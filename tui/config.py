@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import difflib
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
+
+from tui.state.watch import WatchConfig  # [watch]: stall and hang thresholds (issue 15)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -85,7 +87,22 @@ class PatchesConfig:
     set: Text | None = _key(None)
 
 
-SECTIONS: dict[str, type] = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig}
+@dataclass(frozen=True)
+class NotifyConfig:
+    __pydantic_config__ = STRICT
+    # argv run with each event as one JSON object on stdin
+    command: Argv = _key((), "a list of strings (an argv, not a shell line)")
+
+
+# [watch] fills the pure layer's own dataclass (tui/state/watch.py); validated through a
+# twin whose every field is a finite number >= 0.
+_WatchSection = make_dataclass(
+    "WatchSection",
+    [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
+      field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)],
+    frozen=True, namespace={"__pydantic_config__": STRICT})
+SECTIONS: dict[str, type] = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig,
+                             "watch": _WatchSection, "notify": NotifyConfig}
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,8 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     path: Path | None = None
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     warnings: tuple[str, ...] = ()  # unknown keys, each with the closest known one
 
     @property
@@ -127,6 +146,8 @@ def _message(section: str, cls: type, err: dict[str, Any]) -> str:
         text = "must not be empty"
     elif kind in ("greater_than_equal", "less_than_equal") and key in RANGES:
         text = "must be between {:g} and {:g}".format(*RANGES[key])
+    elif kind in ("greater_than_equal", "less_than_equal"):
+        text = f"must be {what}"
     else:
         given = type(err.get("input")).__name__
         text = f"must be {what}" + (f", not {given}" if len(err["loc"]) == 1 else "")
@@ -154,6 +175,8 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         clean = {k: v for k, v in value.items() if k in known}
         try:
             sections[name] = _ADAPTERS[name].validate_python(clean)
+            if name == "watch":
+                sections[name] = WatchConfig(**asdict(sections[name]))
         except ValidationError as exc:
             raise ConfigError(f"{where}: " + _message(name, SECTIONS[name], exc.errors()[0])) from None
     return Config(**sections, warnings=tuple(warnings))
@@ -172,4 +195,4 @@ def load_config(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read config: {exc}") from None
     cfg = parse_config(text, str(p))
-    return Config(host=cfg.host, run=cfg.run, patches=cfg.patches, path=p, warnings=cfg.warnings)
+    return replace(cfg, path=p)

@@ -70,7 +70,13 @@ def _extract(ep: ExtractProgress | None) -> dict[str, Any] | None:
 def _result(a: LogAnalysis, count: int) -> dict[str, Any]:
     return {
         "phase": a.phase,
+        "stage": a.stage,
+        "failed_in": a.failed_in,
+        "failed_stage": a.failed_stage,
+        "failed_after_s": a.failed_after_s,
+        "summary": a.failure_summary(),
         "shards": _shards(a.shard),
+        "loads": {k: _shards(v) for k, v in a.loads.items()},
         "extract": _extract(a.extract),
         "failures": [f.to_dict() for f in a.failures],
         "root_cause": a.root_cause.to_dict() if a.root_cause is not None else None,
@@ -103,7 +109,12 @@ def _fix_text(fix: Any) -> str:
 
 def format_report(result: dict[str, Any]) -> str:
     """A human-readable report of an ``inspect_log`` result."""
-    out = [f"phase: {result['phase']}   ({result['lines']} lines)"]
+    phase = result["phase"]
+    if result.get("summary"):
+        phase += f" ({result['summary']})"
+    elif result.get("stage"):
+        phase += f" ({result['stage']})"
+    out = [f"phase: {phase}   ({result['lines']} lines)"]
     sh = result.get("shards")
     if sh:
         rate = f"{sh['rate_it_s']:.3g} shards/s" if sh.get("rate_it_s") else "rate ?"
@@ -112,6 +123,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"shards: {sh['done']}/{sh['total']} ({sh['percent']:.0f}%){who}  {rate}  "
             f"elapsed {_dur(sh['elapsed_s'])}  eta {_dur(sh['eta_s'])}"
         )
+    for desc, other in (result.get("loads") or {}).items():
+        out.append(f"other loader: {desc} {other['done']}/{other['total']}")
     ex = result.get("extract")
     if ex:
         state = "done" if ex["done"] else f"batch {ex['batch']}/{ex['batches']}"

@@ -36,7 +36,29 @@ __all__ = [
 # pathological 1 GB line costs the same as a normal one.
 MAX_SCAN = 8192
 
-_WORKER = re.compile(r"\s*\((?P<name>[A-Za-z][\w\-]*(?: [\w=\-]+)?) pid=(?P<pid>\d+)\) ?")
+# "(Worker_TP0 pid=1)", "(ServeReplica:app:Deployment pid=2)", "(RayWorkerWrapper pid=3, ip=10.0.0.1)",
+# Ray's nameless "(pid=4)"; nested ones ("(EngineCore_DP0 pid=5) (Worker_TP0 pid=6)") keep the innermost.
+_WORKER = re.compile(
+    r"\s*\((?:(?P<name>[A-Za-z][\w:.\-]*(?: [\w=\-]+)?) )?pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\) ?"
+)
+# What launchers, containers and other loggers put before (or instead of) vLLM's prefix:
+# ISO timestamps (bare or in brackets, SGLang's "[2025-03-07 23:50:27 TP0]"), docker
+# compose's "vllm-1  | ", Python logging's " - name - LEVEL - ", "[Error]", "(Process)",
+# torch's "[rank0]:" and glog's "[W106 12:41:43.88 ProcessGroupNCCL.cpp:1553]".
+_FOREIGN = re.compile(
+    r"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?: [A-Z]{2,3}\d+)*\]?"
+    r"|[\w.\-]+ +\|(?= )"
+    r"|- [\w.]+ - (?P<plevel>DEBUG|INFO|WARNING|ERROR|CRITICAL) -"
+    r"|\[(?P<blevel>(?i:debug|info|warning|warn|error|critical))\]"
+    r"|\([A-Z][a-z]+\)"
+    r"|\[rank\d+\]:"
+    r"|\u2502"  # a box-drawing border, from a pane copied out of k9s or a TUI
+    r"|(?P<slevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: \d+)? \[[\w./\-]{1,200}:\d+\]"
+    r"|\[(?P<glog>[IWEF])\d{0,4} [^\]]{1,120}\])"
+    r" ?"
+)
+_LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "WARN": "WARNING", "ERROR": "ERROR",
+           "CRITICAL": "CRITICAL", "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _LEVEL = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?P<date>\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
@@ -72,18 +94,34 @@ def worker_label(name: str, pid: int | None = None) -> str:
 
 
 def split_prefix(line: str) -> LinePrefix:
-    """Split the worker prefix and the level/time/source prefix off ``line``."""
+    """Split the worker prefix and the level/time/source prefix off ``line``.
+
+    Foreign prefixes before them (timestamps, container and logging-module prefixes)
+    are dropped too; a level they carry counts when vLLM's own is absent.
+    """
     text = line[:MAX_SCAN]
     worker = None
     pid = None
-    m = _WORKER.match(text)
-    if m:
-        pid = int(m.group("pid"))
-        worker = worker_label(m.group("name"), pid)
-        text = text[m.end() :]
+    foreign_level = None
+    for _ in range(8):  # a bounded number of stacked prefixes
+        m = _WORKER.match(text)
+        if m:
+            pid = int(m.group("pid"))
+            worker = worker_label(m.group("name"), pid) if m.group("name") else f"pid={pid}"
+            text = text[m.end() :]
+            continue
+        f = _FOREIGN.match(text)
+        if f and f.end() > 0 and (worker is None or f.group("plevel") or f.group("blevel") or f.group("glog")
+                                  or f.group("slevel") or text[:1] == "["):
+            lv = f.group("plevel") or f.group("blevel") or f.group("glog") or f.group("slevel")
+            if lv:
+                foreign_level = _LEVELS[lv.upper()]
+            text = text[f.end() :]
+            continue
+        break
     lm = _LEVEL.match(text)
     if not lm:
-        return LinePrefix(worker, pid, None, None, None, text)
+        return LinePrefix(worker, pid, foreign_level, None, None, text)
     return LinePrefix(
         worker,
         pid,

@@ -235,6 +235,7 @@ class AppState:
     log: LogTail = field(default_factory=LogTail)
     kill: KillView | None = None
     message: str | None = None  # last agent error line
+    watch: Any = None  # tui.state.watch.WatchState: stall/hang/end detection, when enabled
 
     def live_runs(self) -> tuple[Run, ...]:
         return tuple(r for r in self.runs if r.alive)

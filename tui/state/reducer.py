@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from tui import protocol as p
-from tui.state import logparse
+from tui.state import logparse, watch
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
@@ -29,7 +29,7 @@ from tui.state.model import (
 def apply(state: AppState, event: Any, now: float) -> AppState:
     """Return the state after `event`; unknown events leave it unchanged."""
     if isinstance(event, p.Snapshot):
-        return _snapshot(state, event, now)
+        return watch.update_state(_snapshot(state, event, now), now)
     if isinstance(event, (p.LogData, p.LogReset)):
         if state.log.sub is not None and event.sub != state.log.sub:
             return state  # a chunk of the log followed before, still in flight

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 BUILTIN_PATH = Path(__file__).resolve().parent.parent / "data" / "signatures.toml"
-_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load"}
+_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal"}
 
 
 class SignatureError(ValueError):
@@ -50,6 +50,7 @@ class Signature:
     wrapper: bool = False  # only repeats an error reported elsewhere
     generic: bool = False  # the catch-all, used when nothing specific matched
     after_load: bool | None = None  # None: can happen either way
+    serving_fatal: bool = False  # the engine died: fatal even when a request handler reports it
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern match in ``message``, or None."""
@@ -143,7 +144,7 @@ def _check_entry(name: str, i: int, entry: Any) -> dict[str, Any]:
         if not ok:
             raise SignatureError(f"{where}: key 'fix': must be a string or a table of strings")
         checked["fix"] = dict(fix) if isinstance(fix, dict) else fix
-    for key in ("wrapper", "generic", "after_load"):
+    for key in ("wrapper", "generic", "after_load", "serving_fatal"):
         if key in entry:
             if not isinstance(entry[key], bool):
                 raise SignatureError(f"{where}: key {key!r}: must be true or false")

@@ -1,0 +1,286 @@
+"""Stall and hang detection, notifications, and `eagle3-tui watch` (issue 15).
+
+Real parts: each run is a real process (tests/jobs/watch_job.py) launched through the
+real agent (remote/agent.py over LocalLink), writing a real log that the real parser
+folds; its process states come from the agent's /proc sampling. Only the clock is
+fake where minutes must pass: a dilated clock (``Clock``) turns each real second into
+100 so a 2-minute stall floor is crossed in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tui import services
+from tui.config import load_config
+from tui.notify import Notifier, terminal_alert
+from tui.state.model import AppState, LogTail
+from tui.state.reducer import apply
+from tui.state.watch import WatchConfig, WatchState
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "jobs" / "watch_job.py"
+
+
+class Clock:
+    """A fake clock that runs ``rate`` times faster than the real one."""
+
+    def __init__(self, rate: float = 100.0, start: float = 1_764_460_000.0) -> None:
+        self.rate, self.start, self.m0 = rate, start, time.monotonic()
+
+    def __call__(self) -> float:
+        return self.start + (time.monotonic() - self.m0) * self.rate
+
+
+def write_config(tmp: Path, mode: str, extra: str = "", step: float = 0.2) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = tmp / "eagle3.toml"
+    cfg.write_text(
+        f'[host]\nruns_dir = "{tmp / "runs"}"\npython = "{sys.executable}"\ninterval = 0.2\n'
+        f'[run]\nname = "watched"\ncommand = {json.dumps([sys.executable, str(JOB), mode, str(step)])}\n'
+        f'cwd = "{tmp}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n{extra}'
+    )
+    return cfg
+
+
+async def watch_run(tmp: Path, mode: str, watch_cfg: WatchConfig, until: Any, timeout: float = 30.0,
+                    clock: Clock | None = None) -> tuple[AppState, dict[str, Any]]:
+    """Launch ``mode`` through the real agent and fold its stream until ``until(state)``."""
+    cfg = load_config(write_config(tmp, mode))
+    clock = clock or Clock()
+    client = services.new_client("local", cfg, reconnect=False)
+    await client.start()
+    try:
+        record = await services.launch(client, cfg)
+        state = AppState(watch=WatchState(config=watch_cfg), log=LogTail(path=record["log"], sub="w"))
+        await client.request("subscribe", sub="w", path=record["log"], offset=0, inode=None)
+        await services.configure(client, cfg)
+        deadline = time.monotonic() + timeout
+        events = client.events().__aiter__()
+        while not until(state):
+            assert time.monotonic() < deadline, f"not reached; events {state.watch.events}"
+            state = apply(state, await events.__anext__(), clock())
+        if any(r.alive for r in state.runs):
+            await services.kill(client, cfg, record["run_id"])
+        return state, record
+    finally:
+        await client.close()
+
+
+def kinds(state: AppState) -> list[str]:
+    return [e.kind for e in state.watch.events]
+
+
+async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
+    cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
+    state, _ = await watch_run(tmp_path, "stall", cfg, lambda s: s.watch.condition == "stalled")
+    ev = next(e for e in state.watch.events if e.kind == "stalled")
+    assert ev.detail["last"] == "shard 4/8" and ev.detail["phase"] == "loading"
+    # one shard every 0.2 s real = 20 s fake: 5 × 20 s is under the floor, so the floor rules
+    assert ev.detail["limit_s"] == pytest.approx(120.0, abs=25.0)
+    assert ev.at - ev.detail["last_t"] > ev.detail["limit_s"]
+    assert ev.message.startswith("no progress for 2 min (last: shard 4/8 at ")
+    assert "stalled" not in kinds(state)[:-1]  # never while the shards were coming
+
+
+async def test_the_pace_sets_the_limit_when_it_is_slower_than_the_floor(tmp_path: Path) -> None:
+    # one shard per 0.5 s real = 50 s fake: 5 × 50 s = 250 s beats the 120 s floor
+    cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
+    clock = Clock()
+    tmp = tmp_path
+    write_config(tmp, "stall", step=0.5)
+    state, _ = await _watch_slow(tmp, cfg, clock)
+    ev = next(e for e in state.watch.events if e.kind == "stalled")
+    assert ev.detail["limit_s"] > 200.0
+
+
+async def _watch_slow(tmp: Path, cfg: WatchConfig, clock: Clock) -> tuple[AppState, dict[str, Any]]:
+    conf = load_config(tmp / "eagle3.toml")
+    client = services.new_client("local", conf, reconnect=False)
+    await client.start()
+    try:
+        record = await services.launch(client, conf)
+        state = AppState(watch=WatchState(config=cfg), log=LogTail(path=record["log"], sub="w"))
+        await client.request("subscribe", sub="w", path=record["log"], offset=0, inode=None)
+        await services.configure(client, conf)
+        events = client.events().__aiter__()
+        deadline = time.monotonic() + 40
+        while state.watch.condition != "stalled":
+            assert time.monotonic() < deadline
+            state = apply(state, await events.__anext__(), clock())
+        await services.kill(client, conf, record["run_id"])
+        return state, record
+    finally:
+        await client.close()
+
+
+async def test_asleep_after_the_load_is_hung_and_busy_is_not(tmp_path: Path) -> None:
+    cfg = WatchConfig(hang_s=300.0, stall_loaded_s=900.0)
+    hung, _ = await watch_run(tmp_path / "a", "hang", cfg, lambda s: s.watch.condition == "hung")
+    ev = next(e for e in hung.watch.events if e.kind == "hung")
+    assert ev.detail["phase"] == "loaded" and ev.detail["idle_s"] >= 300.0
+    assert ev.message.startswith("processes asleep and GPUs idle, no progress for ")
+    # the same wait with a process burning CPU after the load: not hung
+    clock = Clock()
+    busy, _ = await watch_run(tmp_path / "b", "spin", cfg,
+                              lambda s: s.watch.phase == "loaded" and clock() - (s.watch.last_step_t or 1e18) > 600,
+                              clock=clock)
+    assert "hung" not in kinds(busy) and busy.watch.idle_since is None
+
+
+async def test_failure_in_the_log_and_the_end_notify_once(tmp_path: Path) -> None:
+    state, record = await watch_run(tmp_path, "fail", WatchConfig(), lambda s: s.watch.condition == "ended")
+    assert kinds(state) == ["failed"]  # the exit that follows is the same news
+    ev = state.watch.events[0]
+    assert ev.detail["cause"] == "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."
+    assert ev.detail["phase"] == "extracting" and ev.detail["id"] == "cuda-oom"
+
+
+def test_terminal_alert_is_bell_osc9_osc777_and_wrapped_for_tmux() -> None:
+    seq = terminal_alert("eagle3-tui gpu-box", "run r1 stalled: no progress\x1b[31m for 14 min;x")
+    assert seq == ("\x07\x1b]9;eagle3-tui gpu-box: run r1 stalled: no progress [31m for 14 min;x\x07"
+                   "\x1b]777;notify;eagle3-tui gpu-box;run r1 stalled: no progress [31m for 14 min;x\x07")
+    wrapped = terminal_alert("t", "b", tmux=True)
+    assert wrapped == "\x07\x1bPtmux;\x1b\x1b]9;t: b\x07\x1b\x1b]777;notify;t;b\x07\x1b\\"
+
+
+async def test_notifier_sends_the_osc_sequence_and_the_hook_json_once(tmp_path: Path) -> None:
+    state, record = await watch_run(tmp_path, "hang", WatchConfig(hang_s=300.0),
+                                    lambda s: s.watch.condition == "hung")
+    out = tmp_path / "hook.json"
+    trap = tmp_path / "pwned"
+    hook = [sys.executable, "-c", "import sys, pathlib; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read())",
+            str(out), f"$(touch {trap})"]  # an argv: the shell-looking word stays a word
+    written: list[str] = []
+    n = Notifier(hook, host="gpu-box", write=written.append, tmux=False)
+    sent = n.send_new(state.watch)
+    assert [e.kind for e in sent] == ["hung"]
+    assert n.send_new(state.watch) == []  # each event once
+    for th in n.hooks:
+        th.join(10)
+    (osc,) = written
+    assert osc.startswith(f"\x07\x1b]9;eagle3-tui gpu-box: {record['run_id']} hung: processes asleep")
+    assert f"\x07\x1b]777;notify;eagle3-tui gpu-box;{record['run_id']} hung: " in osc and osc.endswith("\x07")
+    payload = json.loads(out.read_text())
+    assert payload["host"] == "gpu-box" and payload["event"] == "hung" and payload["run_id"] == record["run_id"]
+    assert payload["phase"] == "loaded" and payload["message"].startswith("processes asleep")
+    assert not trap.exists()
+
+
+async def test_a_hook_that_hangs_or_is_missing_does_not_block(tmp_path: Path) -> None:
+    from tui.notify import run_hook
+
+    t0 = time.monotonic()
+    th = run_hook([sys.executable, "-c", "import time; time.sleep(60)"], {"event": "x"}, timeout=0.5)
+    assert time.monotonic() - t0 < 0.5  # started in the background
+    th.join(10)
+    assert not th.is_alive() and time.monotonic() - t0 < 5
+    run_hook([str(tmp_path / "no-such-program")], {"event": "x"}).join(5)
+
+
+# --- `eagle3-tui watch` against real local runs --------------------------------------------
+
+
+def e3(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def start_watch(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tui.cli", "watch", *args], cwd=cwd, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_watch_cli_let_finish_exits_0(tmp_path: Path) -> None:
+    write_config(tmp_path, "finish")
+    assert e3("launch", cwd=tmp_path).returncode == 0
+    r = e3("watch", "--json", cwd=tmp_path)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 0, r.stderr
+    assert [x["event"] for x in lines] == ["finished", "ended"]
+    assert lines[-1]["outcome"] == "finished" and lines[-1]["exit_code"] == 0
+    assert "watching run" in r.stderr
+
+
+def test_watch_cli_killed_mid_way_exits_1(tmp_path: Path) -> None:
+    write_config(tmp_path, "slow")
+    launched = e3("launch", "--json", cwd=tmp_path)
+    run_id = json.loads(launched.stdout)["run_id"]
+    w = start_watch(tmp_path)
+    time.sleep(3.0)  # loading and the first batches, watched
+    assert w.poll() is None
+    k = e3("kill", run_id, "--yes", cwd=tmp_path)
+    assert k.returncode == 0, k.stderr
+    out, err = w.communicate(timeout=30)
+    assert w.returncode == 1, err
+    assert out.splitlines()[-2].endswith(f"run {run_id} killed: run killed")
+    assert out.splitlines()[-1].startswith(f"run {run_id} ended: killed")
+
+
+def test_watch_cli_failure_stall_and_config_thresholds(tmp_path: Path) -> None:
+    write_config(tmp_path / "f", "fail")
+    assert e3("launch", cwd=tmp_path / "f").returncode == 0
+    r = e3("watch", cwd=tmp_path / "f")
+    assert r.returncode == 1
+    assert "failed: died while extracting" in r.stdout and "GPU out of memory" in r.stdout
+    assert r.stdout.splitlines()[-1].endswith("ended: failed (exit 1): GPU out of memory")
+    # a stall, with the floor from eagle3.toml's [watch]
+    write_config(tmp_path / "s", "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n")
+    launched = e3("launch", "--json", cwd=tmp_path / "s")
+    run_id = json.loads(launched.stdout)["run_id"]
+    w = start_watch(tmp_path / "s")
+    line = w.stdout.readline() if w.stdout else ""
+    assert f"run {run_id} stalled: no progress for " in line and "(last: shard 4/8 at " in line
+    assert e3("kill", run_id, "--yes", cwd=tmp_path / "s").returncode == 0
+    out, _ = w.communicate(timeout=30)
+    assert w.returncode == 1 and out.splitlines()[-1].startswith(f"run {run_id} ended: killed")
+
+
+def test_watch_cli_usage_errors(tmp_path: Path) -> None:
+    write_config(tmp_path, "finish")
+    r = e3("watch", "--run", "20000101-000000-abcd", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip() == "eagle3-tui: no run 20000101-000000-abcd on this host"
+    (tmp_path / "eagle3.toml").write_text("[watch]\nhang_s = 'soon'\n")
+    r = e3("watch", cwd=tmp_path)
+    assert r.returncode == 2 and "[watch] hang_s must be a number" in r.stderr
+
+
+async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_path: Path) -> None:
+    from tui.app import make_app
+    from tui.widgets.progress import RunProgress
+
+    cfg = load_config(write_config(tmp_path, "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n"))
+    app = make_app(services.new_client("local", cfg, reconnect=False), cfg, "local", launch=True)
+    sent: list[Any] = []
+    app._notifier.hooks = []
+    original = app._notifier.send_new
+
+    def spy(ws: Any) -> list[Any]:
+        out = original(ws)
+        sent.extend(out)
+        return out
+
+    app._notifier.send_new = spy  # type: ignore[method-assign]
+    async with app.run_test(size=(160, 50)) as pilot:
+        deadline = time.monotonic() + 30
+        while "stalled" not in str(app.query_one("#banner").render()):
+            assert time.monotonic() < deadline, str(app.query_one("#banner").render())
+            await pilot.pause(0.1)
+        banner = str(app.query_one("#banner").render())
+        assert "no progress for " in banner and "(last: shard 4/8 at " in banner
+        assert app._phase(app._run()) == "stalled"
+        notes = app._run_notes()
+        assert any(v.startswith("STALLED: no progress for ") for v in notes.values())
+        assert "stalled" in str(app.query_one(RunProgress).render())
+        assert [e.kind for e in sent] == ["stalled"]
+        run = app._run()
+        assert run is not None
+        await services.kill(app.client, cfg, run.run_id)

@@ -1,0 +1,274 @@
+"""Stall and hang detection, and the run's ending, as a pure function of time.
+
+``observe(ws, run, analysis, lines, procs, gpus, now)`` folds one look at a run (its
+record, its log's analysis and line count, its processes, the GPUs) into a
+``WatchState`` and returns the new state. Nothing here reads a clock: the caller
+passes ``now``, so tests drive it with a fake one.
+
+- **stalled**: the run's progress (the target's shard bar while loading, the
+  extractor's batches while extracting, the log's growth otherwise) has not moved for
+  ``factor`` × the median interval between its steps so far, and at least the
+  phase's floor (``[watch] stall_<phase>_s``; 0 turns a phase off).
+- **hung**: after the load, every process of the run sleeps and every GPU it holds
+  (all GPUs when it holds none that we can see) is at most ``idle_util`` % busy,
+  continuously for ``hang_s`` seconds. A serving engine with no requests looks like
+  that on purpose, so serving is never called hung.
+- **failed / finished / killed**: a root cause in the log (even while the processes
+  linger, as vLLM's often do), or the run's end with its exit code.
+
+Each event is recorded once in ``events`` (with a sequence number), so a notifier or
+``eagle3-tui watch`` can act on the new ones only.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["Event", "WatchConfig", "WatchState", "ending", "observe", "update_state"]
+
+MAX_STEPS = 64  # step times kept for the pace median
+MAX_EVENTS = 100
+# Lines that say "still waiting", not progress: vLLM's shared-memory broadcast wait,
+# the V0 client's poll, SGLang's launcher.
+_WAITING = ("No available shared memory broadcast block", "Waiting for output from",
+            "Please wait for sglang server", "No available block found")
+_ENDED = ("exited", "killed", "failed", "lost")
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """Thresholds; ``[watch]`` in eagle3.toml overrides them (see tui/config.py)."""
+
+    factor: float = 5.0  # × the median interval between progress steps
+    stall_starting_s: float = 900.0  # floors per phase; 0 = never stalled in that phase
+    stall_loading_s: float = 120.0
+    stall_loaded_s: float = 900.0  # profiling, compiling, graph capture: quiet for minutes
+    stall_serving_s: float = 0.0  # an idle server is not stalled
+    stall_extracting_s: float = 120.0
+    hang_s: float = 600.0
+    idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
+
+    def floor(self, phase: str) -> float:
+        return float(getattr(self, f"stall_{phase}_s", 0.0))
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> WatchConfig:
+        """From a config section object or dict with the same field names."""
+        if values is None:
+            return cls()
+        get = values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d)
+        return cls(**{f: float(get(f, getattr(cls, f))) for f in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the user should hear about; ``seq`` orders events of one watch."""
+
+    seq: int
+    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed"
+    run_id: str
+    at: float
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.kind, "run_id": self.run_id, "time": self.at, "message": self.message,
+                **self.detail}
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """What the watch remembers between looks at one run."""
+
+    config: WatchConfig = field(default_factory=WatchConfig)
+    run_id: str | None = None
+    phase: str | None = None
+    steps: tuple[float, ...] = ()  # times of progress steps in the current phase
+    last_step_t: float | None = None
+    last_step: str | None = None  # "shard 37/64", "batch 3/16", "log line 1234"
+    mark: tuple[Any, ...] = ()  # what counted as progress at the last step
+    idle_since: float | None = None
+    condition: str = "ok"  # "ok" | "stalled" | "hung" | "ending" | "ended"
+    events: tuple[Event, ...] = ()
+    seq: int = 0
+    _once: frozenset[str] = frozenset()
+
+    def stalled_for(self, now: float) -> float | None:
+        return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
+
+    def describe(self, now: float) -> str | None:
+        """ "no progress for 14 min (last: shard 37/64 at 03:12)" while stalled or hung."""
+        if self.condition not in ("stalled", "hung") or self.last_step_t is None:
+            return None
+        gap = max(0, int(now - self.last_step_t))
+        span = f"{gap // 60} min" if gap >= 60 else f"{gap} s"
+        clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
+        what = "processes asleep and GPUs idle, " if self.condition == "hung" else ""
+        return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
+
+
+def _progress(phase: str, analysis: Any, lines: int) -> tuple[tuple[Any, ...], str]:
+    """What counts as a step in this phase, and its label."""
+    shard = getattr(analysis, "shard", None)
+    ex = getattr(analysis, "extract", None)
+    if phase == "loading" and shard is not None:
+        return ("shard", shard.done, shard.total), f"shard {shard.done}/{shard.total}"
+    if phase == "extracting" and ex is not None:
+        return ("batch", ex.batch), f"batch {ex.batch}/{ex.batches}"
+    return ("lines", lines), f"log line {lines}"
+
+
+def _waiting_only(tail: Sequence[str]) -> bool:
+    """The new lines only say "still waiting"."""
+    return bool(tail) and all(any(w in line for w in _WAITING) for line in tail)
+
+
+def observe(
+    ws: WatchState | None,
+    run: Any,
+    analysis: Any,
+    lines: int,
+    procs: Sequence[Any],
+    gpus: Sequence[Any],
+    now: float,
+    new_lines: Sequence[str] = (),
+) -> WatchState:
+    """Fold one look at ``run`` (a ``tui.state.model.Run``-like object with ``run_id``,
+    ``state``, ``exit_code``, ``signal``) into the watch state.
+
+    ``analysis`` is the run's ``LogAnalysis`` (or None), ``lines`` its log's line
+    count, ``procs``/``gpus`` the snapshot's (``Proc``/``Gpu``-like objects), and
+    ``new_lines`` the lines added since the last look (to tell waiting from progress).
+    """
+    ws = ws or WatchState()
+    cfg = ws.config
+    if run is None:
+        return ws
+    if ws.run_id != run.run_id or ws.last_step_t is None and ws.condition == "ok":
+        # a run seen for the first time: forget the old one's pace, keep the events; one
+        # that had already ended is history, not news
+        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, _once=ws._once,
+                        condition="ended" if run.state in _ENDED else "ok")
+    if ws.condition == "ended":
+        return ws
+    if run.state in _ENDED and ws.condition != "ending":
+        return replace(ws, condition="ending")  # the log's last lines may still be on their way
+    phase = getattr(analysis, "phase", None) or "starting"
+    events: list[tuple[str, str, dict[str, Any]]] = []
+
+    # failures the log already shows, and the run's end
+    root = getattr(analysis, "root_cause", None)
+    if root is not None and root.line.rstrip().endswith(("KeyboardInterrupt", "SystemExit")):
+        root = None  # a run being killed prints these; its end says what happened
+    if root is not None:
+        summary = analysis.failure_summary() or "failed"
+        events.append(("failed", f"{summary}: {root.title}", {"cause": root.line.strip(), "id": root.id,
+                                                               "phase": getattr(analysis, "failed_in", None)}))
+    if run.state in _ENDED:
+        kind = ending(run, analysis)
+        detail = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
+        if kind == "failed" and root is None:
+            code = run.exit_code if run.exit_code is not None else run.signal
+            events.append(("failed", f"run {run.state} (exit {code})", detail))
+        elif kind != "failed":
+            events.append((kind, f"run {kind}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
+        ws = replace(ws, condition="ended")
+        return _emit(ws, events, run.run_id, now)
+
+    # progress
+    mark, label = _progress(phase, analysis, lines)
+    if phase != ws.phase:
+        ws = replace(ws, phase=phase, steps=(now,), last_step_t=now, last_step=label, mark=mark)
+    elif mark != ws.mark and not (mark[0] == "lines" and _waiting_only(new_lines)):
+        ws = replace(ws, steps=(ws.steps + (now,))[-MAX_STEPS:], last_step_t=now, last_step=label, mark=mark)
+        if ws.condition == "stalled":
+            events.append(("resumed", f"progress again: {label}", {}))
+            ws = replace(ws, condition="ok", _once=ws._once - {"stalled"})
+    elif ws.last_step_t is None:
+        ws = replace(ws, last_step_t=now, last_step=label, mark=mark, steps=(now,))
+
+    # hang: everything asleep and the GPUs idle, after the load
+    mine = [p for p in procs if getattr(p, "run_id", None) == run.run_id]
+    pids = {p.pid for p in mine}
+    held = [g for g in gpus if any(gp.pid in pids for gp in getattr(g, "processes", ()))]
+    asleep = bool(mine) and all((p.state or "") in ("S", "I") for p in mine)
+    idle = all(g.util is not None and g.util <= cfg.idle_util for g in (held or gpus))
+    after_load = phase in ("loaded", "extracting")
+    if asleep and idle and after_load:
+        ws = replace(ws, idle_since=ws.idle_since if ws.idle_since is not None else now)
+    elif ws.idle_since is not None:
+        ws = replace(ws, idle_since=None)
+        if ws.condition == "hung":
+            ws = replace(ws, condition="ok", _once=ws._once - {"hung"})
+
+    idle_s = now - ws.idle_since if ws.idle_since is not None else None
+    if idle_s is not None and cfg.hang_s > 0 and idle_s >= cfg.hang_s:
+        if ws.condition != "hung":
+            ws = replace(ws, condition="hung")
+            events.append(("hung", ws.describe(now) or "hung", {"idle_s": idle_s, "phase": phase}))
+    elif root is None and ws.condition == "ok" and ws.last_step_t is not None:
+        limit = _stall_limit(ws, phase)
+        if limit is not None and now - ws.last_step_t > limit:
+            ws = replace(ws, condition="stalled")
+            events.append(("stalled", ws.describe(now) or "stalled",
+                           {"phase": phase, "last": ws.last_step, "last_t": ws.last_step_t, "limit_s": limit}))
+    return _emit(ws, events, run.run_id, now)
+
+
+def _stall_limit(ws: WatchState, phase: str) -> float | None:
+    """factor × the median step interval, at least the phase's floor; None = off."""
+    floor = ws.config.floor(phase)
+    if floor <= 0:
+        return None
+    gaps = [b - a for a, b in zip(ws.steps, ws.steps[1:])]
+    pace = statistics.median(gaps) if len(gaps) >= 2 else 0.0
+    return max(ws.config.factor * pace, floor)
+
+
+def ending(run: Any, analysis: Any) -> str:
+    """finished | failed | killed | lost for an ended run."""
+    if run.state in ("killed", "lost"):
+        return str(run.state)
+    if run.state == "exited" and run.exit_code == 0 and getattr(analysis, "root_cause", None) is None:
+        return "finished"
+    return "failed"
+
+
+def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id: str, now: float) -> WatchState:
+    """Append the events not sent yet (one "failed" per run; a stall per episode)."""
+    out = list(ws.events)
+    once = set(ws._once)
+    seq = ws.seq
+    for kind, message, detail in events:
+        key = kind if kind in ("stalled", "hung") else f"{kind}:{run_id}"
+        if kind != "resumed":
+            if key in once or (kind in ("finished", "killed", "lost") and f"failed:{run_id}" in once):
+                continue  # sent already; or the log said it failed, and its end is the same news
+            once.add(key)
+        seq += 1
+        out.append(Event(seq=seq, kind=kind, run_id=run_id, at=now, message=message, detail=detail))
+    if seq == ws.seq:
+        return ws
+    return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, _once=frozenset(once))
+
+
+def update_state(state: Any, now: float) -> Any:
+    """The reducer's hook: watch the run whose log the screen follows (AppState in, out).
+
+    A state without a ``watch`` (None) is returned as it is, so watching is opt-in.
+    """
+    ws = getattr(state, "watch", None)
+    if ws is None:
+        return state
+    log = state.log
+    run = next((r for r in state.runs if r.log and r.log == log.path), None) or state.run(ws.run_id)
+    if run is None:
+        return state
+    seen = ws.mark[1] if ws.mark and ws.mark[0] == "lines" else None
+    new = log.lines[-(log.total_lines - seen):] if isinstance(seen, int) and log.total_lines > seen else ()
+    new_ws = observe(ws, run, log.analysis, log.total_lines, state.processes, state.gpus, now, new)
+    return state if new_ws is ws else replace(state, watch=new_ws)
