@@ -250,7 +250,7 @@ def test_watch_cli_usage_errors(tmp_path: Path) -> None:
     assert r.returncode == 1 and r.stderr.strip() == "eagle3-tui: no run 20000101-000000-abcd on this host"
     (tmp_path / "eagle3.toml").write_text("[watch]\nhang_s = 'soon'\n")
     r = e3("watch", cwd=tmp_path)
-    assert r.returncode == 2 and "[watch] hang_s must be a number" in r.stderr
+    assert r.returncode == 2 and "watch.hang_s: must be a number >= 0, not str" in r.stderr
 
 
 async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_path: Path) -> None:
