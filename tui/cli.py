@@ -164,7 +164,7 @@ def demo(obj: Ctx, demo_dir: str) -> None:
     app.run()
     if app.fatal_error:
         fail(app.fatal_error, EXIT_CONNECT)
-    click.echo(f"demo outputs: {paths.out}/ (index.json describes them); config: {paths.config}")
+    click.echo(f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}")
 
 
 @main.command()
