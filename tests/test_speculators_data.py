@@ -207,3 +207,25 @@ def test_real_speculators_trains_an_eagle3_drafter_on_it(extracted) -> None:
     assert all(math.isfinite(x) for x in losses), losses
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < 0.5 * first, losses
+
+
+def test_a_demo_run_loads_in_the_real_loader(spec_train, tmp_path: Path) -> None:
+    """The demo's own eagle3.toml command, as launched: its output is training data."""
+    from tui.config import parse_config
+
+    data, _, _ = spec_train
+    paths = build_demo(tmp_path / "demo", shards=8, layers=8, hidden=32, sequences=12,
+                       seq_len=16, shard_delay=0.0, patches=False)
+    argv = parse_config(paths.config.read_text()).run.command
+    proc = subprocess.run(list(argv), cwd=paths.root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    train_files, val_files = data.split_files(str(paths.out), ratio=0.9)
+    assert len(train_files) + len(val_files) == 12
+    ds = data.Eagle3SampleFileDataset(datapath=str(paths.out), max_len=64)
+    assert len(ds) == 12
+    for j in range(len(ds)):
+        item = ds[j]
+        assert item["hidden_states"].shape == (15, 3 * 32)
+        assert item["verifier_last_hidden_states"].shape == (15, 32)
+        assert item["loss_mask"].tolist() == [1] * 15
