@@ -878,7 +878,7 @@ def _save_token_freq(path: Path, samples: Sequence[Sample]) -> int:
     save_token_frequency_distribution writes it; keys ascending (byte-stable)."""
     import torch
 
-    counts: Dict[int, int] = collections.Counter()
+    counts: collections.Counter[int] = collections.Counter()
     for s in samples:
         counts.update(t for t, m in zip(s.ids, _mask(s)) if m)
     tmp = tmp_path(path)
