@@ -1,7 +1,7 @@
 """EAGLE-3 hidden-state extraction job: one shippable file, run with the host's Python.
 
     python extract.py --backend hf|vllm --model DIR --data FILE.jsonl --out DIR
-                      [--layers 2,16,29,31] [--batch-size N] [--max-seq-len N]
+                      [--layers 2,16,29,31] [--raw] [--batch-size N] [--max-seq-len N]
                       [--device cpu|cuda] [--dtype float32|bfloat16] [--tp N]
                       [--preflight] [--shard-delay S]
 
@@ -12,26 +12,38 @@ loss mask marks the tokens of assistant turns.
 
 Layers: layer L means the output of decoder layer L (0-based) *before* the final norm,
 the same tensor speculators' worker captures (hidden_states + residual). Default is
-speculators 0.3.0's choice: [2, n // 2, n - 3, n - 1] for an n-layer model.
+speculators 0.3.0's choice: [2, n // 2, n - 3, n - 1] for an n-layer model. An EAGLE-3
+drafter trains on exactly 3 aux layers plus the last one (n - 1); any other choice is
+refused unless --raw is given.
 
-Output in --out (every file written atomically: temp file, fsync, os.replace):
-  batch-00000.safetensors  one per batch (consecutive sequences, deterministic):
-      hidden_states  [layers, tokens, hidden]  the batch's sequences concatenated
-      input_ids      [tokens]  int64
-      seq_lens       [sequences] int64
-      loss_mask      [tokens]  uint8, only when some input line has one
-  index.json  layers, hidden size, dtype, and per batch its file, first sequence,
-              sequence/token counts and sha256 (written last: its presence = done).
-No timestamps anywhere, so a killed-and-resumed run is byte-identical to an
-uninterrupted one. A rerun skips batches whose file is complete and matches.
+Output in --out: speculators 0.3.0's own training-data format, which its
+scripts/train.py reads as it is (--data-path OUT):
+  data_{i}.pt   one per input line, i from 0 in input order; plain torch.save of
+      {"input_ids": int64 [seq], "hidden_states": [the layers ascending, each
+       [seq, hidden], each on its own storage], "loss_mask": int64 [seq] (the input's,
+       else all ones)}
+  token_freq.pth  {token id: count} of the tokens whose loss_mask is 1, for
+      speculators' scripts/build_vocab_mapping.py --token-freq-path (not named *pt:
+      speculators' loader takes every file whose name ends in "pt")
+  data_config.json  model, layers, dtype, counts and the file schema (written last:
+      its presence = done)
+Every file is written to a temp name that does not end in "pt" (data_7.tmp-PID),
+fsynced, then renamed. No timestamps anywhere, so a killed-and-resumed run is
+byte-identical to an uninterrupted one; a rerun skips batches whose files are all
+complete and match the input. Batches group sequences of similar length (less padding);
+the files keep the input order. On CUDA the copies to pinned host memory run on a side
+stream, overlapped with the next batch's forward, and a pool of writer threads saves
+the files.
 
 Progress goes to stdout (flushed), in exactly these forms (the TUI's parser reads them):
   [extract] batch 3/9 | seqs 6/18 | tokens 1536/4608 | 980.3 tok/s | elapsed 0:00:02 | eta 0:00:03
   [extract] batch 3/16 skipped (already done)
-  [extract] done: 128 sequences, 32768 tokens in 0:00:21 (1560.2 tok/s) -> /path/index.json
-The hf backend reports shard loading on stderr in vLLM's bar format, one line per shard,
-then `Loading weights took X.XX seconds`. `--shard-delay S` sleeps S seconds per shard:
-a demo aid only, so the bar can be watched on a tiny model.
+  [extract] done: 128 sequences, 32768 tokens in 0:00:21 (1560.2 tok/s) -> /path/data_config.json
+The tok/s of the done line counts this run's extracted tokens over the wall time from
+the first batch to the last file on disk. The hf backend reports shard loading on
+stderr in vLLM's bar format, one line per shard, then `Loading weights took X.XX
+seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
+be watched on a tiny model.
 
 --backend vllm drives speculators' VllmHiddenStatesGenerator (tensor parallel, --tp).
 --preflight checks in seconds, without loading weights, that the installed vLLM and the
@@ -45,8 +57,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import fcntl
-import hashlib
 import importlib.util
 import inspect
 import json
@@ -54,17 +66,23 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 PREFIX = "[extract]"
 BAR_DESC = "Loading safetensors checkpoint shards"
-INDEX_FORMAT = "eagle3-tui-hidden-states/1"
+SAMPLE_FILE = "data_%d.pt"
+TOKEN_FREQ_FILE = "token_freq.pth"
+CONFIG_FILE = "data_config.json"
+TMP_RE = re.compile(r"\.tmp-\d+$")
 # speculators 0.3.0 batches at most this many sequences and this many tokens
 # (max(8192, max_model_len)); more would make vLLM chunk the prefill, which 0.3.0's
 # generator silently corrupts (speculators #279).
 VLLM_MAX_SEQS = 32
 VLLM_MIN_BATCH_TOKENS = 8192
+# Batches whose files may still be in the writers' hands; bounds pinned host memory.
+IN_FLIGHT = 4
 
 
 class Fail(Exception):
@@ -118,19 +136,30 @@ def note(line: str) -> None:
 # ----------------------------------------------------------------------------- files
 
 
+def tmp_path(final: Path) -> Path:
+    """data_7.pt -> data_7.tmp-PID: no name ending in "pt" while incomplete (speculators'
+    loader takes every such name), and torch.save names the archive inside after the part
+    before the last dot, "data_7", as it does for data_7.pt."""
+    return final.with_name("%s.tmp-%d" % (final.name.split(".")[0], os.getpid()))
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory, fsync, then os.replace."""
-    tmp = path.with_name(".%s.tmp-%d" % (path.name, os.getpid()))
+    tmp = tmp_path(path)
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dfd = os.open(str(path.parent), os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # make the rename itself durable
-    finally:
-        os.close(dfd)
+    fsync_path(path.parent)  # make the rename itself durable
 
 
 def lock_out_dir(out: Path) -> Any:
@@ -142,7 +171,7 @@ def lock_out_dir(out: Path) -> Any:
     except OSError:
         raise Fail("another extract.py is writing to %s (lock held)" % out) from None
     for p in out.iterdir():
-        if p.name.startswith(".") and ".tmp-" in p.name:
+        if TMP_RE.search(p.name):
             p.unlink()  # left by a killed run; we hold the lock, so nobody is writing it
     return fh
 
@@ -285,21 +314,23 @@ def read_dataset(path: Path, model_dir: Path,
     if not samples:
         raise Fail("%s: no sequences" % path)
     return samples, truncated
-
-
 def plan_batches(samples: Sequence[Sample], batch_size: int,
-                 max_tokens: Optional[int]) -> List[Tuple[int, int]]:
-    """Consecutive [start, end) runs of at most batch_size sequences / max_tokens tokens."""
-    out: List[Tuple[int, int]] = []
-    start, tokens = 0, 0
-    for i, s in enumerate(samples):
-        over = max_tokens is not None and tokens + len(s.ids) > max_tokens
-        full = i - start >= batch_size or over
-        if full and i > start:
-            out.append((start, i))
-            start, tokens = i, 0
-        tokens += len(s.ids)
-    out.append((start, len(samples)))
+                 max_tokens: Optional[int]) -> List[List[int]]:
+    """Batches of sample indexes, at most batch_size sequences / max_tokens tokens each,
+    longest sequences first so that each batch holds similar lengths (little padding, and
+    an out-of-memory shows at once). Deterministic: a resumed run makes the same batches."""
+    order = sorted(range(len(samples)), key=lambda i: (-len(samples[i].ids), i))
+    out: List[List[int]] = []
+    cur: List[int] = []
+    tokens = 0
+    for i in order:
+        n = len(samples[i].ids)
+        if cur and (len(cur) >= batch_size or (max_tokens is not None and tokens + n > max_tokens)):
+            out.append(cur)
+            cur, tokens = [], 0
+        cur.append(i)
+        tokens += n
+    out.append(cur)
     return out
 
 
@@ -323,10 +354,9 @@ def read_model_config(model_dir: Path) -> Dict[str, Any]:
         if not isinstance(cfg.get(key), int):
             raise Fail("%s: no integer %s" % (cfg_path, key))
     return cfg
-
-
-def choose_layers(spec: Optional[str], num_layers: int) -> List[int]:
-    """--layers, or speculators 0.3.0's default [2, n//2, n-3, n-1] clamped and deduped."""
+def choose_layers(spec: Optional[str], num_layers: int, raw: bool) -> List[int]:
+    """--layers, or speculators 0.3.0's default [2, n//2, n-3, n-1], ascending. Unless
+    `raw`, refuse a choice an EAGLE-3 drafter cannot train on: 3 aux layers + the last."""
     if spec:
         try:
             layers = [int(x) for x in spec.split(",") if x.strip()]
@@ -337,13 +367,17 @@ def choose_layers(spec: Optional[str], num_layers: int) -> List[int]:
                 raise Fail("--layers: %d is out of range [0, %d]" % (L, num_layers - 1))
         if not layers or len(set(layers)) != len(layers):
             raise Fail("--layers must name distinct layers")
-        return layers
-    picked: List[int] = []
-    for L in (2, num_layers // 2, num_layers - 3, num_layers - 1):
-        L = min(max(L, 0), num_layers - 1)
-        if L not in picked:
-            picked.append(L)
-    return picked
+        what = "--layers %s" % ",".join(str(L) for L in layers)
+    else:
+        default = [2, num_layers // 2, num_layers - 3, num_layers - 1]
+        layers = sorted({min(max(L, 0), num_layers - 1) for L in default})
+        what = "this %d-layer model's default layers %s" % (num_layers, default)
+    layers = sorted(layers)
+    last = num_layers - 1
+    if not raw and (len(layers) != 4 or layers[-1] != last):
+        raise Fail("%s cannot train an EAGLE-3 drafter, which needs 3 aux layers and the "
+                   "last layer (%d), 4 distinct; --raw writes other layers anyway" % (what, last))
+    return layers
 
 
 # ----------------------------------------------------------------------------- backends
@@ -416,7 +450,6 @@ class HfBackend:
                  % (PREFIX, len(unexpected), sorted(unexpected)[0]))
         note("Loading weights took %.2f seconds" % (time.monotonic() - t0))
         self.model = model
-
     def _decoder_layers(self) -> Any:
         base = getattr(self.model, "model", None) or self.model.get_decoder()
         layers = getattr(base, "layers", None)
@@ -424,35 +457,57 @@ class HfBackend:
             raise Fail("cannot find the decoder layers of %s" % type(self.model).__name__)
         return base, layers
 
-    def extract(self, batch: Sequence[Sample]) -> Any:
-        """[layers, tokens, hidden] for the batch's sequences, concatenated in order."""
+    def _hook(self) -> None:
+        """Forward hooks that keep each chosen decoder layer's output (pre-norm)."""
+        self._base, decoder_layers = self._decoder_layers()
+        self._captured: Dict[int, Any] = {}
+        for L in self.layers:
+            def hook(_mod: Any, _inp: Any, out: Any, L: int = L) -> None:
+                self._captured[L] = out[0] if isinstance(out, tuple) else out
+            decoder_layers[L].register_forward_hook(hook)
+        if self.device == "cuda":
+            self._copy_stream = self.torch.cuda.Stream()
+
+    def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
+        """Per sequence, its layers' [seq, hidden] tensors on the host, each on its own
+        storage; plus a CUDA event the host copies complete at (None on CPU)."""
         torch = self.torch
-        base, decoder_layers = self._decoder_layers()
+        if not hasattr(self, "_base"):
+            self._hook()
         lens = [len(s.ids) for s in batch]
         width = max(lens)
         ids = torch.zeros((len(batch), width), dtype=torch.long)
-        attn = torch.zeros((len(batch), width), dtype=torch.long)
         for row, s in enumerate(batch):
             ids[row, : len(s.ids)] = torch.tensor(s.ids, dtype=torch.long)
-            attn[row, : len(s.ids)] = 1  # right padding: real tokens keep positions 0..n-1
-        captured: Dict[int, Any] = {}
-        hooks = []
-        for L in self.layers:
-            def hook(_mod: Any, _inp: Any, out: Any, L: int = L) -> None:
-                captured[L] = out[0] if isinstance(out, tuple) else out
-            hooks.append(decoder_layers[L].register_forward_hook(hook))
-        try:
-            with torch.inference_mode():
-                base(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
-                     use_cache=False)
-        finally:
-            for h in hooks:
-                h.remove()
-        per_layer = []
-        for L in self.layers:
-            h = captured[L]
-            per_layer.append(torch.cat([h[row, :n] for row, n in enumerate(lens)], dim=0))
-        return torch.stack(per_layer, dim=0).to("cpu", self.dtype).contiguous()
+        attn = None
+        if min(lens) < width:  # right padding: real tokens keep positions 0..n-1
+            attn = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).long()
+            attn = attn.to(self.device)
+        self._captured.clear()
+        with torch.inference_mode():
+            self._base(input_ids=ids.to(self.device), attention_mask=attn, use_cache=False)
+        hs = [self._captured.pop(L) for L in self.layers]
+        if self.device != "cuda":
+            return [[h[row, :n].to(self.dtype).clone() for h in hs]
+                    for row, n in enumerate(lens)], None
+        # Copy to pinned host memory on a side stream, so the next batch's forward runs
+        # while these copies and the writers work.
+        side = self._copy_stream
+        side.wait_stream(torch.cuda.current_stream())
+        out = []
+        with torch.cuda.stream(side):
+            for row, n in enumerate(lens):
+                per = []
+                for h in hs:
+                    dst = torch.empty((n, h.shape[-1]), dtype=self.dtype, pin_memory=True)
+                    dst.copy_(h[row, :n], non_blocking=True)
+                    per.append(dst)
+                out.append(per)
+            for h in hs:
+                h.record_stream(side)  # the allocator must not reuse it before the copy
+            done = torch.cuda.Event()
+            done.record(side)
+        return out, done
 
 
 class VllmBackend:
@@ -485,14 +540,12 @@ class VllmBackend:
             max_model_len=self.max_seq_len + 1,
             tensor_parallel_size=self.tp,
         )
-
-    def extract(self, batch: Sequence[Sample]) -> Any:
-        torch = self.torch
+    def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
         results = self.gen.generate([list(s.ids) for s in batch])
         if len(results) != len(batch):
             raise Fail("generator returned %d results for %d sequences"
                        % (len(results), len(batch)), 3)
-        per_seq = []
+        out = []
         for j, (res, s) in enumerate(zip(results, batch)):
             got_ids = res["input_ids"].tolist()
             hs = res["hidden_states"]
@@ -505,8 +558,9 @@ class VllmBackend:
                 shapes = [tuple(h.shape) for h in hs][:3]
                 raise Fail("generator result %d has layer shapes %s, expected %d x (%d, %d)"
                            % (j, shapes, len(self.layers), len(s.ids), self.hidden), 3)
-            per_seq.append(torch.stack([h.to("cpu") for h in hs], dim=0))
-        return torch.cat(per_seq, dim=1).to(self.dtype).contiguous()
+            # The generator returns each layer cloned to the host (its own storage).
+            out.append([_own_storage(h.to("cpu", self.dtype)) for h in hs])
+        return out, None
 
 
 # ----------------------------------------------------------------------------- preflight
@@ -762,64 +816,120 @@ def preflight(generator_file: Optional[str]) -> int:
 # ----------------------------------------------------------------------------- the run
 
 
-def _batch_matches(path: Path, batch: Sequence[Sample], n_layers: int, hidden: int,
-                   dtype: Any, with_mask: bool) -> bool:
-    """Is the existing batch file complete and made from exactly this batch?"""
+def _own_storage(t: Any) -> Any:
+    """`t` alone on its storage: torch.save writes a view's whole storage, and the loader
+    estimates each sample's length from its file size."""
+    t = t.contiguous()
+    if t.untyped_storage().nbytes() != t.numel() * t.element_size():
+        t = t.clone()
+    return t
+
+
+def _mask(s: Sample) -> List[int]:
+    return s.mask if s.mask is not None else [1] * len(s.ids)
+
+
+def _sample_ok(path: Path, s: Sample, n_layers: int, hidden: int, dtype: Any) -> bool:
+    """Is the existing data_{i}.pt complete and made from exactly this sequence?"""
     import torch
-    from safetensors import safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as f:
-            keys = set(f.keys())
-            want = {"hidden_states", "input_ids", "seq_lens"}
-            if with_mask:
-                want.add("loss_mask")
-            if keys != want:
-                return False
-            tokens = sum(len(s.ids) for s in batch)
-            hs = f.get_slice("hidden_states")
-            if list(hs.get_shape()) != [n_layers, tokens, hidden]:
-                return False
-            if f.get_tensor("seq_lens").tolist() != [len(s.ids) for s in batch]:
-                return False
-            if f.get_tensor("input_ids").tolist() != [t for s in batch for t in s.ids]:
-                return False
-            if with_mask and f.get_tensor("loss_mask").tolist() != _mask_list(batch):
-                return False
-            return f.get_slice("hidden_states").get_dtype() == _st_dtype(dtype, torch)
+        d = torch.load(str(path), mmap=True, weights_only=True, map_location="cpu")
+        if not isinstance(d, dict) or list(d) != ["input_ids", "hidden_states", "loss_mask"]:
+            return False
+        ids, hs, mask = d["input_ids"], d["hidden_states"], d["loss_mask"]
+        n = len(s.ids)
+        return (ids.dtype == torch.int64 and ids.tolist() == s.ids
+                and mask.dtype == torch.int64 and mask.tolist() == _mask(s)
+                and isinstance(hs, list) and len(hs) == n_layers
+                and all(h.dtype == dtype and tuple(h.shape) == (n, hidden) for h in hs))
     except Exception:  # unreadable or foreign: recompute it
         return False
 
 
-def _st_dtype(dtype: Any, torch: Any) -> str:
-    return {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
+def _skip_crc32(torch: Any) -> None:
+    """torch.save computes a CRC32 of every record while holding the GIL, which halves
+    what the writer threads can save together; torch.load never checks it (torch >= 2.6
+    has the switch; older versions keep computing it)."""
+    try:
+        import torch.utils.serialization as ser
+
+        ser.config.save.compute_crc32 = False
+    except (ImportError, AttributeError):
+        pass
 
 
-def _mask_list(batch: Sequence[Sample]) -> List[int]:
-    return [v for s in batch for v in (s.mask if s.mask is not None else [1] * len(s.ids))]
-
-
-def _serialize(hidden: Any, batch: Sequence[Sample], with_mask: bool) -> bytes:
+def _write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) -> None:
+    """One data_{i}.pt, as speculators' own generator saves it; runs in a writer thread."""
     import torch
-    from safetensors.torch import save
 
-    tensors = {
-        "hidden_states": hidden,
-        "input_ids": torch.tensor([t for s in batch for t in s.ids], dtype=torch.int64),
-        "seq_lens": torch.tensor([len(s.ids) for s in batch], dtype=torch.int64),
+    if ready is not None:
+        ready.synchronize()  # the copies to these host tensors are done
+    tmp = tmp_path(path)
+    torch.save({"input_ids": torch.tensor(s.ids, dtype=torch.int64),
+                "hidden_states": hidden_states,
+                "loss_mask": torch.tensor(_mask(s), dtype=torch.int64)}, str(tmp))
+    fsync_path(tmp)
+    os.replace(tmp, path)
+
+
+def _save_token_freq(path: Path, samples: Sequence[Sample]) -> int:
+    """{token id: count} over the tokens whose loss_mask is 1, as speculators'
+    save_token_frequency_distribution writes it; keys ascending (byte-stable)."""
+    import torch
+
+    counts: collections.Counter[int] = collections.Counter()
+    for s in samples:
+        counts.update(t for t, m in zip(s.ids, _mask(s)) if m)
+    tmp = tmp_path(path)
+    torch.save({t: counts[t] for t in sorted(counts)}, str(tmp))
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    return sum(counts.values())
+
+
+def _data_config(args: argparse.Namespace, model_dir: Path, cfg: Dict[str, Any],
+                 layers: List[int], dtype_name: str, samples: Sequence[Sample],
+                 truncated: int, masked_tokens: int) -> Dict[str, Any]:
+    """What speculators' generator writes as data_config.json, in its layout where the
+    fields are the same (no timestamp: the output must be byte-identical across runs)."""
+    hidden = cfg["hidden_size"]
+    return {
+        "version": "2.0",
+        "generator": "eagle3-tui remote/extract.py --backend %s" % args.backend,
+        "model": {"target_model_path": str(model_dir), "tensor_parallel_size": args.tp,
+                  "hidden_size": hidden, "num_hidden_layers": cfg["num_hidden_layers"]},
+        "data": {"train_data_path": str(Path(args.data).resolve()),
+                 "seq_length": args.max_seq_len, "num_samples": len(samples),
+                 "num_tokens": sum(len(s.ids) for s in samples), "truncated": truncated,
+                 "loss_mask_from_input": any(s.mask is not None for s in samples)},
+        "hidden_states": {"layer_ids": layers, "dtype": dtype_name,
+                          "trainable": not args.raw or (
+                              len(layers) == 4 and layers[-1] == cfg["num_hidden_layers"] - 1),
+                          "description": "decoder-layer outputs before the final norm "
+                                         "(hidden + residual): aux layers, then the last"},
+        "token_freq": {"file": TOKEN_FREQ_FILE, "masked_tokens": masked_tokens},
+        "format": {
+            "file_pattern": "data_{idx}.pt",
+            "data_format_version": 1,
+            "schema": {
+                "input_ids": {"dtype": "torch.long", "shape": "[seq_len]"},
+                "hidden_states": {"dtype": "list[torch.%s]" % dtype_name,
+                                  "shape": "list of [seq_len, %d]" % hidden,
+                                  "num_tensors": len(layers)},
+                "loss_mask": {"dtype": "torch.long", "shape": "[seq_len]",
+                              "description": "1 for tokens to train on (all ones when the "
+                                             "input has no loss_mask)"},
+            },
+        },
     }
-    if with_mask:
-        tensors["loss_mask"] = torch.tensor(_mask_list(batch), dtype=torch.uint8)
-    # One metadata key only: safetensors keeps __metadata__ in a hash map whose order
-    # varies between processes, and the output must be byte-identical across runs.
-    return save(tensors, metadata={"format": "pt"})
 
 
 def run(args: argparse.Namespace) -> int:
     model_dir = Path(args.model).resolve()
     cfg = read_model_config(model_dir)
     num_layers, hidden = cfg["num_hidden_layers"], cfg["hidden_size"]
-    layers = choose_layers(args.layers, num_layers)
+    layers = choose_layers(args.layers, num_layers, args.raw)
     max_seq_len = args.max_seq_len
     samples, truncated = read_dataset(Path(args.data), model_dir, max_seq_len)
     vocab = cfg.get("vocab_size")
@@ -837,32 +947,31 @@ def run(args: argparse.Namespace) -> int:
             raise Fail("--batch-size must be <= %d with the vllm backend" % VLLM_MAX_SEQS)
         max_tokens = max(VLLM_MIN_BATCH_TOKENS, max_seq_len + 1)
     plan = plan_batches(samples, args.batch_size, max_tokens)
-    with_mask = any(s.mask is not None for s in samples)
 
     out = Path(args.out).resolve()
     lock = lock_out_dir(out)  # noqa: F841  (held until exit)
     try:
-        import safetensors  # noqa: F401
         import torch
     except ImportError as exc:
-        raise Fail("the %s backend needs torch and safetensors: %s"
-                   % (args.backend, _one_line(exc))) from None
+        raise Fail("the %s backend needs torch: %s" % (args.backend, _one_line(exc))) from None
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     on_gpu = device == "cuda" or args.backend == "vllm"
     dtype_name = args.dtype or ("bfloat16" if on_gpu else "float32")
     dtype = getattr(torch, dtype_name)
 
-    files = [out / ("batch-%05d.safetensors" % i) for i in range(len(plan))]
-    todo = [i for i, (a, b) in enumerate(plan) if not (
-        files[i].is_file()
-        and _batch_matches(files[i], samples[a:b], len(layers), hidden, dtype, with_mask))]
+    files = [out / (SAMPLE_FILE % i) for i in range(len(samples))]
+    have = {i for i, f in enumerate(files)
+            if f.is_file() and _sample_ok(f, samples[i], len(layers), hidden, dtype)}
+    todo = {b for b, idx in enumerate(plan) if any(i not in have for i in idx)}
     backend: Any = None
     if todo:
         if args.backend == "hf":
             try:
+                import safetensors  # noqa: F401
                 import transformers  # noqa: F401
             except ImportError:
-                raise Fail("the hf backend needs transformers: pip install transformers") from None
+                raise Fail("the hf backend needs transformers and safetensors: "
+                           "pip install transformers safetensors") from None
             if device == "cuda" and not torch.cuda.is_available():
                 raise Fail("--device cuda, but torch sees no CUDA device")
             backend = HfBackend(model_dir, layers, device, dtype_name, args.shard_delay)
@@ -873,60 +982,61 @@ def run(args: argparse.Namespace) -> int:
         backend.load()
 
     total_seqs, total_tokens = len(samples), sum(len(s.ids) for s in samples)
-    done_seqs = done_tokens = work_tokens = 0
-    work_time = 0.0
+    done = {"seqs": 0, "tokens": 0, "work": 0}
     t_start = time.monotonic()
-    entries = []
     n = len(plan)
-    for i, (a, b) in enumerate(plan):
-        batch = samples[a:b]
-        tokens = sum(len(s.ids) for s in batch)
-        if i not in todo:
-            say("%s batch %d/%d skipped (already done)" % (PREFIX, i + 1, n))
-            data = files[i].read_bytes()
-        else:
-            t0 = time.monotonic()
-            hs = backend.extract(batch)
-            data = _serialize(hs, batch, with_mask)
-            atomic_write(files[i], data)
-            work_time += time.monotonic() - t0
-            work_tokens += tokens
-        done_seqs += len(batch)
-        done_tokens += tokens
-        entries.append({"file": files[i].name, "first_sequence": a, "sequences": len(batch),
-                        "tokens": tokens, "sha256": hashlib.sha256(data).hexdigest()})
-        if i in todo:
-            rate = work_tokens / work_time if work_time > 0 else 0.0
-            eta = (total_tokens - done_tokens) / rate if rate > 0 else 0.0
-            say("%s batch %d/%d | seqs %d/%d | tokens %d/%d | %.1f tok/s | elapsed %s | eta %s" % (
-                PREFIX, i + 1, n, done_seqs, total_seqs, done_tokens, total_tokens, rate,
-                hms(time.monotonic() - t_start), hms(eta)))
-    index = {
-        "format": INDEX_FORMAT,
-        "backend": args.backend,
-        "model": str(model_dir),
-        "data": str(Path(args.data).resolve()),
-        "layers": layers,
-        "num_hidden_layers": num_layers,
-        "hidden_size": hidden,
-        "dtype": dtype_name,
-        "batch_size": args.batch_size,
-        "max_seq_len": max_seq_len,
-        "truncated": truncated,
-        "sequences": total_seqs,
-        "tokens": total_tokens,
-        "loss_mask": with_mask,
-        "tensors": {"hidden_states": "[layers, tokens, hidden]", "input_ids": "[tokens] int64",
-                    "seq_lens": "[sequences] int64",
-                    **({"loss_mask": "[tokens] uint8"} if with_mask else {})},
-        "batches": entries,
-    }
-    index_path = out / "index.json"
-    atomic_write(index_path, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+    # (batch number, its writes); lines are printed in batch order as writes complete.
+    pending: Deque[Tuple[int, List[Future]]] = collections.deque()
+
+    def finish_oldest() -> None:
+        b, futures = pending.popleft()
+        for f in futures:
+            try:
+                f.result()
+            except OSError as exc:
+                raise Fail("cannot write %s: %s" % (out, _one_line(exc)), 3) from None
+        idx = plan[b]
+        tokens = sum(len(samples[i].ids) for i in idx)
+        done["seqs"] += len(idx)
+        done["tokens"] += tokens
+        if b not in todo:
+            say("%s batch %d/%d skipped (already done)" % (PREFIX, b + 1, n))
+            return
+        done["work"] += tokens
+        elapsed = time.monotonic() - t_start
+        rate = done["work"] / elapsed if elapsed > 0 else 0.0
+        eta = (total_tokens - done["tokens"]) / rate if rate > 0 else 0.0
+        say("%s batch %d/%d | seqs %d/%d | tokens %d/%d | %.1f tok/s | elapsed %s | eta %s" % (
+            PREFIX, b + 1, n, done["seqs"], total_seqs, done["tokens"], total_tokens, rate,
+            hms(elapsed), hms(eta)))
+
+    _skip_crc32(torch)
+    # Threads blocked in fsync or on a CUDA event hold no GIL: more of them than cores.
+    pool = ThreadPoolExecutor(max_workers=max(4, min(32, 2 * (os.cpu_count() or 2))))
+    try:
+        for b, idx in enumerate(plan):
+            futures: List[Future] = []
+            if b in todo:
+                per_sample, ready = backend.extract([samples[i] for i in idx])
+                futures = [pool.submit(_write_sample, files[i], samples[i], hs, ready)
+                           for i, hs in zip(idx, per_sample) if i not in have]
+            pending.append((b, futures))
+            while pending and (len(pending) > IN_FLIGHT
+                               or all(f.done() for f in pending[0][1])):
+                finish_oldest()
+        while pending:
+            finish_oldest()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    fsync_path(out)  # the renames of the sample files
+    masked = _save_token_freq(out / TOKEN_FREQ_FILE, samples)
+    config = _data_config(args, model_dir, cfg, layers, dtype_name, samples, truncated, masked)
+    config_path = out / CONFIG_FILE
+    atomic_write(config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
     elapsed = time.monotonic() - t_start
-    rate = work_tokens / work_time if work_time > 0 else 0.0
+    rate = done["work"] / elapsed if elapsed > 0 else 0.0
     say("%s done: %d sequences, %d tokens in %s (%.1f tok/s) -> %s"
-        % (PREFIX, total_seqs, total_tokens, hms(elapsed), rate, index_path))
+        % (PREFIX, total_seqs, total_tokens, hms(elapsed), rate, config_path))
     return 0
 
 
@@ -945,7 +1055,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--data", help="input JSONL")
     p.add_argument("--out", help="output directory")
     p.add_argument("--layers", help="comma-separated layer ids (default: speculators' choice)")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per output file")
+    p.add_argument("--raw", action="store_true",
+                   help="write the layers asked for even if they cannot train an EAGLE-3 "
+                        "drafter (which needs 3 aux layers + the last)")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     p.add_argument("--max-seq-len", type=int, default=2048, help="truncate longer sequences")
     p.add_argument("--device", choices=("cpu", "cuda"), help="hf backend (default: cuda if any)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),

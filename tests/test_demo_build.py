@@ -102,7 +102,7 @@ def test_rebuild_reuses_a_complete_demo_and_repairs_or_replaces_others(
 
 def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
     """The exact argv written to eagle3.toml runs to completion, shards on the bar."""
-    paths = build_demo(tmp_path, shards=7, layers=3, hidden=32, sequences=10, seq_len=12,
+    paths = build_demo(tmp_path, shards=7, layers=7, hidden=32, sequences=10, seq_len=12,
                        shard_delay=0.01, patches=False)
     argv = parse_config(paths.config.read_text()).run.command
     proc = subprocess.run(list(argv), cwd=paths.root, check=False,
@@ -113,9 +113,9 @@ def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
     assert len(bars) == 8
     done = proc.stdout.splitlines()[-1]
     assert re.match(r"^\[extract\] done: 10 sequences, 120 tokens in ", done)
-    assert (paths.out / "index.json").is_file()
+    assert (paths.out / "data_config.json").is_file()
     # clear_out gives a newcomer a fresh run instead of a resumed one.
-    build_demo(tmp_path, shards=7, layers=3, hidden=32, sequences=10, seq_len=12,
+    build_demo(tmp_path, shards=7, layers=7, hidden=32, sequences=10, seq_len=12,
                shard_delay=0.01, clear_out=True, patches=False)
     assert not paths.out.exists()
 

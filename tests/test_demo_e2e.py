@@ -32,11 +32,12 @@ async def until(pilot: Any, cond: Callable[[], bool], timeout: float, what: str)
 
 
 def outputs(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
-    """sha256 of every batch file, and index.json without the two input paths (the two
-    runs read the same model and data from different demo dirs)."""
-    index = json.loads((out / "index.json").read_text())
-    index.pop("model"), index.pop("data")
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.safetensors"))}, index
+    """sha256 of every data file and of token_freq.pth, and data_config.json without the
+    two input paths (the two runs read the same model and data from different demo dirs)."""
+    config = json.loads((out / "data_config.json").read_text())
+    config["model"].pop("target_model_path"), config["data"].pop("train_data_path")
+    files = sorted(out.glob("data_*.pt")) + [out / "token_freq.pth"]
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}, config
 
 
 def demo_config(tmp_path: Path, name: str, delay: float) -> tuple[Any, Any]:
@@ -62,12 +63,10 @@ async def test_demo_runs_to_the_end_in_the_dashboard(tmp_path: Path) -> None:
         assert "64/64" in progress and "batch" in progress
         run = app.state.runs[0]
         assert run.exit_code == 0 and run.name == "demo-extract"
-    from safetensors import safe_open
+    import torch
 
-    index = json.loads((paths.out / "index.json").read_text())
-    first = paths.out / index["batches"][0]["file"]
-    with safe_open(str(first), "pt") as f:
-        assert f.get_tensor("hidden_states").shape[-1] == 64  # the model's hidden size
+    first = torch.load(str(paths.out / "data_0.pt"), mmap=True, weights_only=True)
+    assert [h.shape[-1] for h in first["hidden_states"]] == [64] * 4  # the model's hidden size
 
 
 async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted_run(tmp_path: Path) -> None:
@@ -80,12 +79,12 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
     cfg = replace(cfg, host=replace(cfg.host, runs_dir=str(tmp_path / "runs2")))
     app = make_app(services.new_client("local", cfg), cfg, "local", launch=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: any((paths.out).glob("batch-*.safetensors")), 120, "the first batch file")
+        await until(pilot, lambda: any((paths.out).glob("data_*.pt")), 120, "the first data file")
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the kill confirmation")
         await pilot.press("y")
         await until(pilot, lambda: any(r.state == "killed" for r in app.state.runs), 60, "the killed run")
-        assert not (paths.out / "index.json").exists()  # it really was cut short
+        assert not (paths.out / "data_config.json").exists()  # it really was cut short
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the relaunch confirmation")
         await pilot.press("y")

@@ -26,7 +26,7 @@ from tui.demo import PATCH_SET, VENV_MARKER, DemoPaths, build_demo
 from tui.state import patches as P
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = {"shards": 4, "layers": 2, "hidden": 32, "sequences": 4, "seq_len": 8, "shard_delay": 0.01}
+SMALL = {"shards": 4, "layers": 7, "hidden": 32, "sequences": 4, "seq_len": 8, "shard_delay": 0.01}
 FIND_SPEC = ("import importlib.util; "
              "print(importlib.util.find_spec('speculators').submodule_search_locations[0])")
 
@@ -107,7 +107,7 @@ def test_demo_extract_runs_with_the_venv_python(demo: DemoPaths) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert re.match(r"^\[extract\] done: 4 sequences, 32 tokens in ", proc.stdout.splitlines()[-1])
-    assert (demo.out / "index.json").is_file()
+    assert (demo.out / "data_config.json").is_file()
 
 
 def test_rebuild_reuses_the_venv(demo: DemoPaths) -> None:

@@ -23,8 +23,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         raise  # CI installs the demo extra: a missing one is a failure there
     pytest.skip(f"needs torch, transformers, safetensors ({exc})", allow_module_level=True)
 
-from safetensors.torch import load_file
-
 from tui.demo import build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +41,9 @@ PROGRESS = re.compile(
 SKIPPED = re.compile(r"^\[extract\] batch (\d+)/(\d+) skipped \(already done\)$")
 DONE = re.compile(
     r"^\[extract\] done: (\d+) sequences, (\d+) tokens in \d+:\d{2}:\d{2} "
-    r"\((\d+\.\d) tok/s\) -> (/.+/index\.json)$"
+    r"\((\d+\.\d) tok/s\) -> (/.+/data_config\.json)$"
 )
+KEYS = ["input_ids", "hidden_states", "loss_mask"]
 
 
 def extract(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -52,11 +51,16 @@ def extract(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
                           text=True, timeout=timeout)
 
 
+def load_sample(path: Path) -> dict:
+    """As speculators 0.3.0's Eagle3SampleFileDataset loads each file."""
+    return torch.load(str(path), mmap=True, weights_only=True, map_location="cpu")
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory):
-    """A 5-layer model in 6 shards, and a dataset of unequal lengths (padding matters)."""
-    paths = build_demo(tmp_path_factory.mktemp("demo"), shards=6, layers=5, hidden=64,
-                       sequences=2, seq_len=8, shard_delay=0.0)
+    """An 8-layer model in 6 shards, and a dataset of unequal lengths (padding matters)."""
+    paths = build_demo(tmp_path_factory.mktemp("demo"), shards=6, layers=8, hidden=64,
+                       sequences=2, seq_len=8, shard_delay=0.0, patches=False)
     data = paths.root / "varied.jsonl"
     lengths = [5, 17, 9, 33, 2, 12, 21, 7, 14, 3]
     with open(data, "w") as f:
@@ -76,54 +80,66 @@ def first_run(demo, tmp_path_factory: pytest.TempPathFactory):
     return out, proc
 
 
-def test_shapes_and_index(demo, first_run) -> None:
-    _, _, lengths = demo
+def test_speculators_files_and_config(demo, first_run) -> None:
+    _, data, lengths = demo
     out, _ = first_run
-    index = json.loads((out / "index.json").read_text())
-    # speculators' default for 5 layers: [2, 5 // 2, 5 - 3, 5 - 1] deduplicated.
-    assert index["layers"] == [2, 4]
-    assert index["hidden_size"] == 64 and index["sequences"] == len(lengths)
-    assert [b["sequences"] for b in index["batches"]] == [4, 4, 2]
-    for b in index["batches"]:
-        blob = (out / b["file"]).read_bytes()
-        assert hashlib.sha256(blob).hexdigest() == b["sha256"]
-        t = load_file(str(out / b["file"]))
-        seqs = lengths[b["first_sequence"]: b["first_sequence"] + b["sequences"]]
-        assert t["seq_lens"].tolist() == seqs
-        assert t["hidden_states"].shape == (2, sum(seqs), 64)
-        assert t["input_ids"].shape == (sum(seqs),)
-        assert "loss_mask" not in t
+    # Nothing else whose name ends in "pt": speculators' list_files takes all of those.
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith("pt")) == sorted(
+        f"data_{i}.pt" for i in range(len(lengths)))
+    rows = [json.loads(line)["input_ids"] for line in data.read_text().splitlines()]
+    for i, n in enumerate(lengths):
+        d = load_sample(out / f"data_{i}.pt")
+        assert list(d) == KEYS
+        assert d["input_ids"].dtype == torch.int64 and d["input_ids"].tolist() == rows[i]
+        assert d["loss_mask"].dtype == torch.int64 and d["loss_mask"].tolist() == [1] * n
+        hs = d["hidden_states"]
+        assert isinstance(hs, list) and len(hs) == 4
+        for h in hs:
+            assert h.dtype == torch.float32 and h.shape == (n, 64)
+            # each on its own storage: the loader estimates lengths from file sizes
+            assert h.untyped_storage().nbytes() == n * 64 * 4
+    config = json.loads((out / "data_config.json").read_text())
+    # speculators' default for 8 layers: [2, 8 // 2, 8 - 3, 8 - 1]
+    assert config["hidden_states"]["layer_ids"] == [2, 4, 5, 7]
+    assert config["hidden_states"]["trainable"] is True
+    assert config["model"]["hidden_size"] == 64 and config["model"]["num_hidden_layers"] == 8
+    assert config["data"]["num_samples"] == len(lengths)
+    assert config["data"]["num_tokens"] == sum(lengths)
+    assert config["format"]["file_pattern"] == "data_{idx}.pt"
+    assert config["format"]["data_format_version"] == 1
+    freq = torch.load(str(out / config["token_freq"]["file"]), weights_only=True)
+    want: dict[int, int] = {}
+    for r in rows:
+        for t in r:
+            want[t] = want.get(t, 0) + 1
+    assert freq == want and list(freq) == sorted(want)
+    assert config["token_freq"] == {"file": "token_freq.pth", "masked_tokens": sum(lengths)}
 
 
 def test_matches_direct_forward(demo, first_run) -> None:
     """Each captured layer equals transformers' own forward of that sequence alone."""
-    paths, data, _ = demo
+    paths, _, lengths = demo
     out, _ = first_run
     model = transformers.AutoModelForCausalLM.from_pretrained(str(paths.model)).float()
     model.eval()
-    index = json.loads((out / "index.json").read_text())
-    layers = index["layers"]
-    last = index["num_hidden_layers"] - 1
-    for b in index["batches"]:
-        t = load_file(str(out / b["file"]))
-        start = 0
-        for n in t["seq_lens"].tolist():
-            ids = t["input_ids"][start: start + n]
-            with torch.no_grad():
-                ref = model(ids[None], output_hidden_states=True).hidden_states
-            for k, layer in enumerate(layers):
-                ours = t["hidden_states"][k, start: start + n]
-                if layer == last:
-                    # hidden_states[-1] is after the final norm; ours is before it, as
-                    # speculators captures it.
-                    ours = model.model.norm(ours[None])[0]
-                    assert torch.allclose(ours, ref[-1][0], atol=1e-4, rtol=1e-4)
-                else:
-                    assert torch.allclose(ours, ref[layer + 1][0], atol=1e-4, rtol=1e-4)
-            start += n
+    layers = [2, 4, 5, 7]
+    for i in range(len(lengths)):
+        d = load_sample(out / f"data_{i}.pt")
+        with torch.no_grad():
+            ref = model(d["input_ids"][None], output_hidden_states=True).hidden_states
+        for k, layer in enumerate(layers):
+            ours = d["hidden_states"][k]
+            if layer == 7:
+                # hidden_states[-1] is after the final norm; ours is before it, as
+                # speculators captures it.
+                ours = model.model.norm(ours[None])[0]
+                assert torch.allclose(ours, ref[-1][0], atol=1e-4, rtol=1e-4)
+            else:
+                assert torch.allclose(ours, ref[layer + 1][0], atol=1e-4, rtol=1e-4)
 
 
-def test_log_lines_parse(first_run) -> None:
+def test_log_lines_parse(demo, first_run) -> None:
+    _, _, lengths = demo
     out, proc = first_run
     bars = [BAR.match(line) for line in proc.stderr.splitlines() if "checkpoint shards" in line]
     assert all(bars), proc.stderr
@@ -135,11 +151,12 @@ def test_log_lines_parse(first_run) -> None:
     lines = proc.stdout.splitlines()
     progress = [PROGRESS.match(line) for line in lines[:-1]]
     assert all(progress), proc.stdout
+    # Batches of 4 by length, longest first: 33 21 17 14 | 12 9 7 5 | 3 2.
     assert [(m[1], m[2], m[3], m[5]) for m in progress] == [
-        ("1", "3", "4", "64"), ("2", "3", "8", "106"), ("3", "3", "10", "123")]
+        ("1", "3", "4", "85"), ("2", "3", "8", "118"), ("3", "3", "10", "123")]
     done = DONE.match(lines[-1])
-    assert done and done[1] == "10" and done[2] == "123"
-    assert Path(done[4]) == out / "index.json"
+    assert done and done[1] == "10" and done[2] == str(sum(lengths))
+    assert Path(done[4]) == out / "data_config.json"
 
 
 def _digests(d: Path) -> dict[str, str]:
@@ -158,9 +175,9 @@ def test_killed_and_resumed_is_byte_identical(demo, first_run, tmp_path: Path) -
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not (part / "batch-00000.safetensors").exists():
-            assert proc.poll() is None, "extract.py ended before writing its first batch"
-            assert time.monotonic() < deadline, "no batch file within 60 s"
+        while not (part.exists() and list(part.glob("data_*.pt"))):
+            assert proc.poll() is None, "extract.py ended before writing its first file"
+            assert time.monotonic() < deadline, "no data file within 60 s"
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
     finally:
@@ -168,14 +185,58 @@ def test_killed_and_resumed_is_byte_identical(demo, first_run, tmp_path: Path) -
         _, ref_err = ref.communicate(timeout=120)
     assert ref.returncode == 0, ref_err
     assert proc.returncode == -signal.SIGKILL
-    assert not (part / "index.json").exists(), "the run finished before the kill; nothing tested"
-    kept = sorted(p.name for p in part.glob("batch-*.safetensors"))
+    assert not (part / "data_config.json").exists(), "the run finished before the kill"
+    kept = {int(p.name[5:-3]) for p in part.glob("data_*.pt")}
+    assert 0 < len(kept) < len(lengths)
     resumed = extract(*args, "--out", str(part))
     assert resumed.returncode == 0, resumed.stderr
     skipped = [SKIPPED.match(line) for line in resumed.stdout.splitlines()]
-    assert [int(m[1]) for m in skipped if m] == [int(k[6:11]) + 1 for k in kept]
+    # batch size 1, longest first: batch b holds the b-th longest sequence
+    by_length = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    assert {by_length[int(m[1]) - 1] for m in skipped if m} == kept
     assert _digests(part) == _digests(full)
-    assert len(_digests(full)) == len(lengths) + 2  # batches, index.json, the lock file
+    # data files, token_freq.pth, data_config.json, the lock file; no temp file left
+    assert len(_digests(full)) == len(lengths) + 3
+
+
+def test_rerun_redoes_a_damaged_file_only(demo, first_run, tmp_path: Path) -> None:
+    paths, data, lengths = demo
+    out, _ = first_run
+    copy = tmp_path / "out"
+    copy.mkdir()
+    for p in out.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    before = _digests(copy)
+    (copy / "data_3.pt").write_bytes((copy / "data_3.pt").read_bytes()[:100])  # torn
+    (copy / "data_5.tmp-999").write_bytes(b"left by a killed run")
+    proc = extract("--backend", "hf", "--model", str(paths.model), "--data", str(data),
+                   "--out", str(copy), "--batch-size", "4", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    # data_3 (33 tokens) is in batch 1; batches 2 and 3 are skipped
+    assert [SKIPPED.match(x)[1] for x in proc.stdout.splitlines() if SKIPPED.match(x)] == ["2", "3"]
+    assert _digests(copy) == before
+
+
+@pytest.mark.parametrize("layers", [None, "2,4,7", "1,2,3,4", "1,2,3,5,7"])
+def test_layers_that_cannot_train_are_refused_unless_raw(tmp_path: Path, layers: str | None) -> None:
+    paths = build_demo(tmp_path / "demo", shards=2, layers=5 if layers is None else 8,
+                       hidden=32, sequences=3, seq_len=6, shard_delay=0.0, patches=False)
+    args = ["--model", str(paths.model), "--data", str(paths.data), "--device", "cpu"]
+    args += ["--layers", layers] if layers else []
+    proc = extract(*args, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot train an EAGLE-3 drafter" in proc.stderr and "--raw" in proc.stderr
+    if layers is None:
+        assert "default layers [2, 2, 2, 4]" in proc.stderr
+    assert not list((tmp_path / "out").glob("*pt"))
+    raw = extract(*args, "--raw", "--out", str(tmp_path / "raw"))
+    assert raw.returncode == 0, raw.stderr
+    want = sorted({2, 4}) if layers is None else sorted(int(x) for x in layers.split(","))
+    config = json.loads((tmp_path / "raw" / "data_config.json").read_text())
+    assert config["hidden_states"]["layer_ids"] == want
+    assert config["hidden_states"]["trainable"] is False
+    assert len(load_sample(tmp_path / "raw" / "data_0.pt")["hidden_states"]) == len(want)
 
 
 @pytest.mark.parametrize("case", ["no_model", "bad_json", "no_keys", "big_id", "empty",
@@ -195,7 +256,7 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
               "bad_json": "bad.jsonl line 3: not valid JSON",
               "no_keys": "bad.jsonl line 2: needs one of",
               "big_id": "token id 5000 >= vocab size 1024",
-              "empty": "no sequences", "bad_layers": "--layers: 9 is out of range [0, 4]",
+              "empty": "no sequences", "bad_layers": "--layers: 9 is out of range [0, 7]",
               "no_data_arg": "--data is required",
               "empty_ids": "line 1: 'input_ids' must be a non-empty"}
     if case == "no_model":
@@ -208,7 +269,7 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert expect[case] in proc.stderr
-    assert not (tmp_path / "out" / "index.json").exists()
+    assert not (tmp_path / "out" / "data_config.json").exists()
 
 
 def test_text_and_chat_with_loss_mask(demo, tmp_path: Path) -> None:
@@ -241,14 +302,19 @@ def test_text_and_chat_with_loss_mask(demo, tmp_path: Path) -> None:
                                         {"from": "human", "value": "thanks"}]}) + "\n")
     proc = extract("--model", str(model), "--data", str(data), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
-    t = load_file(str(tmp_path / "out" / "batch-00000.safetensors"))
-    ids, mask = t["input_ids"].tolist(), t["loss_mask"].tolist()
-    assert t["seq_lens"].tolist() == [2, 7, 7]
+    d = [load_sample(tmp_path / "out" / f"data_{i}.pt") for i in range(3)]
+    ids = [t for x in d for t in x["input_ids"].tolist()]
+    mask = [m for x in d for m in x["loss_mask"].tolist()]
+    assert [len(x["input_ids"]) for x in d] == [2, 7, 7]
     assert [words[i] for i in ids[:2]] == ["hello", "there"] and mask[:2] == [1, 1]
     # <|user|> how are you <|assistant|> | fine thanks
     assert mask[2:9] == [0, 0, 0, 0, 0, 1, 1]
     # <|user|> hello <|assistant|> | hello there | <|user|> thanks
     assert mask[9:] == [0, 0, 0, 1, 1, 0, 0]
+    # token frequencies count the masked tokens only: hello there, fine thanks, hello there
+    freq = torch.load(str(tmp_path / "out" / "token_freq.pth"), weights_only=True)
+    assert {words[t]: c for t, c in freq.items()} == {"hello": 2, "there": 2, "fine": 1,
+                                                       "thanks": 1}
 
 
 def test_preflight_without_vllm_fails_fast(tmp_path: Path) -> None:
@@ -380,24 +446,26 @@ def test_vllm_backend_on_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[preflight] all " in proc.stdout
     assert DONE.match(proc.stdout.splitlines()[-1])
-    index = json.loads((out / "index.json").read_text())
-    assert index["layers"] == [2, 4, 5, 7] and index["hidden_size"] == 4
+    config = json.loads((out / "data_config.json").read_text())
+    layers = config["hidden_states"]["layer_ids"]
+    assert layers == [2, 4, 5, 7] and config["model"]["hidden_size"] == 4
+    assert config["generator"].endswith("--backend vllm")
     monkeypatch.syspath_prepend(str(STANDIN))
     from vllm.model_executor.models.llama import reference_hidden_states
 
     try:
-        seen = 0
-        for b in index["batches"]:
-            t = load_file(str(out / b["file"]))
-            start = 0
-            for n in t["seq_lens"].tolist():
-                ids = t["input_ids"][start: start + n].tolist()
-                assert ids == prompts[seen]
-                want = torch.stack(reference_hidden_states(ids, index["layers"], 8))
-                assert torch.equal(t["hidden_states"][:, start: start + n], want)
-                start += n
-                seen += 1
-        assert seen == len(prompts)
+        # the same files as the hf backend writes: one per prompt, in input order
+        assert sorted(p.name for p in out.iterdir() if p.name.endswith("pt")) == sorted(
+            f"data_{i}.pt" for i in range(len(prompts)))
+        for i, ids in enumerate(prompts):
+            d = load_sample(out / f"data_{i}.pt")
+            assert list(d) == KEYS and d["input_ids"].tolist() == ids
+            assert d["loss_mask"].tolist() == [1] * len(ids)
+            want = reference_hidden_states(ids, layers, 8)
+            assert len(d["hidden_states"]) == len(want)
+            for h, w in zip(d["hidden_states"], want):
+                assert torch.equal(h, w)
+                assert h.untyped_storage().nbytes() == h.numel() * h.element_size()
     finally:
         for name in [m for m in sys.modules if m.split(".")[0] == "vllm"]:
             del sys.modules[name]
@@ -414,4 +482,4 @@ def test_vllm_backend_refuses_to_load_when_preflight_fails(tmp_path: Path) -> No
                           capture_output=True, text=True, timeout=120, env=_standin_env(site))
     assert proc.returncode == 1
     assert "[preflight] FAIL sample_tokens" in proc.stdout
-    assert not list((tmp_path / "out").glob("batch-*"))
+    assert not list((tmp_path / "out").glob("data_*"))

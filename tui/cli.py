@@ -194,7 +194,7 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
         run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
     from tui.headless import describe_end, succeeded
 
-    where = f"demo outputs: {paths.out}/; config: {paths.config}"
+    where = f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}"
     if run is None:
         fail(f"the demo run was never launched; {where}", EXIT_FAILED)
     elif run.get("state") == "running":
