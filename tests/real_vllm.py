@@ -77,22 +77,33 @@ def build(root: Path) -> dict[str, float]:
     return times
 
 
+def _installed(root: Path) -> str:
+    """The requirement list the cached environment was built from (rebuilt on a change)."""
+    f = root / "requirements.txt"
+    return f.read_text() if f.is_file() else ""
+
+
 def ensure() -> Path:
     """The environment's site directory, built once (file lock) and reused."""
     root = env_dir()
-    if (root / ".complete").is_file():
+    wanted = "\n".join([VLLM, *DEPS]) + "\n"
+    if (root / ".complete").is_file() and _installed(root) == wanted:
         return root / "site"
     root.mkdir(parents=True, exist_ok=True)
     with open(root.with_name(root.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".complete").is_file():
+        if not (root / ".complete").is_file() or _installed(root) != wanted:
+            (root / ".complete").unlink(missing_ok=True)
+            why = ""
             try:
                 times = build(root)
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 why = f"cannot create the vLLM 0.16.0 test environment in {root}: {exc}"
-                if os.environ.get("CI"):
-                    pytest.fail(why, pytrace=False)
+            if why and os.environ.get("CI"):
+                pytest.fail(why, pytrace=False)
+            if why:
                 pytest.skip(why)
+            (root / "requirements.txt").write_text(wanted)
             (root / ".complete").write_text(
                 "".join(f"{k} {v:.1f}s\n" for k, v in times.items()))
     return root / "site"
