@@ -80,6 +80,10 @@ def run_state(spec: dict, state: dict) -> dict:
 def main() -> int:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
+    if spec.get("reorder_probe"):
+        from tests.real_vllm_worker import reorder_probe
+
+        sys.stdout.write("PROBE " + json.dumps(reorder_probe()) + "\n")
     for state in spec["states"]:
         sys.stdout.write("RESULT " + json.dumps(run_state(spec, state)) + "\n")
         sys.stdout.flush()

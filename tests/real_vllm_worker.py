@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 from vllm.model_executor.models.interfaces import SupportsEagle3
+from vllm.sampling_params import SamplingParams
 from vllm.v1.attention.backends.utils import reorder_batch_to_split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
@@ -202,3 +203,26 @@ class FakeWorker(WorkerBase):
         r = self.model_runner
         return {"requests": sorted(r.requests), "state": r.execute_model_state is not None,
                 "steps": r.steps, "orders": r.orders}
+
+
+def reorder_probe() -> list[str]:
+    """The real reorder on a real InputBatch where one request already has computed tokens
+    (as it would with prefix caching or a chunked prompt): it is moved to the front."""
+    batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64,
+                       device=torch.device("cpu"), pin_memory=False, vocab_size=100,
+                       block_sizes=[16], kernel_block_sizes=[16])
+    scheduled = {}
+    for req_id, prompt, computed, n in (("a", [5] * 10, 0, 10), ("b", [6] * 6, 5, 1),
+                                        ("c", [7], 0, 1)):
+        batch.add_request(CachedRequestState(
+            req_id=req_id, prompt_token_ids=prompt, mm_features=[],
+            sampling_params=SamplingParams(max_tokens=1, temperature=0.0),
+            generator=None, block_ids=([],), num_computed_tokens=computed, output_token_ids=[]))
+        scheduled[req_id] = n
+    batch.condense()
+
+    class Out:
+        num_scheduled_tokens = scheduled
+
+    reorder_batch_to_split_decodes_and_prefills(batch, Out(), decode_threshold=4096)
+    return list(batch.req_ids)

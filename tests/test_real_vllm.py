@@ -88,21 +88,24 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def drive(site: Path, tmp: Path, model: Path, states: dict[str, dict[str, bytes]],
-          batches: list[list[list[int]]], tp: int, **env: str) -> dict[str, dict[str, Any]]:
+          batches: list[list[list[int]]], tp: int, probe: bool = False,
+          **env: str) -> dict[str, Any]:
     spec = {"model": str(model), "tp": tp, "layer_ids": LAYER_IDS, "num_layers": NUM_LAYERS,
-            "batches": batches,
+            "batches": batches, "reorder_probe": probe,
             "states": [{"name": n, "site": str(speculators_site(tmp / n, f))}
                        for n, f in states.items()]}
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(DRIVER), str(tmp / "spec.json")],
                           capture_output=True, text=True, timeout=900,
                           env=real_vllm.env(site, **env), check=False)
-    out = {}
+    out: dict[str, Any] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
             out[r["state"]] = r
-    assert proc.returncode == 0 and len(out) == len(states), proc.stderr[-3000:]
+        elif line.startswith("PROBE "):
+            out["probe"] = json.loads(line[6:])
+    assert proc.returncode == 0 and len(out) == len(states) + probe, proc.stderr[-3000:]
     return out
 
 
@@ -150,8 +153,11 @@ def test_latest_rows_follow_request_order_on_real_scheduler(
     latest = P.build_version(pset, "latest", spec_wheel.pristine_files())
     mixed = [[9] * 20, [11], [12, 13], [14] * 300, [15], [16] * 17, [17]]
     shapes = [[[7]], mixed, batch(32, 4), batch(33, 5), batch(5, 3, length=1500), SMALL]
-    res = drive(site, tmp_path, model_dir, {"latest": latest}, shapes, tp=1,
-                EAGLE3_TUI_REORDER_THRESHOLD="4096")["latest"]
+    out = drive(site, tmp_path, model_dir, {"latest": latest}, shapes, tp=1, probe=True,
+                EAGLE3_TUI_REORDER_THRESHOLD="4096")
+    # The same real reorder does move a request that already has computed tokens.
+    assert out["probe"] == ["b", "a", "c"]
+    res = out["latest"]
     assert res["ok"] and res["aligned"] == [True] * len(shapes), res
     (w,) = res["workers"]
     assert w["requests"] == [] and not w["state"]
