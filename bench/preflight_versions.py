@@ -45,9 +45,12 @@ def sources(version: str) -> Path:
         for name in z.namelist():
             if name.startswith("vllm/") and name.endswith(".py"):
                 z.extract(name, out)
-    # vLLM < 0.12's executor module imports setproctitle (0.16's tier env lacks it).
+    # vLLM 0.11's scheduler and executor modules import these at module level (0.16's
+    # don't, so the tier's environment lacks them); fastapi pinned before its
+    # opentelemetry dependency.
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                    str(out), "setproctitle"], check=True, timeout=300)
+                    str(out), "setproctitle", "fastapi==0.115.12", "starlette==0.46.2"],
+                   check=True, timeout=300)
     (out / ".complete").write_text("")
     return out
 
