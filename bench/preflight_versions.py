@@ -1,7 +1,7 @@
 """remote/preflight.py against real vLLM releases other than 0.16.0 (CI covers 0.16.0 in
 tests/test_real_vllm.py; ~500 MB per wheel is too much for every CI run).
 
-    python bench/preflight_versions.py 0.11.0 0.16.0 0.17.1 0.33.0
+    python bench/preflight_versions.py 0.11.0 0.16.0 0.17.1
 
 For each version: the wheel is downloaded once (pip download --no-deps) into the test
 cache, only its vllm/**.py files are unpacked (no compiled parts), and preflight runs with
@@ -93,4 +93,4 @@ def main(versions: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["0.11.0", "0.16.0", "0.17.1", "0.33.0"]))
+    sys.exit(main(sys.argv[1:] or ["0.11.0", "0.16.0", "0.17.1"]))

@@ -256,7 +256,8 @@ def preflight(generator_file: Optional[str]) -> int:
         for name in ("get_input_embeddings", "embed_input_ids"):
             if _calls(wtree, name) and not hasattr(LlamaModel, name):
                 return False, ("custom_worker calls %s, which vLLM's LlamaModel lacks "
-                               "(renamed embed_input_ids in 0.11.1)" % name)
+                               "(get_input_embeddings was renamed embed_input_ids in 0.11.1)"
+                               % name)
         return True, "custom_worker's embedding call exists on LlamaModel"
 
     check("imports", imports)
