@@ -4,7 +4,6 @@ and `q` exits 0."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess

@@ -15,7 +15,6 @@ import pytest
 from tests.sshd import Sshd, keygen
 from tui.transport import (
     AgentClient,
-    AgentStartFailed,
     AuthFailed,
     HostKeyChanged,
     HostKeyUnknown,

@@ -9,7 +9,7 @@ from typing import Any
 
 
 class IntermediateTensors:
-    def __init__(self, tensors: dict[str, Any]) -> None:
+    def __init__(self, tensors: dict[str, Any], kv_connector_output: Any = None) -> None:
         self.tensors = tensors
 
     def __getitem__(self, key: str) -> Any:

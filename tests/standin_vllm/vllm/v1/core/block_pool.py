@@ -13,12 +13,14 @@ from typing import Any
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, enable_caching: bool, hash_block_size: int) -> None:
-        self.num_free = num_blocks
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int,
+                 enable_kv_cache_events: bool = False, metrics_collector: Any = None) -> None:
+        self.num_free = num_gpu_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
 
-    def cache_full_blocks(self, request: Any, num_cached_blocks: int, num_full_blocks: int) -> None:
+    def cache_full_blocks(self, request: Any, blocks: list[Any], num_cached_blocks: int,
+                          num_full_blocks: int, block_size: int, kv_cache_group_id: int) -> None:
         if num_cached_blocks >= num_full_blocks:
             return
         assert len(request.block_hashes) >= num_full_blocks

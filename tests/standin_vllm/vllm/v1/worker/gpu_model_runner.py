@@ -28,7 +28,7 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 
 
 class GPUModelRunner:
-    def __init__(self, vllm_config: Any) -> None:
+    def __init__(self, vllm_config: Any, device: Any) -> None:
         self.vllm_config = vllm_config
         self.block_size = vllm_config.cache_config.block_size
         self.num_layers = int(vllm_config.model_config.hf_config["num_hidden_layers"])
@@ -46,7 +46,8 @@ class GPUModelRunner:
         if req_id in self.batch:
             self.batch[self.batch.index(req_id)] = None
 
-    def _update_states(self, so: Any) -> None:
+    def _update_states(self, scheduler_output: Any) -> None:
+        so = scheduler_output
         for rid in so.finished_req_ids:
             self.requests.pop(rid, None)
             self._remove(rid)

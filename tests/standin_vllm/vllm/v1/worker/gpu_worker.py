@@ -16,17 +16,19 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 
 class Worker:
-    def __init__(self, vllm_config: Any, rank: int) -> None:
+    def __init__(self, vllm_config: Any, local_rank: int, rank: int,
+                 distributed_init_method: str, is_driver_worker: bool = False) -> None:
         self.vllm_config = vllm_config
         self.rank = rank
-        self.model_runner = GPUModelRunner(vllm_config)
+        self.model_runner = GPUModelRunner(vllm_config, "cpu")
         self.kv_cache_config: Any = None
 
     def get_kv_cache_spec(self) -> dict[str, Any]:
         return self.model_runner.get_kv_cache_spec()
 
-    def initialize_from_config(self, kv_cache_configs: list[Any]) -> None:
-        self.kv_cache_config = kv_cache_configs[self.rank]
+    def initialize_from_config(self, kv_cache_config: Any) -> None:
+        # The executor sends the list; vLLM's WorkerWrapperBase picks this rank's entry.
+        self.kv_cache_config = kv_cache_config[self.rank]
 
     def compile_or_warm_up_model(self) -> None:
         pass
@@ -46,4 +48,4 @@ def make_worker(vllm_config: Any, rank: int) -> Worker:
         module, _, name = qualname.rpartition(".")
         ext = getattr(importlib.import_module(module), name)
         cls = type("Worker", (Worker, ext), {})
-    return cls(vllm_config, rank)
+    return cls(vllm_config, rank, rank, "inproc://", rank == 0)

@@ -49,7 +49,7 @@ class Scheduler:
             return
         full = (request.num_computed_tokens + num_new_tokens) // self.block_size
         cached = self._cached_blocks.get(request.request_id, 0)
-        self.block_pool.cache_full_blocks(request, cached, full)
+        self.block_pool.cache_full_blocks(request, [], cached, full, self.block_size, 0)
         self._cached_blocks[request.request_id] = full
 
     def schedule(self) -> SchedulerOutput:
