@@ -4,20 +4,28 @@ client of tests/replay.py), and tracemalloc compares the heap after the first 2,
 with the heap at the end. Before the fix the footer was rebuilt on every snapshot and
 each rebuild left its widgets behind (~1.7 MB per 120 snapshots in tracemalloc).
 
-tracemalloc starts after 2,000 snapshots (caches and the bounded log and history are
-full by then); the heap it traces at 6,000 and at 10,000 must be about the same: what
-the app keeps replaces what it dropped."""
+tracemalloc starts after 2,000 snapshots (the bounded log and history are full by
+then); the heap it traces at 6,000 and at 10,000 must be about the same: what the app
+keeps replaces what it dropped. The libraries' bounded render caches (rich's cell
+widths, DataTable's rendered cells, the log's rendered lines) fill slowly over many
+thousands of snapshots; they are emptied before each reading so that only what the
+state and the widgets hold is compared."""
 
 from __future__ import annotations
 
 import gc
 import time
 import tracemalloc
+from typing import Any
+
+from rich import cells
+from textual.widgets import DataTable
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
 from tui.app import make_app
 from tui.config import parse_config
+from tui.widgets.logtail import TailLog
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
 TOTAL, WARM, MID = 10_000, 2_000, 6_000
@@ -32,6 +40,14 @@ def _snap(i: int) -> p.Snapshot:
     runs = [{"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python"],
              "pid": 999, "launched_at": 1764459000.0}]
     return p.Snapshot(**{**base.__dict__, "processes": procs, "gpus": gpus, "runs": runs})
+
+
+def _drop_render_caches(app: Any) -> None:
+    cells.cached_cell_len.cache_clear()
+    for table in app.query(DataTable):
+        table._clear_caches()
+    app.query_one(TailLog)._strips.clear()
+    gc.collect()
 
 
 async def test_state_and_widgets_do_not_grow_over_10000_snapshots() -> None:
@@ -52,10 +68,10 @@ async def test_state_and_widgets_do_not_grow_over_10000_snapshots() -> None:
                     await pilot.pause(0.001)
                 await pilot.pause()
             if i + 1 == WARM:
-                gc.collect()
+                _drop_render_caches(app)
                 tracemalloc.start()
             if i + 1 in (MID, TOTAL):
-                gc.collect()
+                _drop_render_caches(app)
                 measured.append(tracemalloc.get_traced_memory()[0])
                 heaps.append(tracemalloc.take_snapshot())
         tracemalloc.stop()
