@@ -59,7 +59,7 @@ class KeyedTable(DataTable):
         for cells in rows.values():
             for k, c in zip(keys, cells):
                 need[k] = max(need[k], _cell_len(c))
-        shown, cut = list(keys), {}
+        shown, cut = list(keys), dict[str, int]()
         pad = 2 * self.cell_padding
 
         def total() -> int:
