@@ -222,7 +222,8 @@ def main() -> int:
         dash = Tmux("dash", client_cmd)
         sessions.append(dash)
         first = dash.wait(["Runs", "GPUs", "Processes", "Log", "Progress", "connected", "Starting to load"], 30)
-        print(f"first full frame after connect (local): {fmt(first)} s (tmux start included: {time.monotonic() - t0:.2f} s to here)")
+        print(f"first full frame after connect (local): {fmt(first)} s wall, {cpu_s(dash.pid):.2f} s of the client's CPU"
+              f" (tmux start included: {time.monotonic() - t0:.2f} s to here)")
         procs.pids["client"] = dash.pid
         agent = None
         for _ in range(50):
@@ -346,8 +347,9 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str) -> dict[str, float]:
         cmd = f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} --config {shlex.quote(str(cfg))} connect {sshd.alias}"
         dash = Tmux("ssh", cmd)
         try:
-            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", "Starting to load"], 30)
-            print(f"first full frame after connect (loopback SSH): {fmt(t)} s")
+            last = cfg.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
+            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", last], 30)
+            print(f"first full frame after connect (loopback SSH): {fmt(t)} s wall, {cpu_s(dash.pid):.2f} s of the client's CPU")
             p = Procs()
             p.pids["client"] = dash.pid
             agent = None

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
@@ -39,6 +40,14 @@ class KeyedTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
+        # DataTable keys its render caches by an update counter that every cell update
+        # bumps, so with 1 Hz snapshots old entries are never read again; its default
+        # sizes (10,000 cells, 1,000 rows and lines) only hold dead renders, megabytes
+        # of them. A few screens' worth is enough.
+        for name, size in (("_cell_render_cache", 1000), ("_row_render_cache", 200),
+                           ("_row_renderable_cache", 200), ("_line_cache", 200)):
+            if isinstance(getattr(self, name, None), LRUCache):
+                setattr(self, name, LRUCache(size))
 
     def on_resize(self) -> None:
         self.sync(self._all_rows)
@@ -50,7 +59,7 @@ class KeyedTable(DataTable):
         for cells in rows.values():
             for k, c in zip(keys, cells):
                 need[k] = max(need[k], _cell_len(c))
-        shown, cut = list(keys), {}
+        shown, cut = list(keys), dict[str, int]()
         pad = 2 * self.cell_padding
 
         def total() -> int:
