@@ -274,8 +274,8 @@ class Agent:
     # not in memory, because the agent that finishes a kill whose link dropped exits;
     # the client's next agent (after the reconnect) reads the outcome from here.
 
-    def _actions_dir(self) -> str:
-        return os.path.join(self._runs_dir(), ".actions")
+    def _actions_dir(self, runs_dir: Optional[str] = None) -> str:
+        return os.path.join(user_path(runs_dir) if runs_dir else self._runs_dir(), ".actions")
 
     def _record_outcome(self, action: str, record: Dict[str, Any]) -> None:
         folder = self._actions_dir()
@@ -310,12 +310,13 @@ class Agent:
         """Outcomes of actions by id: the record (state running | done), or null when
         this host never received that action (or its record expired)."""
         ids = arg(args, "ids", list)
+        folder = self._actions_dir(arg(args, "runs_dir", str, None))
         out: Dict[str, Any] = {}
         for action in ids:
             if not isinstance(action, str) or not set(action) <= ACTION_ID_CHARS or not action:
                 raise BadRequest("ids must be action ids")
             try:
-                with open(os.path.join(self._actions_dir(), action + ".json"), "rb") as f:
+                with open(os.path.join(folder, action + ".json"), "rb") as f:
                     rec = json.loads(f.read().decode("utf-8"))
             except (OSError, ValueError):
                 rec = None

@@ -401,7 +401,7 @@ class EagleApp(App[None]):
             result = await call
         except LinkLost as exc:
             self._apply(ActionUnconfirmed(action_id, str(exc)))
-            rec = await services.outcome(self.client, action_id)
+            rec = await services.outcome(self.client, action_id, self.cfg.host.runs_dir)
             result = rec.get("result") if rec.get("ok") else None
             self._apply(ActionEnded(action_id, bool(rec.get("ok")), result, rec.get("error"),
                                     confirmed_after_reconnect=True))

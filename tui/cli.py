@@ -272,7 +272,7 @@ async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) ->
         event = ActionEnded(aid, True, report)
     except LinkLost as exc:
         click.echo(f"  link lost ({exc}); asking the host for the outcome after the reconnect", err=True)
-        rec = await services.outcome(client, aid, timeout=OUTCOME_WAIT)
+        rec = await services.outcome(client, aid, cfg.host.runs_dir, timeout=OUTCOME_WAIT)
         event = ActionEnded(aid, bool(rec.get("ok")), rec.get("result"), rec.get("error"),
                             confirmed_after_reconnect=True)
     except AgentRequestError as exc:

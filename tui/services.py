@@ -168,27 +168,33 @@ async def kill(
     )
 
 
-async def outcome(client: AgentClient, action: str, poll: float = 0.5, timeout: float | None = None) -> dict[str, Any]:
+async def outcome(
+    client: AgentClient, action: str, runs_dir: str | None = None, poll: float = 0.5,
+    timeout: float | None = None,
+) -> dict[str, Any]:
     """The outcome of an action whose reply was lost: wait for the link to come back,
     ask the agent, and ask again while it is still running. Returns the agent's record
-    ({"ok", "result" | "error"}), or {"ok": False, "error": …, "never_arrived": True}
-    when the host never received the request."""
+    ({"ok", "result" | "error"}), or {"ok": False, "never_arrived": True, "error": …}
+    when the host has no record of it (asked three times, so a request still in a dying
+    link's buffers has had its chance to arrive)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    missing = 0
     while True:
         if deadline is not None and time.monotonic() > deadline:
             raise LinkLost(f"no outcome of action {action} within {timeout:g} s")
         if client.connected:
             try:
-                res = await client.request("outcomes", ids=[action])
+                res = await client.request("outcomes", ids=[action], runs_dir=runs_dir)
             except TransportError:
                 res = None
             if res is not None:
                 rec = (res.get("outcomes") or {}).get(action)
-                if rec is None:
+                if rec is not None and rec.get("state") == "done":
+                    return rec
+                missing = missing + 1 if rec is None else 0
+                if missing >= 3:
                     return {"ok": False, "never_arrived": True,
                             "error": "the request never reached the host; nothing was done"}
-                if rec.get("state") == "done":
-                    return rec
         await asyncio.sleep(poll)
 
 

@@ -6,9 +6,11 @@ here does I/O or imports Textual.
 
 **The run-selection rule** (`select_run`, the only one): an explicit run id, else the
 run under the Runs table's cursor (put there by the user), else the newest live run
-of this config, else the newest run of this config. A run is "of this config" when its
-name is `[run] name` or when it was adopted through `[run] match` (external); with no
-name configured every run is. Another config's run is chosen only by naming it.
+of this config, else the newest run of this config. A run is "of this config" when it
+was launched under `[run] name` (with no name configured, every managed run is). Runs
+adopted through `[run] match` (external, started by hand) come only when this config
+never launched a run here: the newest live one, then the newest. Another config's run
+is chosen only by naming it (or putting the cursor on it after `a`).
 """
 
 from __future__ import annotations
@@ -53,9 +55,13 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     chosen = state.run(state.cursor)
     if chosen is not None:
         return chosen
-    pool = newest_first(of_config(state))
-    live = [r for r in pool if r.alive]
-    return (live or pool or [None])[0]
+    mine = newest_first([r for r in of_config(state) if not r.external])
+    adopted = newest_first([r for r in of_config(state) if r.external])
+    for pool in (mine, adopted):
+        live = [r for r in pool if r.alive]
+        if live or pool:
+            return (live or pool)[0]
+    return None
 
 
 # ---- rows ---------------------------------------------------------------------------
