@@ -18,7 +18,6 @@ import shlex
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
