@@ -156,7 +156,7 @@ class EagleApp(App[None]):
     def _apply(self, event: Any) -> None:
         """The one route: the reducer, then the widgets, then any new notifications."""
         self.state = apply(self.state, event, time.time())
-        if isinstance(event, (p.LogData, p.LogReset)):
+        if isinstance(event, (p.LogData, p.LogReset, LogFollowed)):
             self.query_one(LogPane).show(self.state.log)
             self._render_progress()
         elif isinstance(event, p.KillProgress):

@@ -234,8 +234,7 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
     """Launch again with the same argv, cwd and env as a previous run."""
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        state = services.state_of(obj.cfg, await services.list_runs(client, obj.cfg))
-        run = view.select_run(state, run_id)  # the dashboard's rule (tui/state/view.py)
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run_id and run is None:
             raise ValueError(f"no run {run_id} on this host")
         if run is not None and run.alive:
@@ -295,8 +294,7 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
         target, run_id = None, target  # `kill RUN_ID`: the target comes from the config
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        state = services.state_of(obj.cfg, await services.list_runs(client, obj.cfg))
-        run = view.select_run(state, run_id)  # the dashboard's rule (tui/state/view.py)
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run is None:
             raise ValueError(f"no run {run_id} on this host" if run_id else
                              f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")

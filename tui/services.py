@@ -143,6 +143,12 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
     return apply(state, event, time.time())
 
 
+def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None) -> Run | None:
+    """The run `eagle3-tui kill` / `relaunch` apply to: the dashboard's rule
+    (`view.select_run`) over the host's runs."""
+    return view.select_run(state_of(cfg, runs), run_id)
+
+
 def new_action_id() -> str:
     return secrets.token_hex(6)
 
