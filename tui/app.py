@@ -393,6 +393,16 @@ class EagleApp(App[None]):
         """The help of the screen `?` was pressed on (each screen declares its keys)."""
         self.push_screen(HelpScreen.for_screen(self.screen, self))
 
+    def track_push(self, goal: str) -> Any:
+        """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "push", None))
+
+        def end(ok: bool, error: str | None = None) -> None:
+            self._apply(ActionEnded(aid, ok, {"version": goal}, error))
+
+        return end
+
     async def _settle(self, action_id: str, call: Any) -> dict[str, Any] | None:
         """Run an action's request; its outcome goes through the reducer. When the link
         drops before the reply, the outcome is asked of the host after the reconnect,

@@ -169,7 +169,7 @@ def phase(state: AppState, run: Run | None, now: float) -> str | None:
 
 
 def progress_label(run: Run | None) -> str:
-    return f"run {run.run_id} ({state_label(run)})" if run else "no run"
+    return f"run {run.run_id} ({run.state})" if run else "no run"
 
 
 # ---- liveness -----------------------------------------------------------------------
@@ -252,7 +252,8 @@ def action_text(act: Action) -> str:
     if act.state == "unconfirmed":
         return f"{act.kind} {act.run_id or ''}: link lost ({act.error}); asking the host after reconnect"
     if act.state == "failed":
-        return f"{act.kind} {act.run_id or ''} failed: {act.error or 'unknown error'}{after}"
+        what = f"patch {res.get('version')}" if act.kind == "push" else f"{act.kind} {act.run_id or ''}".strip()
+        return f"{what} failed: {act.error or 'unknown error'}{after}"
     if act.kind == "kill":
         rid = res.get("run_id") or act.run_id
         if res.get("ok") is False:
@@ -261,6 +262,8 @@ def action_text(act: Action) -> str:
         return f"run {rid} killed, {kill_verdict(res)}{after}"
     if act.kind in ("launch", "relaunch"):
         return f"launched run {res.get('run_id')} (pid {res.get('pid')}){after}"
+    if act.kind == "push":
+        return f"patch {res.get('version')} pushed, hashes verified{after}"
     return f"{act.kind} done{after}"
 
 
