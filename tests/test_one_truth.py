@@ -32,6 +32,7 @@ from tui.screens.logviewer import LogViewerScreen
 from tui.state import logparse, view
 from tui.state.model import AppState
 from tui.state.reducer import ConfigRead, CursorMoved, apply
+from tui.transport import AgentClient, LocalLink
 from tui.widgets.logtail import LogPane
 from tui.widgets.tables import RunsTable
 
@@ -317,3 +318,42 @@ def test_reducer_liveness_thresholds() -> None:
     state = apply(state, p.Hello(1, "0.1.0", "0" * 64, "h", "3.10", 1, 0.0, None, None), 100.0)
     assert view.link_text(state, 102.9) == ("connected", "ok")
     assert view.link_text(state, 103.2) == ("stale for 3 s", "warn")
+
+
+# ---- the agent keeps each action's outcome by id -------------------------------------
+
+
+async def test_agent_records_outcomes_by_action_id(client: Any, tmp_path: Path) -> None:
+    from tui.transport import AgentRequestError
+
+    await client.request("configure", runs_dir=str(tmp_path / "runs"))
+    rec = await client.request("launch", name="o", argv=[sys.executable, "-c", "pass"], cwd=str(tmp_path),
+                               env={}, action="launch-1")
+    bad = None
+    try:
+        await client.request("launch", name="o", argv=["x"], cwd=str(tmp_path / "nowhere"), env={}, action="bad-1")
+    except AgentRequestError as exc:
+        bad = str(exc)
+    got = (await client.request("outcomes", ids=["launch-1", "bad-1", "never-sent"]))["outcomes"]
+    assert got["launch-1"]["state"] == "done" and got["launch-1"]["ok"] is True
+    assert got["launch-1"]["result"]["run_id"] == rec["run_id"] and got["launch-1"]["op"] == "launch"
+    assert got["bad-1"]["ok"] is False and got["bad-1"]["error"] in (bad or "")
+    assert got["never-sent"] is None
+    # Kept on disk, so the next agent (after a reconnect) answers the same.
+    other = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
+    await other.start()
+    try:
+        again = (await other.request("outcomes", ids=["launch-1"]))["outcomes"]
+        assert again["launch-1"]["result"]["run_id"] == rec["run_id"]
+        # A record left "running" by an agent that died reads as failed, not running forever.
+        folder = tmp_path / "runs" / ".actions"
+        (folder / "orphan.json").write_text(json.dumps({"state": "running", "op": "kill", "agent_pid": 2**22 + 7}))
+        orphan = (await other.request("outcomes", ids=["orphan"]))["outcomes"]["orphan"]
+        assert orphan["state"] == "done" and orphan["ok"] is False and "ended before" in orphan["error"]
+    finally:
+        await other.close()
+    try:
+        await client.request("kill", run_id="x", action="../escape")
+        raise AssertionError("a path in an action id was accepted")
+    except AgentRequestError as exc:
+        assert "action must be" in str(exc)
