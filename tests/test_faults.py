@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -265,3 +267,31 @@ async def test_stalled_link_is_stale_within_3s_then_lost(tmp_path: Path, sshd: S
             await until(pilot, lambda: app.state.link.state == "connected", 30, "the reconnect")
     finally:
         await relay.close()
+
+
+async def test_cli_kill_whose_link_drops_is_confirmed_after_reconnect(
+    cut_server: tuple[CutOnKill, Path, Path], tmp_path: Path
+) -> None:
+    handler, ssh_cfg, known = cut_server
+    ssh_cfg.write_text(ssh_cfg.read_text() + f"  UserKnownHostsFile {known}\n")
+    cfg = job_config(tmp_path)
+    run = await launch_run(cfg)
+    toml = tmp_path / "eagle3.toml"
+    toml.write_text(
+        f'[host]\nruns_dir = "{cfg.host.runs_dir}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "faulty"\ncommand = {json.dumps(list(cfg.run.command))}\ncwd = "{tmp_path}"\n'
+        "graces = [0.5, 2]\ngpu_wait = 0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    res = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "tui.cli", "-F", str(ssh_cfg), "kill", "cutty", run["run_id"], "--yes"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=90, env=env,
+    )
+    assert handler.cut, res
+    assert res.returncode == 0, res.stderr
+    first = res.stdout.splitlines()[0]
+    assert first.startswith(f"run {run['run_id']} killed") and first.endswith("(confirmed after reconnect)"), res.stdout
+    assert "link lost" in res.stderr
+    assert not alive(run["pid"])

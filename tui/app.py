@@ -13,6 +13,7 @@ lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Iterable
 
@@ -20,6 +21,7 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -246,9 +248,10 @@ class EagleApp(App[None]):
     def _check_liveness(self) -> None:
         """Repaint as soon as the agent's last message is older than two intervals + 1 s."""
         stale = view.link_text(self.state, time.time())[0].startswith("stale")
-        if stale != self._stale_shown:
+        if stale != self._stale_shown and self.is_running:
             self._stale_shown = stale
-            self._tick()
+            with contextlib.suppress(NoMatches):  # the screen is being torn down
+                self._tick()
 
     def _run_notes(self) -> dict[str, str]:
         return view.run_notes(self.state)
