@@ -195,11 +195,14 @@ def _action_event(state: AppState, event: Any, now: float) -> AppState:
 
 def _put(state: AppState, act: Action) -> AppState:
     """Insert or replace an action by id; keep the newest ACTIONS_KEPT ended ones."""
-    acts = [a for a in state.actions if a.action_id != act.action_id]
-    acts.append(act) if state.action(act.action_id) is None else acts.insert(
-        [a.action_id for a in state.actions].index(act.action_id), act)
-    ended = [a for a in acts if a.done]
-    drop = {a.action_id for a in ended[:-ACTIONS_KEPT]} if len(ended) > ACTIONS_KEPT else set()
+    ids = [a.action_id for a in state.actions]
+    acts = list(state.actions)
+    if act.action_id in ids:
+        acts[ids.index(act.action_id)] = act
+    else:
+        acts.append(act)
+    ended = [a.action_id for a in acts if a.done]
+    drop = set(ended[: max(0, len(ended) - ACTIONS_KEPT)])
     return replace(state, actions=tuple(a for a in acts if a.action_id not in drop))
 
 
