@@ -175,8 +175,7 @@ def _action_event(state: AppState, event: Any, now: float) -> AppState:
     from tui.state import view  # the texts of a result live in the view model
 
     if isinstance(event, ActionStarted):
-        act = Action(action_id=event.action_id, kind=event.kind, run_id=event.run_id, started_at=now)
-        return _put(state, act)
+        return _put(state, Action(action_id=event.action_id, kind=event.kind, run_id=event.run_id, started_at=now))
     act = state.action(event.action_id)
     if act is None or act.done:
         return state  # an outcome already recorded (a reply and a recheck both came back)
