@@ -259,7 +259,7 @@ async def test_stalled_link_is_stale_within_3s_then_lost(tmp_path: Path, sshd: S
             await until(pilot, lambda: "stale for" in str(bar.render()), 5, "stale")
             seen_after = time.monotonic() - t0
             print(f"stale shown {seen_after:.2f} s after the relay stopped forwarding")
-            assert seen_after <= 3.5, seen_after  # 2 intervals + 1 s, checked every 0.25 s
+            assert seen_after <= 4.0, seen_after  # 2 intervals + 1 s after the last message (~3.05 s idle), + load
             assert "stale for" in str(app.query_one("#banner").render())
             await until(pilot, lambda: app.state.link.state != "connected", 15, "the keepalive to fail")
             print(f"lost after {time.monotonic() - t0:.2f} s (keepalive 1 s)")

@@ -194,7 +194,7 @@ async def test_run_launched_from_the_cli_appears_and_is_followed(tmp_path: Path)
             t0 = time.monotonic()
             await until(pilot, lambda: app.query_one(RunsTable).row_count == 2, 5, "the new row")
             appeared = time.monotonic() - t0
-            assert appeared <= cfg.host.interval + 0.5, appeared  # within one interval (+ the pilot's tick)
+            assert appeared <= cfg.host.interval + 1.0, appeared  # one interval (+ scheduling on a loaded box)
             await until(pilot, lambda: second["run_id"] in str(app.query_one("#progress").render()), 5,
                         "the progress panel on the new run")
             await until(pilot, lambda: app.state.log.path == second["log"], 5, "the new run's log")

@@ -55,7 +55,7 @@ from tui.widgets.tables import ProcessTable, RunsTable
 
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
-LIVENESS_EVERY = 0.25  # seconds between checks of how old the agent's last message is
+LIVENESS_EVERY = 0.1  # seconds between checks of how old the agent's last message is (a float compare)
 
 
 class EagleApp(App[None]):
@@ -158,6 +158,14 @@ class EagleApp(App[None]):
     def _apply(self, event: Any) -> None:
         """The one route: the reducer, then the widgets, then any new notifications."""
         self.state = apply(self.state, event, time.time())
+        with contextlib.suppress(NoMatches):  # events still arriving while the app tears down
+            self._render(event)
+        for serial, severity, text in self.state.notices:
+            if serial > self._notified:
+                self.notify(text, severity=severity, timeout=10 if severity == "error" else 6)  # type: ignore[arg-type]
+        self._notified = self.state.notice_serial
+
+    def _render(self, event: Any) -> None:
         if isinstance(event, (p.LogData, p.LogReset, LogFollowed)):
             self.query_one(LogPane).show(self.state.log)
             self._render_progress()
@@ -165,10 +173,6 @@ class EagleApp(App[None]):
             self._render_banner()
         else:
             self._render_all()
-        for serial, severity, text in self.state.notices:
-            if serial > self._notified:
-                self.notify(text, severity=severity, timeout=10 if severity == "error" else 6)  # type: ignore[arg-type]
-        self._notified = self.state.notice_serial
 
     async def _follow_log(self) -> None:
         """Subscribe to the selected run's log (`view.wanted_log`) when it changed.
