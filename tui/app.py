@@ -405,8 +405,8 @@ class EagleApp(App[None]):
         aid = services.new_action_id()
         self._apply(ActionStarted(aid, "push", None))
 
-        def end(ok: bool, error: str | None = None) -> None:
-            self._apply(ActionEnded(aid, ok, {"version": goal}, error))
+        def end(ok: bool, error: str | None = None, unknown: bool = False) -> None:
+            self._apply(ActionEnded(aid, ok, {"version": goal, "unknown": unknown}, error))
 
         return end
 

@@ -299,7 +299,7 @@ class PatchScreen(Screen[str | None]):
         """Push `goal` (or roll back to pristine); `_ask` has set `writing` and busy.
         The push is an action of the app's state (`track_push`), like a kill."""
         track = getattr(self.app, "track_push", None)
-        end = track(goal) if track is not None else (lambda ok, error=None: None)
+        end = track(goal) if track is not None else (lambda ok, error=None, unknown=False: None)
         try:
             if goal == P.PRISTINE:
                 report = await S.rollback(self.client, self.set_name, self.python, user_dir=self.user_dir)
@@ -314,7 +314,7 @@ class PatchScreen(Screen[str | None]):
                 self.notify(str(exc), title="patch refused", severity="error", timeout=10)
             return
         except (P.PatchError, AgentRequestError, TransportError) as exc:
-            end(False, str(exc) + ("; press r to re-read what the host has" if isinstance(exc, TransportError) else ""))
+            end(False, str(exc), unknown=isinstance(exc, TransportError))
             self._show_status()
             self.notify(str(exc), title="patch failed", severity="error", timeout=10)
             return

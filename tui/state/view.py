@@ -251,6 +251,9 @@ def action_text(act: Action) -> str:
         return f"{act.kind} {act.run_id or ''}: in progress".replace("  ", " ")
     if act.state == "unconfirmed":
         return f"{act.kind} {act.run_id or ''}: link lost ({act.error}); asking the host after reconnect"
+    if act.state == "failed" and act.kind == "push" and res.get("unknown"):
+        # A push is several file writes: after a lost link only the host's files can tell.
+        return f"patch {res.get('version')}: outcome unknown, the link was lost ({act.error}); press r to re-read the host"
     if act.state == "failed":
         what = f"patch {res.get('version')}" if act.kind == "push" else f"{act.kind} {act.run_id or ''}".strip()
         return f"{what} failed: {act.error or 'unknown error'}{after}"
