@@ -50,6 +50,9 @@ AGENT_VERSION = "0.1.0"
 PROTOCOL = 1
 RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if runner is broken
 READ_RANGE_MAX = 4 * 1024 * 1024
+ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
+ACTION_KEEP = 3600.0  # seconds an action's outcome stays in RUNS_DIR/.actions/
+ACTION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
 def user_path(path: str) -> str:
@@ -59,6 +62,18 @@ def user_path(path: str) -> str:
 
 def user_path_or_none(path: Optional[str]) -> Optional[str]:
     return user_path(path) if path else path
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def arg(args: Dict[str, Any], name: str, kind: Any, default: Any = KeyError) -> Any:
@@ -216,6 +231,14 @@ class Agent:
         if fn is None:
             self.reply(rid, error="unknown op %r" % op)
             return
+        action = args.get("action") if op in ACTION_OPS else None
+        if action is not None:
+            if (not isinstance(action, str) or not 0 < len(action) <= 64
+                    or not set(action) <= ACTION_ID_CHARS):
+                self.reply(rid, error="action must be 1-64 letters, digits, '-' or '_'")
+                return
+            self._record_outcome(action, {"state": "running", "op": op, "started": time.time(),
+                                          "run_id": args.get("run_id"), "agent_pid": os.getpid()})
         if op in self.LONG_OPS:
             worker = threading.Thread(target=self._call, args=(rid, fn, args), daemon=True)
             worker.start()
@@ -225,24 +248,83 @@ class Agent:
             self._call(rid, fn, args)
 
     def _call(self, rid: int, fn: Callable[..., Any], args: Dict[str, Any]) -> None:
+        action = args.get("action") if fn.__name__[3:] in ACTION_OPS else None
         try:
             result = fn(args, rid)
-        except BadRequest as exc:
-            self.reply(rid, error=str(exc))
-            return
         except Exception as exc:  # the runner's own one-line errors pass through as they are
-            runner_error = type(exc).__name__ == "RunnerError"
-            self.reply(rid, error=str(exc) if runner_error else one_line(exc))
+            plain = isinstance(exc, BadRequest) or type(exc).__name__ == "RunnerError"
+            error = str(exc) if plain else one_line(exc)
+            if action:  # recorded before the reply, so a client that missed it can ask
+                self._record_outcome(action, {"state": "done", "ok": False, "error": error})
+            self.reply(rid, error=error)
             return
         after = None
         if isinstance(result, tuple):  # (result, callback to run after the reply)
             result, after = result
+        if action:
+            self._record_outcome(action, {"state": "done", "ok": True, "result": result})
         self.reply(rid, result=result)
         if after:
             try:
                 after()
             except Exception as exc:
                 emit({"type": "error", "message": "after %s: %s" % (fn.__name__, one_line(exc))})
+
+    # -- action outcomes: RUNS_DIR/.actions/<id>.json, kept ACTION_KEEP seconds. On disk,
+    # not in memory, because the agent that finishes a kill whose link dropped exits;
+    # the client's next agent (after the reconnect) reads the outcome from here.
+
+    def _actions_dir(self, runs_dir: Optional[str] = None) -> str:
+        return os.path.join(user_path(runs_dir) if runs_dir else self._runs_dir(), ".actions")
+
+    def _record_outcome(self, action: str, record: Dict[str, Any]) -> None:
+        folder = self._actions_dir()
+        path = os.path.join(folder, action + ".json")
+        record = dict(record, action=action, at=time.time())
+        if record.get("state") == "done":
+            try:
+                with open(path, "rb") as f:
+                    begun = json.loads(f.read().decode("utf-8"))
+                record.setdefault("op", begun.get("op"))
+                record.setdefault("run_id", begun.get("run_id"))
+                record.setdefault("started", begun.get("started"))
+            except (OSError, ValueError, AttributeError):
+                pass
+        try:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(record, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            cutoff = time.time() - ACTION_KEEP
+            for name in os.listdir(folder):
+                old = os.path.join(folder, name)
+                if os.stat(old).st_mtime < cutoff:
+                    os.unlink(old)
+        except OSError as exc:
+            emit({"type": "error", "message": "cannot record action %s: %s" % (action, one_line(exc))})
+
+    def op_outcomes(self, args: Dict[str, Any], rid: int) -> Any:
+        """Outcomes of actions by id: the record (state running | done), or null when
+        this host never received that action (or its record expired)."""
+        ids = arg(args, "ids", list)
+        folder = self._actions_dir(arg(args, "runs_dir", str, None))
+        out: Dict[str, Any] = {}
+        for action in ids:
+            if not isinstance(action, str) or not set(action) <= ACTION_ID_CHARS or not action:
+                raise BadRequest("ids must be action ids")
+            try:
+                with open(os.path.join(folder, action + ".json"), "rb") as f:
+                    rec = json.loads(f.read().decode("utf-8"))
+            except (OSError, ValueError):
+                rec = None
+            if isinstance(rec, dict) and rec.get("state") == "running" and not _pid_alive(rec.get("agent_pid")):
+                rec = dict(rec, state="done", ok=False,
+                           error="the agent that ran it ended before it finished")
+            out[action] = rec
+        return {"outcomes": out}
 
     @staticmethod
     def reply(rid: int, result: Any = None, error: Optional[str] = None) -> None:

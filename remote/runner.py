@@ -526,6 +526,31 @@ def _start_ticks(p: dict) -> int | None:
     return st["start_ticks"]
 
 
+NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
+
+
+def stdout_log(pid: int) -> tuple[str | None, str | None]:
+    """The regular file process `pid` writes its stdout (fd 1), else stderr (fd 2), to:
+    (path, None), or (None, why there is none). An adopted run's log is this file,
+    never the config's `[run] log`, which may be another run's."""
+    denied = False
+    for fd in (1, 2):
+        link = "/proc/%d/fd/%d" % (pid, fd)
+        try:
+            target = os.readlink(link)
+            st = os.stat(link)
+        except PermissionError:
+            denied = True
+            continue
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and target.startswith("/") and not target.endswith(" (deleted)"):
+            return target, None
+    if denied:
+        return None, "no log file: cannot read /proc/%d/fd (another user's process)" % pid
+    return None, NO_LOG_NOTE
+
+
 def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
     """Records for process trees whose command line contains `match` and that
     belong to no managed run; only the top-most matching process of a tree counts,
@@ -571,6 +596,7 @@ def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
         except OSError:
             cwd = None
         start = p.get("start_time")
+        log, log_note = stdout_log(pid)
         out.append(
             {
                 "run_id": _ext_id(pid, ticks),
@@ -586,7 +612,8 @@ def external_runs(match: str | None, procs: list[dict]) -> list[dict]:
                 "start_time": start,
                 "launched_at": None,
                 "patch_state": None,
-                "log": None,
+                "log": log,
+                "log_note": log_note,
                 "state": "running",
                 "exit_code": None,
                 "signal": None,

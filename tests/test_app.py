@@ -12,6 +12,7 @@ from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
 from tui.app import EagleApp, make_app
 from tui.config import parse_config
+from tui.state.reducer import LedgerRead
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.gpus import GpuPanel
@@ -115,17 +116,21 @@ async def test_kill_asks_first_and_cancel_is_the_default() -> None:
         await until(pilot, lambda: "GPUs free" in str(app.query_one("#banner").render()))
 
 
-async def test_kill_is_disabled_without_a_live_run() -> None:
+def notices(app: EagleApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_k_on_an_ended_run_says_it_already_exited() -> None:
     dead = dict(RUN, state="exited", exit_code=1)
     client = ReplayClient([snapshot(1, runs=[dead])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.seq == 0)
-        assert app.check_action("kill", ()) is None  # shown dimmed in the footer
         assert app.check_action("relaunch", ()) is True
         await pilot.press("k")
-        await pilot.pause()
+        await until(pilot, lambda: any("run 20261130-015500-ab12 already exited (1)" in n for n in notices(app)))
         assert not isinstance(app.screen, ConfirmScreen)
+        assert not [r for r in client.requests if r[0] == "kill"]
         await pilot.press("r")  # relaunch asks first: it starts a long load
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         body = str(app.screen.query_one("#body").render())
@@ -206,7 +211,8 @@ async def test_stale_run_is_marked_and_bannered() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.seq == 0)
         # What the patch probe reports (tui.patch_service.status, tested against the real agent).
-        app._applied_patch, app._version_order = "v5", ["v1", "v2", "v3", "v4", "v5"]
+        await pilot.pause(0.2)  # the first ledger refresh (no patch set: no probe) is done
+        app._apply(LedgerRead(app.state.summaries, "v5", ("v1", "v2", "v3", "v4", "v5")))
         client.push(snapshot(1, seq=1, runs=[dict(RUN, patch_state=v4)]))
         await until(pilot, lambda: app.state.seq == 1)
         await pilot.pause()
@@ -233,7 +239,10 @@ async def test_runs_of_other_configs_are_hidden_until_a() -> None:
         await until(pilot, lambda: app.state.seq == 0)
         await pilot.pause()
         table = app.query_one(RunsTable)
-        assert table.row_count == 1 and app.check_action("kill", ()) is None  # not someone else's run
+        assert table.row_count == 1
+        await pilot.press("k")  # the config's run, never someone else's live one
+        await until(pilot, lambda: any("already exited (0)" in n for n in notices(app)))
+        assert not isinstance(app.screen, ConfirmScreen)
         assert "a: all 2" in str(app.query_one("#runs-box").border_title)
         await pilot.press("a")
         await until(pilot, lambda: table.row_count == 2)

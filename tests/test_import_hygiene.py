@@ -13,6 +13,7 @@ DOMAIN = [
     "tui.transport",
     "tui.state.model",
     "tui.state.reducer",
+    "tui.state.view",
     "tui.state.logparse",
     "tui.services",
     "tui.inspect",

@@ -83,3 +83,37 @@ def test_chunks_of_a_previous_subscription_are_dropped() -> None:
     assert stale.log.lines == () and stale.log.path == "/new.log"
     fresh = apply(state, p.LogData("log2", "/new.log", 2, 0, b"new line\n"), 0.0)
     assert fresh.log.lines == ("new line",)
+
+
+# ---- actions through the reducer (issue 13) -----------------------------------------
+
+def test_an_action_lost_with_the_link_ends_as_the_host_says_and_only_once() -> None:
+    from tui.state import view
+    from tui.state.reducer import ActionEnded, ActionStarted, ActionUnconfirmed
+
+    report = {"run_id": "r1", "ok": True, "gpus_free": True, "elapsed": 2.0, "stages": [], "remaining": [], "gpus": []}
+    s = apply(AppState(), ActionStarted("a1", "kill", "r1"), 1.0)
+    assert s.busy is not None and s.kill is not None and s.kill.run_id == "r1"
+    s = apply(s, p.KillProgress(9, "r1", "SIGTERM", (5,), (), 1.0), 2.0)
+    assert s.action("a1").progress.stage == "SIGTERM"  # type: ignore[union-attr]
+    s = apply(s, ActionUnconfirmed("a1", "link lost"), 3.0)
+    assert s.action("a1").state == "unconfirmed" and s.busy is not None  # type: ignore[union-attr]
+    assert "failed" not in view.banner(s, 3.0)[0]  # type: ignore[operator]
+    s = apply(s, ActionEnded("a1", True, report, confirmed_after_reconnect=True), 4.0)
+    act = s.action("a1")
+    assert act is not None and act.state == "ok" and s.busy is None
+    assert view.action_text(act) == "run r1 killed, GPUs free after 2.0 s (confirmed after reconnect)"
+    assert s.notices[-1][2] == view.action_text(act)
+    # A late second answer (the reply and the recheck both came back) changes nothing.
+    assert apply(s, ActionEnded("a1", False, None, "link lost"), 5.0) == s
+
+
+def test_ended_actions_are_kept_bounded_and_notices_numbered() -> None:
+    from tui.state.reducer import ACTIONS_KEPT, ActionEnded, ActionStarted
+
+    s = AppState()
+    for i in range(ACTIONS_KEPT + 5):
+        s = apply(s, ActionStarted(f"a{i}", "launch"), float(i))
+        s = apply(s, ActionEnded(f"a{i}", True, {"run_id": f"r{i}", "pid": i}), float(i))
+    assert len(s.actions) == ACTIONS_KEPT and s.actions[-1].action_id == f"a{ACTIONS_KEPT + 4}"
+    assert s.notice_serial == ACTIONS_KEPT + 5 and s.notices[-1][0] == s.notice_serial

@@ -1,38 +1,53 @@
 """The dashboard: one screen for one host and its run.
 
-Data flows one way: the agent worker feeds events to the pure reducer
-(`tui.state.reducer.apply`), and the new state is handed to the widgets, which only
-render it. Actions (kill, launch, relaunch) call `tui.services`, the same code the
-CLI subcommands run.
+Data flows one way: every event (agent messages, link status, the user's cursor, the
+config as re-read, actions started and ended) goes through the pure reducer
+(`tui.state.reducer.apply`) into `AppState`; the widgets render what the view model
+(`tui.state.view`) makes of it. The run an action applies to is chosen by
+`view.select_run`, the same rule the CLI uses. Actions (kill, launch, relaunch) call
+`tui.services`, the same code the CLI subcommands run, and live in the state under
+an id until their outcome is known (asked again after a reconnect when the reply was
+lost).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from dataclasses import replace
 from typing import Any, Iterable
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui import ledger, notify, services
 from tui import protocol as p
 from tui.config import Config
-from tui.format import gib, size
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.logviewer import LogViewerScreen
-from tui.state import advice as advisor
+from tui.state import logparse, view
 from tui.state.logindex import RootCause
-from tui.state.model import AppState, KillView, LogTail, Run
-from tui.state.reducer import apply
+from tui.state.model import AppState, Run
+from tui.state.reducer import (
+    ActionEnded,
+    ActionStarted,
+    ActionUnconfirmed,
+    ConfigRead,
+    CursorMoved,
+    LedgerRead,
+    LogFollowed,
+    Notice,
+    ShowAll,
+    apply,
+)
 from tui.state.watch import WatchState
-from tui.transport import AgentClient, AgentRequestError, TransportError
+from tui.transport import AgentClient, AgentRequestError, LinkLost, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.widgets.gpus import GpuPanel
 from tui.widgets.logtail import BUSY_S, LogPane
@@ -42,8 +57,8 @@ from tui.widgets.status import StatusBar
 from tui.widgets.tables import ProcessTable, RunsTable
 
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
-KILL_BANNER_S = 60.0  # how long a finished kill's report stays in the banner
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
+LIVENESS_EVERY = 0.1  # seconds between checks of how old the agent's last message is (a float compare)
 
 
 class EagleApp(App[None]):
@@ -70,21 +85,16 @@ class EagleApp(App[None]):
         super().__init__()
         self._launch_on_connect = launch
         self.client = client
-        self.cfg = cfg
-        self.state = AppState(target=target, watch=WatchState(config=cfg.watch))
+        self.cfg = cfg  # this session's config; [run] is re-read from its file on l and r
+        self.state = apply(AppState(target=target, watch=WatchState(config=cfg.watch)),
+                           ConfigRead(services.settings_of(cfg)), time.time())
         self._notifier = notify.Notifier(cfg.notify.command, host=target, write=self._terminal_write)
-        self.selected_run: str | None = None
-        self.show_all_runs = False
         self.fatal_error: str | None = None
-        self._log_path: str | None = None
         self._log_subs = 0  # each followed log gets a fresh subscription name
         self._follow_lock = asyncio.Lock()
-        self._busy: str | None = None  # an action in flight ("kill", "launch")
-        self._summaries: dict[str, advisor.RunSummary] = {}
-        self._applied_patch: str | None = None  # "v5", "pristine", … on the host now
-        self._version_order: list[str] = []
         self._ledger_at = float("-inf")
-        self._kill_done_at = float("inf")
+        self._notified = 0  # serial of the last state notice shown as a notification
+        self._stale_shown = False
         self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
         self._progress_due = False  # a progress repaint is scheduled for the next frame
 
@@ -118,9 +128,12 @@ class EagleApp(App[None]):
         set_title(self.query_one("#progress-box"), "Progress")
         set_title(self.query_one("#gpu-box"), "GPUs")
         set_title(self.query_one("#procs"), "Processes")
+        for err in logparse.signature_errors():
+            self._apply(Notice("warning", f"signatures: {err}"))
         self._render_all()
         self.connect_agent()
         self.set_interval(1.0, self._tick)
+        self.set_interval(LIVENESS_EVERY, self._check_liveness)
 
     # ---- the agent stream ---------------------------------------------------------
     @work(exclusive=True, group="agent")
@@ -135,15 +148,17 @@ class EagleApp(App[None]):
             self.exit(return_code=2 if isinstance(exc, TransportConfigError) else 3)
             return
         for warning in self.cfg.warnings:
-            self.notify(warning, severity="warning", timeout=10)
+            self._apply(Notice("warning", warning))
         notice = getattr(getattr(self.client, "link", None), "notice", None)
         if notice:  # said once, e.g. that the host has no SFTP and the agent came over exec
-            self.notify(notice, title="eagle3-tui", timeout=10)
+            self._apply(Notice("information", notice))
         await self._follow_log()
         if self._launch_on_connect:
             self._launch_worker(None)
         async for event in self.client.events():
             self._apply(event)
+            if isinstance(event, p.Hello):
+                self._stale_shown = False
             if isinstance(event, p.Snapshot):
                 await self._follow_log()
                 if time.monotonic() - self._ledger_at > LEDGER_EVERY:
@@ -153,36 +168,35 @@ class EagleApp(App[None]):
     @work(exclusive=True, group="ledger")
     async def _refresh_ledger(self) -> None:
         """Summaries of ended runs (cached; one read each) and the host's applied patch."""
-        self._summaries = await ledger.fetch_summaries(self.client, self.state.runs)
+        summaries = await ledger.fetch_summaries(self.client, self.state.runs)
+        applied, order = None, self.state.version_order
         if self.cfg.patches.set:
             from tui import patch_service
             from tui.state import patches as patchsets
 
             try:
                 st = await patch_service.status(self.client, self.cfg.patches.set, self.cfg.host.python)
-                self._applied_patch = st.get("version") or st.get("state")
-                self._version_order = [v.name for v in patchsets.load_set(self.cfg.patches.set).versions]
+                applied = st.get("version") or st.get("state")
+                order = tuple(v.name for v in patchsets.load_set(self.cfg.patches.set).versions)
             except Exception:  # noqa: BLE001 - advice is optional; no probe, no stale warning
-                self._applied_patch = None
-        self._render_all()  # failure notes in the runs table, and the banner
-
-    def _advice(self) -> advisor.Advice | None:
-        run = self._run()
-        if run is None or not run.alive:
-            return None
-        log = self.state.log
-        analysis = log.analysis if log.path in (run.log, self.cfg.run.log) else None
-        return advisor.advise(
-            run, analysis, self._summaries, self._applied_patch, self._version_order,
-            time.time(), patch_set=self.cfg.patches.set,
-        )
+                applied = None
+        self._apply(LedgerRead(summaries, applied, tuple(order)))
 
     def _apply(self, event: Any) -> None:
+        """The one route: the reducer, then the widgets, then any new notifications."""
         self.state = apply(self.state, event, time.time())
+        with contextlib.suppress(NoMatches):  # events still arriving while the app tears down
+            self._render(event)
+        for serial, severity, text in self.state.notices:
+            if serial > self._notified:
+                self.notify(text, severity=severity, timeout=10 if severity == "error" else 6)  # type: ignore[arg-type]
+        self._notified = self.state.notice_serial
         for ev in self._notifier.send_new(self.state.watch):  # failed, finished, stalled, hung: once each
             self.notify(ev.message, title=f"run {ev.run_id} {ev.kind}", timeout=15,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
-        if isinstance(event, (p.LogData, p.LogReset)):
+
+    def _render(self, event: Any) -> None:
+        if isinstance(event, (p.LogData, p.LogReset, LogFollowed)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
                 self._progress_due = True
@@ -193,31 +207,30 @@ class EagleApp(App[None]):
             self._render_all()
 
     async def _follow_log(self) -> None:
-        """Subscribe to the log of the selected run (or `[run] log`) when it changed.
+        """Subscribe to the selected run's log (`view.wanted_log`) when it changed.
 
         Serialised by a lock, never cancelled half-way, so the agent's subscription and
-        `_log_path` always agree; chunks of the previous log still in flight carry the
+        `state.log` always agree; chunks of the previous log still in flight carry the
         old subscription name and are dropped by the reducer."""
         async with self._follow_lock:
-            path = self._wanted_log()
-            if path is None or path == self._log_path:
+            path, note = view.wanted_log(self.state)
+            log = self.state.log
+            if path == log.path and (path is None or log.sub is not None) and (path is not None or log.note == note):
                 return
-            old = self.state.log.sub
+            old = log.sub
+            if path is None:
+                self._apply(LogFollowed(None, None, note))
+                if old is not None:
+                    await self._request("unsubscribe", sub=old)
+                return
             self._log_subs += 1
             sub = f"log{self._log_subs}"
-            self.state = replace(self.state, log=LogTail(path=path, sub=sub))
-            self._log_pane.show(self.state.log)
+            self._apply(LogFollowed(path, sub))
             if old is not None:
                 await self._request("unsubscribe", sub=old)
             ok = await self._request("subscribe", sub=sub, path=path, offset=-TAIL_BYTES, inode=None)
-            self._log_path = path if ok is not None else None
-
-    def _wanted_log(self) -> str | None:
-        """The selected run's own log (an absolute path from its manifest), else `[run] log`."""
-        run = self._run()
-        if run is not None and run.log:
-            return run.log
-        return self.cfg.run.log
+            if ok is None and self.state.log.sub == sub:
+                self._apply(LogFollowed(path, None, f"cannot follow {path}"))  # tried again next snapshot
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:
@@ -233,15 +246,16 @@ class EagleApp(App[None]):
         self._gpus.show(st)
         self._procs.show(st)
         runs_table = self._runs_table
-        visible = self._visible_runs()
-        runs_table.show(visible, self._run_notes())
+        visible = view.visible_runs(st)
+        runs_table.show(visible, view.run_notes(st))
         hidden = len(st.runs) - len(visible)
         set_title(
             self.query_one("#runs-box"),
             f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})",
         )
-        if self.selected_run and runs_table.selected_run_id() != self.selected_run:
-            runs_table.select(self.selected_run)
+        chosen = self._run()
+        if chosen is not None and runs_table.selected_run_id() != chosen.run_id:
+            runs_table.select(chosen.run_id)  # the cursor shows the run actions apply to
         set_title(self.query_one("#gpu-box"), f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs")
         self._render_progress()
         self._render_banner()
@@ -258,18 +272,10 @@ class EagleApp(App[None]):
     def _render_progress(self) -> None:
         self._progress_due = False
         run = self._run()
-        label = f"run {run.run_id} ({run.state})" if run else "no run"
-        self._progress.show(self.state, self._phase(run), label)
+        self._progress.show(self.state, self._phase(run), view.progress_label(run))
 
     def _phase(self, run: Run | None) -> str | None:
-        a = self.state.log.analysis
-        phase = getattr(a, "phase", None)
-        if run is not None and run.state == "killed":
-            return "killed"
-        w = self.state.watch
-        if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
-            return w.condition
-        return phase
+        return view.phase(self.state, run, time.time())
 
     def _terminal_write(self, seq: str) -> None:
         """Bell and desktop-notification escapes, through Textual's own writer."""
@@ -278,33 +284,7 @@ class EagleApp(App[None]):
 
     def _render_banner(self) -> None:
         banner = self._banner
-        kill = self.state.kill
-        text, kind = None, ""
-        if kill is not None:
-            if kill.report is not None:
-                text = "  ·  ".join(services.describe_kill(kill.report))
-                kind = "ok" if kill.report.get("ok") and kill.report.get("gpus_free") is not False else "error"
-            elif kill.error:
-                text, kind = f"kill {kill.run_id} failed: {kill.error}", "error"
-            else:
-                mems: list[int | None] = [g.get("run_mem") for g in kill.gpus]
-                held = None if not mems or None in mems else sum(m or 0 for m in mems)
-                text = (
-                    f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
-                    f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"
-                )
-        elif self.state.link.state in ("reconnecting", "failed"):
-            link = self.state.link
-            age = time.time() - link.last_data if link.last_data else None
-            text = (
-                f"reconnecting (attempt {link.attempt}), data {age:.0f} s old" if link.state == "reconnecting" and age is not None
-                else f"link {link.state}: {link.error or ''}"
-            )
-            kind = "error" if link.state == "failed" else ""
-        elif (adv := self._advice()) is not None:
-            text, kind = f"⚠ {adv.text}  — press k to kill", "error"
-        elif (w := self.state.watch) is not None and (what := w.describe(time.time())) is not None:
-            text, kind = f"⚠ run {w.run_id} {w.condition}: {what}", "error"
+        text, kind = view.banner(self.state, time.time(), self.cfg.patches.set)
         banner.set_class(text is not None, "shown")
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
@@ -312,119 +292,61 @@ class EagleApp(App[None]):
 
     def _tick(self) -> None:
         self._status.show(self.state)
-        if self.state.kill is not None and time.monotonic() - self._kill_done_at > KILL_BANNER_S:
-            self.state = replace(self.state, kill=None)  # the kill's result has been read
-            self._render_banner()
-        if self.state.link.state != "connected":
-            self._render_banner()
+        self._render_banner()  # ages: "stale for N s", a finished kill's verdict expiring
+
+    def _check_liveness(self) -> None:
+        """Repaint as soon as the agent's last message is older than two intervals + 1 s."""
+        stale = view.link_text(self.state, time.time())[0].startswith("stale")
+        if stale != self._stale_shown and self.is_running:
+            self._stale_shown = stale
+            with contextlib.suppress(NoMatches):  # the screen is being torn down
+                self._tick()
 
     def _run_notes(self) -> dict[str, str]:
-        """The runs table's FAILURE / NOTE column: root causes, and live runs made stale
-        by a newer patch version applied since they were launched."""
-        notes = {  # a killed run's KeyboardInterrupt traceback is not its failure
-            rid: s.failure_title
-            for rid, s in self._summaries.items()
-            if s.failure_title and s.outcome != "killed"
-        }
-        a = self.state.log.analysis
-        run = self._run()
-        root = getattr(a, "root_cause", None)
-        if run is not None and root is not None:
-            notes[run.run_id] = root.title
-        for r in self.state.runs:
-            if r.error:
-                notes[r.run_id] = f"did not start: {r.error}"
-        w = self.state.watch
-        if w is not None and w.run_id is not None and (what := w.describe(time.time())) is not None:
-            notes[w.run_id] = f"{w.condition.upper()}: {what}"
-        order = ["pristine", *self._version_order]
-        if self._applied_patch in order:
-            for r in self.state.live_runs():
-                _, version = advisor.patch_key(r.patch_state)
-                if version in order and order.index(version) < order.index(self._applied_patch):
-                    notes[r.run_id] = f"STALE: launched with {version}, {self._applied_patch} applied now"
-        return notes
+        return view.run_notes(self.state)
 
     # ---- selection ----------------------------------------------------------------
     def _run(self) -> Run | None:
-        """The run actions apply to: the selected row, else the config's newest run."""
-        st = self.state
-        chosen = st.run(self.selected_run)
-        if chosen is not None:
-            return chosen
-        mine = [r for r in self._visible_runs() if r.name == self.cfg.run.name or r.external]
-        pool = [r for r in mine if r.alive] or mine
-        return pool[0] if pool else None
+        """The run actions apply to: `view.select_run`, the rule the CLI uses too."""
+        return view.select_run(self.state)
 
     def _visible_runs(self) -> tuple[Run, ...]:
-        """The ledger as shown: the config's runs and adopted (external) ones, or every
-        run on the host after `a`."""
-        if self.show_all_runs or not self.cfg.run.name:
-            return self.state.runs
-        return tuple(r for r in self.state.runs if r.name == self.cfg.run.name or r.external)
+        return view.visible_runs(self.state)
 
     def action_all_runs(self) -> None:
-        self.show_all_runs = not self.show_all_runs
-        self._render_all()
-        self.notify("showing every run on the host" if self.show_all_runs else f"showing runs of {self.cfg.run.name!r}")
+        self._apply(ShowAll(not self.state.show_all))
+        self.notify("showing every run on the host" if self.state.show_all else f"showing runs of {self.cfg.run.name!r}")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if isinstance(event.data_table, RunsTable) and event.row_key is not None:
             if event.row_key.value != event.data_table.selected_run_id():
                 return  # a stale highlight from a table rebuild, not the user's choice
-            self.selected_run = event.row_key.value
-            self._render_progress()
+            chosen = self._run()
+            if chosen is not None and event.row_key.value == chosen.run_id:
+                return  # the cursor follows the rule's choice: not a choice of the user's
+            self._apply(CursorMoved(event.row_key.value))
             self.run_worker(self._follow_log(), group="follow")
 
     # ---- actions --------------------------------------------------------------------
     DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """True: enabled; None: shown dimmed (does not apply now); False: hidden."""
+        """True: enabled; None: shown dimmed (does not apply now); False: hidden.
+
+        Keys that would only explain why they do nothing (k on an ended run, l while a
+        kill runs) stay enabled, so the key answers with a notification."""
         if action in self.DASHBOARD_ACTIONS and len(self.screen_stack) > 1:
             return False  # another screen is on top: its keys, never the dashboard's
-        run = self._run()
-        if action == "kill":
-            return True if run and run.alive and self._busy is None else None
-        if action == "relaunch":
-            ok = (run is not None or bool(self.cfg.run.command)) and self._busy is None
-            return True if ok else None
-        if action == "launch":
-            return True if self.cfg.run.command and self._busy is None else None
         if action == "patches":
             return True if self.cfg.patches.set else None
         if action == "open_log":
             return True if self.state.log.path is not None else None
         return True
 
-    def _run_pids(self, run: Run) -> list[int]:
-        pids = [pr.pid for pr in self.state.processes if pr.run_id == run.run_id]
-        if run.pid is not None and run.pid not in pids:
-            pids.insert(0, run.pid)
-        return pids
-
-    def _kill_lines(self, run: Run) -> list[str]:
-        pids = self._run_pids(run)
-        per_gpu = []
-        for g in self.state.gpus:
-            mine = [gp.mem for gp in g.processes if gp.pid in pids]
-            if mine:
-                held = None if None in mine else sum(mine)  # type: ignore[arg-type]
-                per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
-        return [
-            f"host:   {self.state.hostname or self.state.target}",
-            f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
-            f"argv:   {_clip(' '.join(run.argv), 70)}",
-            f"PIDs:   {', '.join(map(str, pids[:16]))}" + (" …" if len(pids) > 16 else ""),
-            "GPU memory at stake: " + (", ".join(per_gpu) if per_gpu else "none seen"),
-            f"Signals: SIGINT, then SIGTERM after {self.cfg.run.graces[0]:.0f} s,"
-            f" then SIGKILL after {self.cfg.run.graces[1]:.0f} s more.",
-        ]
-
     def _refuse_if_busy(self) -> bool:
-        """Actions also come from the command palette, which skips check_action."""
-        if self._busy is not None:
-            self.notify(f"wait: {self._busy} in progress", severity="warning")
+        busy = self.state.busy
+        if busy is not None:
+            self.notify(f"wait: {view.action_text(busy)}", severity="warning")
             return True
         return False
 
@@ -432,8 +354,11 @@ class EagleApp(App[None]):
         if self._refuse_if_busy():
             return
         run = self._run()
-        if run is None or not run.alive:
-            self.notify("no live run to kill", severity="warning")
+        if run is None:
+            self.notify("no run to kill", severity="warning")
+            return
+        if not run.alive:
+            self.notify(view.already_ended(run) + ": nothing to kill", severity="warning")
             return
 
         def decided(yes: bool | None) -> None:
@@ -442,12 +367,18 @@ class EagleApp(App[None]):
 
         self.push_screen(ConfirmScreen(f"Kill run {run.run_id}?", self._kill_lines(run)), decided)
 
+    def _kill_lines(self, run: Run) -> list[str]:
+        return view.kill_confirm_lines(self.state, run, self.cfg.run.graces)
+
     def action_relaunch(self) -> None:
-        if self._refuse_if_busy():
+        if self._refuse_if_busy() or not self._reread_config():
             return
         run = self._run()
         argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
-        what = [f"launches: {_clip(' '.join(argv), 70)}", f"in:       {cwd}"]
+        if run is None and not self.cfg.run.command:
+            self.notify("no run to relaunch and no [run] command in the config", severity="warning")
+            return
+        what = [f"launches: {view.clip(' '.join(argv), 70)}", f"in:       {cwd}"]
         if run is not None and run.external:
             what.insert(0, "An adopted run has no manifest: the config's [run] command is launched instead.")
         if run is not None and run.alive:
@@ -470,6 +401,15 @@ class EagleApp(App[None]):
     def action_launch(self) -> None:
         if not self._refuse_if_busy():
             self._launch_worker(None)
+
+    def _reread_config(self) -> bool:
+        """eagle3.toml again (its [run] and [patches]); a broken file is one line in the
+        banner and nothing launches."""
+        cfg, error = services.reread_config(self.cfg)
+        self._apply(ConfigRead(services.settings_of(cfg, error)))
+        if error is None:
+            self.cfg = cfg
+        return error is None
 
     def action_patches(self) -> None:
         """Open the patch screen for `[patches] set`; relaunch when it asks to."""
@@ -495,63 +435,76 @@ class EagleApp(App[None]):
         """Full-screen viewer of the followed log: search, filter, errors, root cause."""
         log = self.state.log
         if log.path is None:
-            self.notify("no log to open", severity="warning")
+            self.notify(log.note or "no log to open", severity="warning")
             return
         self.push_screen(
             LogViewerScreen(client=self.client, path=log.path, root_cause=RootCause.from_log(log), follow=True)
         )
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
-        self.push_screen(HelpScreen(keys + [("ctrl+p", "Command palette")]))
+        """The help of the screen `?` was pressed on (each screen declares its keys)."""
+        self.push_screen(HelpScreen.for_screen(self.screen, self))
+
+    def track_push(self, goal: str) -> Any:
+        """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "push", None))
+
+        def end(ok: bool, error: str | None = None, unknown: bool = False) -> None:
+            self._apply(ActionEnded(aid, ok, {"version": goal, "unknown": unknown}, error))
+
+        return end
+
+    async def _settle(self, action_id: str, call: Any) -> dict[str, Any] | None:
+        """Run an action's request; its outcome goes through the reducer. When the link
+        drops before the reply, the outcome is asked of the host after the reconnect,
+        so a kill that succeeded never ends shown as failed, nor the reverse."""
+        try:
+            result = await call
+        except LinkLost as exc:
+            self._apply(ActionUnconfirmed(action_id, str(exc)))
+            rec = await services.outcome(self.client, action_id, self.cfg.host.runs_dir)
+            result = rec.get("result") if rec.get("ok") else None
+            self._apply(ActionEnded(action_id, bool(rec.get("ok")), result, rec.get("error"),
+                                    confirmed_after_reconnect=True))
+            return result
+        except (AgentRequestError, TransportError, ValueError) as exc:
+            self._apply(ActionEnded(action_id, False, None, str(exc)))
+            return None
+        self._apply(ActionEnded(action_id, True, result))
+        return result
 
     @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
-        self._busy = "kill"
-        self._refresh_bindings()
-        try:
-            report = await services.kill(self.client, self.cfg, run_id)
-            self.state = self._with_kill(report=report)
-            self._kill_done_at = time.monotonic()
-        except (AgentRequestError, TransportError) as exc:
-            self.state = self._with_kill(error=str(exc), run_id=run_id)
-        finally:
-            self._busy = None
-            self._refresh_bindings()
-            self._render_banner()
-        kill = self.state.kill
-        if relaunch is not None and kill is not None and kill.report and kill.report.get("ok"):
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "kill", run_id))
+        report = await self._settle(aid, services.kill(self.client, self.cfg, run_id, action=aid))
+        if relaunch is not None and report is not None and report.get("ok"):
             await self._launch(relaunch if not relaunch.external else None)
-
-    def _with_kill(self, **changes: Any) -> AppState:
-        kill = self.state.kill or KillView(run_id=changes.get("run_id", "?"), stage="", alive=(), gpus=(), elapsed=0.0)
-        changes.pop("run_id", None)
-        if "report" in changes:
-            kill = replace(kill, run_id=changes["report"].get("run_id", kill.run_id), stage="done")
-        return replace(self.state, kill=replace(kill, **changes))
 
     @work(group="action")
     async def _launch_worker(self, run: Run | None) -> None:
         await self._launch(run)
 
     async def _launch(self, run: Run | None) -> None:
-        self._busy = "launch"
-        self._refresh_bindings()
-        try:
+        if not self._reread_config():
+            return
+        if run is None and not self.cfg.run.command:
+            self.notify("no [run] command in the config: nothing to launch", severity="warning")
+            return
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))
+
+        async def call() -> dict[str, Any]:
             ps = await services.patch_state(self.client, self.cfg)
             if run is None:
-                record = await services.launch(self.client, self.cfg, ps)
-            else:
-                record = await services.relaunch(self.client, self.cfg, _run_dict(run), ps)
-        except (AgentRequestError, TransportError, ValueError) as exc:
-            self.notify(str(exc), title="launch refused", severity="error", timeout=10)
+                return await services.launch(self.client, self.cfg, ps, action=aid)
+            return await services.relaunch(self.client, self.cfg, services.run_dict(run), ps, action=aid)
+
+        record = await self._settle(aid, call())
+        if record is None:
             return
-        finally:
-            self._busy = None
-            self._refresh_bindings()
-        self.selected_run = record.get("run_id")
-        self.state = replace(self.state, kill=None)  # a new run: the old kill report is history
-        self.notify(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
+        self._apply(CursorMoved(record.get("run_id")))  # the new run is the one to watch
         try:
             await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
         except (AgentRequestError, TransportError):
@@ -565,23 +518,6 @@ class EagleApp(App[None]):
         yield SystemCommand("All runs", "Show every run on the host, or only this config's", self.action_all_runs)
         yield SystemCommand("Log viewer", "The whole log: follow, search, filter, errors, root cause", self.action_open_log)
         yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", self.action_patches)
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _run_dict(run: Run) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "name": run.name,
-        "state": run.state,
-        "argv": list(run.argv),
-        "cwd": run.cwd,
-        "env": dict(run.env),
-        "external": run.external,
-        "pid": run.pid,
-    }
 
 
 def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False) -> EagleApp:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -17,7 +18,10 @@ import click
 
 from tui import __version__, services
 from tui.config import Config, ConfigError, load_config
-from tui.transport import AgentClient, AgentRequestError, TransportError
+from tui.state import view
+from tui.state.model import Action, AppState
+from tui.state.reducer import ActionEnded, ActionStarted, apply
+from tui.transport import AgentClient, AgentRequestError, LinkLost, TransportError
 from tui.transport import ConfigError as TargetError
 
 T = TypeVar("T")
@@ -26,6 +30,7 @@ RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}|ext-\d+-\d+")  # what runner.py na
 # Exit codes: 0 ok, 1 the action failed (e.g. GPUs not freed), 2 usage/config error,
 # 3 cannot reach or start the agent on the host.
 EXIT_FAILED, EXIT_USAGE, EXIT_CONNECT = 1, 2, 3
+OUTCOME_WAIT = 120.0  # seconds `kill` waits for the link to come back to learn its outcome
 
 
 class Ctx:
@@ -61,13 +66,17 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def run_on_host(ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]],
-                cfg: Config | None = None) -> T:
-    """Connect, run `body(client)`, close; map every expected failure to one line."""
+def run_on_host(
+    ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]],
+    reconnect: bool = False, cfg: Config | None = None,
+) -> T:
+    """Connect, run `body(client)`, close; map every expected failure to one line.
+    `reconnect`: a dropped link is re-established (kill asks for its outcome then).
+    `cfg`: use this config (and its target) instead of the command line's."""
 
     async def main() -> T:
-        client = (services.new_client(target or "local", cfg, reconnect=False) if cfg
-                  else ctx.client(ctx.target(target)))
+        client = (services.new_client(target or "local", cfg, reconnect=reconnect) if cfg
+                  else ctx.client(ctx.target(target), reconnect=reconnect))
         try:
             await client.start()
             return await body(client)
@@ -184,13 +193,13 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
     if headless:
-        run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg)
+        run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:
         from tui.app import make_app
 
         run_app(make_app(services.new_client("local", cfg, reconnect=True), cfg, "local",
                          launch=not paths.busy))
-        runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg)
+        runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
         run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
     from tui.headless import describe_end, succeeded
 
@@ -232,7 +241,7 @@ def status(obj: Ctx, target: str | None, as_json: bool) -> None:
         return
     from tui.report import format_status
 
-    click.echo(format_status(snap))
+    click.echo(format_status(snap, services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
 
 
 class _ListByDefault(click.Group):
@@ -261,7 +270,7 @@ def runs_list(obj: Ctx, target: str | None, as_json: bool) -> None:
         return
     from tui.report import format_runs
 
-    click.echo(format_runs(result))
+    click.echo(format_runs(services.state_of(obj.cfg, result)))
 
 
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -332,23 +341,25 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
     """Launch again with the same argv, cwd and env as a previous run."""
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        runs = await services.list_runs(client, obj.cfg)
-        run = services.pick_run(runs, run_id, obj.cfg) if run_id else _latest(runs, obj.cfg)
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run_id and run is None:
             raise ValueError(f"no run {run_id} on this host")
-        if run and run.get("state") == "running":
+        if run is not None and run.alive:
             if not kill_first:
                 raise ValueError(
-                    f"run {run['run_id']} is still running (pid {run.get('pid')}); "
-                    "use --kill to kill it first"
+                    f"run {run.run_id} is still running (pid {run.pid}); use --kill to kill it first"
                 )
-            if not yes and not click.confirm(f"kill run {run['run_id']} first?", default=False):
+            if not yes and not click.confirm(f"kill run {run.run_id} first?", default=False):
                 raise ValueError("cancelled")
-            report = await services.kill(client, obj.cfg, run["run_id"])
-            if not report.get("ok"):
-                raise ValueError("kill did not finish: " + "; ".join(services.describe_kill(report)))
-            run = dict(run, state="killed")
-        return await services.relaunch(client, obj.cfg, run, await services.patch_state(client, obj.cfg))
+            act = await _kill(client, obj.cfg, run.run_id, None)
+            if not act.done or not (act.result or {}).get("ok"):
+                raise ValueError("kill did not finish: " + view.action_text(act))
+            run = services.state_of(obj.cfg, [dict(services.run_dict(run), state="killed")]).runs[0]
+        record = await services.relaunch(
+            client, obj.cfg, services.run_dict(run) if run is not None else None,
+            await services.patch_state(client, obj.cfg), action=services.new_action_id(),
+        )
+        return record
 
     record = run_on_host(obj, target, body)
     if as_json:
@@ -357,9 +368,24 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
         click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
 
 
-def _latest(runs: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
-    mine = [r for r in runs if r.get("name") == cfg.run.name and not r.get("external")]
-    return mine[0] if mine else None
+async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) -> Action:
+    """Kill through the same route as the `k` key: an action under an id, its outcome
+    through the reducer; a reply lost with the link is asked for after the reconnect."""
+    aid = services.new_action_id()
+    state = apply(AppState(), ActionStarted(aid, "kill", run_id), time.time())
+    try:
+        report = await services.kill(client, cfg, run_id, progress, action=aid)
+        event = ActionEnded(aid, True, report)
+    except LinkLost as exc:
+        click.echo(f"  link lost ({exc}); asking the host for the outcome after the reconnect", err=True)
+        rec = await services.outcome(client, aid, cfg.host.runs_dir, timeout=OUTCOME_WAIT)
+        event = ActionEnded(aid, bool(rec.get("ok")), rec.get("result"), rec.get("error"),
+                            confirmed_after_reconnect=True)
+    except AgentRequestError as exc:
+        event = ActionEnded(aid, False, None, str(exc))
+    act = apply(state, event, time.time()).action(aid)
+    assert act is not None
+    return act
 
 
 @main.command()
@@ -369,22 +395,22 @@ def _latest(runs: list[dict[str, Any]], cfg: Config) -> dict[str, Any] | None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: bool) -> None:
-    """Kill a run (default: the config's live run) and wait until its GPUs are free."""
+    """Kill a run (default: the one the dashboard selects) and wait until its GPUs are free."""
 
     if run_id is None and target is not None and RUN_ID.fullmatch(target):
         target, run_id = None, target  # `kill RUN_ID`: the target comes from the config
 
     async def body(client: AgentClient) -> dict[str, Any]:
-        runs = await services.list_runs(client, obj.cfg)
-        run = services.pick_run(runs, run_id, obj.cfg)
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run is None:
             raise ValueError(f"no run {run_id} on this host" if run_id else
-                             f"no live run of {obj.cfg.run.name!r} to kill (runs lists them all)")
-        if run.get("state") != "running":
-            code = run.get("exit_code") if run.get("exit_code") is not None else run.get("signal")
-            return {"run_id": run["run_id"], "ok": True, "already": run.get("state"), "exit": code}
+                             f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
+        if not run.alive:
+            code = run.exit_code if run.exit_code is not None else run.signal
+            return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
+                    "message": view.already_ended(run)}
         if not yes:
-            prompt = f"kill run {run['run_id']} ({' '.join(run.get('argv') or [])[:60]}, pid {run.get('pid')})?"
+            prompt = f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, pid {run.pid})?"
             confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
             if not confirmed:
                 raise ValueError("cancelled")
@@ -393,16 +419,22 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
             if not as_json:
                 click.echo(f"  {ev.stage}: {len(ev.alive)} process(es) left, {ev.elapsed:.1f} s", err=True)
 
-        return await services.kill(client, obj.cfg, run["run_id"], progress)
+        act = await _kill(client, obj.cfg, run.run_id, progress)
+        report = dict(act.result or {"run_id": run.run_id, "ok": False, "error": act.error})
+        report["confirmed_after_reconnect"] = act.confirmed_after_reconnect
+        report["message"] = view.action_text(act)
+        return report
 
-    report = run_on_host(obj, target, body)
+    report = run_on_host(obj, target, body, reconnect=True)
     if as_json:
         print_json(report)
     elif report.get("already"):
-        click.echo(f"run {report['run_id']} already {report['already']} (exit {report.get('exit')}); nothing to kill")
+        click.echo(f"{report['message']}; nothing to kill")
+    elif report.get("stages") is not None:
+        lines = view.describe_kill(report)
+        click.echo("\n".join([report["message"], *lines[1:]]))
     else:
-        for line in services.describe_kill(report):
-            click.echo(line)
+        click.echo(report["message"])
     if not report.get("ok") or report.get("gpus_free") is False:
         sys.exit(EXIT_FAILED)
 
@@ -435,6 +467,10 @@ def inspect(logfile: str, as_json: bool) -> None:
                 result = inspect_log(chunks(f))
     except OSError as exc:
         fail(f"{logfile}: {exc.strerror or exc}", EXIT_USAGE)
+    from tui.state.logparse import signature_errors
+
+    for err in signature_errors():  # a broken user signature file is skipped, not silent
+        click.echo(f"eagle3-tui: warning: {err}", err=True)
     if as_json:
         print_json(result)
     else:

@@ -1,13 +1,19 @@
-"""Plain-text renderings of snapshots and runs for the CLI. Pure, no Textual."""
+"""Plain-text renderings of snapshots and runs for the CLI. Pure, no Textual.
+
+Run rows, states and the marked run come from the view model (`tui.state.view`),
+the same functions the dashboard's Runs table uses."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from tui.format import duration, num, size
+from tui.format import num, size
+from tui.state import view
+from tui.state.model import AppState
 
 
-def format_status(snap: dict[str, Any]) -> str:
+def format_status(snap: dict[str, Any], state: AppState) -> str:
     host = snap.get("host") or {}
     load = host.get("load")
     lines = [
@@ -29,29 +35,21 @@ def format_status(snap: dict[str, Any]) -> str:
     for pr in procs:
         cmd = " ".join(pr.get("cmdline") or [])
         lines.append(f"  {pr.get('pid'):>7} {','.join(pr.get('why') or []):<10} {cmd[:100]}")
-    runs = snap.get("runs") or []
-    if runs:
-        lines.append(format_runs(runs))
+    if state.runs:
+        lines.append(format_runs(state))
     return "\n".join(lines)
 
 
-def _state(run: dict[str, Any]) -> str:
-    """As the dashboard shows it: an exit with a non-zero code is a failure."""
-    state = str(run.get("state", "?"))
-    return "failed" if state == "exited" and run.get("exit_code") not in (0, None) else state
-
-
-def format_runs(runs: list[dict[str, Any]]) -> str:
-    if not runs:
+def format_runs(state: AppState) -> str:
+    """Every run on the host, newest first; `*` marks the run `kill` and `relaunch`
+    apply to without a RUN_ID (the dashboard selects the same one)."""
+    if not state.runs:
         return "no runs"
-    rows = [f"{'RUN':<24} {'STATE':<9} {'PID':>7} {'DURATION':>9} {'EXIT':>6}  PATCH  NAME"]
-    for r in runs:
-        dur = duration(r.get("duration"))  # the agent's: a lost run's does not keep growing
-        exit_ = r.get("exit_code") if r.get("exit_code") is not None else (r.get("signal") or "")
-        ps = r.get("patch_state")
-        patch = (ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-"
-        rows.append(
-            f"{r.get('run_id', '?'):<24} {_state(r):<9} {num(r.get('pid')):>7} {dur:>9} "
-            f"{exit_!s:>6}  {patch:<5}  {r.get('name') or ''}"
-        )
+    chosen = view.select_run(state)
+    rows = [f"  {'RUN':<24} {'STATE':<9} {'PID':>7} {'DURATION':>9} {'EXIT':>6}  PATCH  NAME"]
+    for r in view.run_rows(state, time.time(), state.runs):
+        mark = "*" if chosen is not None and r.run_id == chosen.run_id else " "
+        line = (f"{mark} {r.run_id:<24} {r.state:<9} {r.pid:>7} {r.duration:>9} "
+                f"{r.exit:>6}  {r.patch:<5}  {r.name}")
+        rows.append(line + (f"  {r.note}" if r.note else ""))
     return "\n".join(rows)

@@ -6,11 +6,18 @@ and the `k` key run exactly the same code.
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+import time
+from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
-from tui.config import Config
-from tui.format import size
-from tui.transport import AgentClient, make_link
+from tui import protocol as p
+from tui.config import Config, ConfigError, load_config
+from tui.state import view
+from tui.state.model import AppState, Run, Settings
+from tui.state.reducer import ConfigRead, apply
+from tui.transport import AgentClient, LinkLost, TransportError, make_link
 
 
 def resolve_target(target: str | None, cfg: Config) -> str:
@@ -56,8 +63,8 @@ async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
     return list((await client.request("runs")).get("runs") or [])
 
 
-def _launch_args(cfg: Config, patch_state: Any) -> dict[str, Any]:
-    return {
+def _launch_args(cfg: Config, patch_state: Any, action: str | None = None) -> dict[str, Any]:
+    return {**({"action": action} if action else {}),
         "name": cfg.run.name,
         "argv": list(cfg.require_command()),
         "cwd": cfg.run.cwd,
@@ -67,25 +74,29 @@ def _launch_args(cfg: Config, patch_state: Any) -> dict[str, Any]:
     }
 
 
-async def launch(client: AgentClient, cfg: Config, patch_state: Any = None) -> dict[str, Any]:
+async def launch(
+    client: AgentClient, cfg: Config, patch_state: Any = None, action: str | None = None
+) -> dict[str, Any]:
     """Start the config's run through the host's supervisor shim."""
-    return await client.request("launch", **_launch_args(cfg, patch_state))
+    return await client.request("launch", **_launch_args(cfg, patch_state, action))
 
 
 async def relaunch(
-    client: AgentClient, cfg: Config, run: dict[str, Any] | None, patch_state: Any = None
+    client: AgentClient, cfg: Config, run: dict[str, Any] | None, patch_state: Any = None,
+    action: str | None = None,
 ) -> dict[str, Any]:
     """Start again with the argv, cwd and env of `run` (or of the config's run)."""
     if run is None:
-        return await launch(client, cfg, patch_state)
+        return await launch(client, cfg, patch_state, action)
     if run.get("state") == "running":
         raise ValueError(
             f"run {run.get('run_id')} is still running (pid {run.get('pid')}): kill it first"
         )
     if run.get("external"):
-        return await launch(client, cfg, patch_state)
+        return await launch(client, cfg, patch_state, action)
     return await client.request(
         "launch",
+        **({"action": action} if action else {}),
         name=run.get("name") or cfg.run.name,
         argv=list(run.get("argv") or cfg.run.command),
         cwd=run.get("cwd") or cfg.run.cwd,
@@ -95,16 +106,49 @@ async def relaunch(
     )
 
 
-def pick_run(runs: list[dict[str, Any]], run_id: str | None, cfg: Config) -> dict[str, Any] | None:
-    """The run an action applies to: `run_id`, else the config's live run, else a live
-    run adopted through `[run] match` — never another config's run."""
-    if run_id:
-        return next((r for r in runs if r.get("run_id") == run_id), None)
-    live = [r for r in runs if r.get("state") == "running"]
-    mine = [r for r in live if r.get("name") == cfg.run.name and not r.get("external")]
-    adopted = [r for r in live if r.get("external")]
-    pool = mine or adopted
-    return pool[0] if pool else None
+def settings_of(cfg: Config, error: str | None = None) -> Settings:
+    """What the state needs of the config (the selection rule, the log, liveness)."""
+    return Settings(
+        name=cfg.run.name or None, log=cfg.run.log, has_command=bool(cfg.run.command),
+        interval=cfg.host.interval, error=error,
+    )
+
+
+def reread_config(cfg: Config) -> tuple[Config, str | None]:
+    """eagle3.toml again (on launch and relaunch): its [run] and [patches] with this
+    session's [host] (the connection is made already). (cfg, None), or the old cfg and
+    the error's one line when the file is broken now. A config built in memory (no
+    path) stays as it is."""
+    if cfg.path is None:
+        return cfg, None
+    try:
+        new = load_config(cfg.path)
+    except (ConfigError, OSError) as exc:
+        return cfg, str(exc)
+    return replace(new, host=cfg.host), None
+
+
+def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | None = None) -> AppState:
+    """The AppState a one-shot CLI command sees: the same reducer, the same rule."""
+    state = apply(AppState(), ConfigRead(settings_of(cfg)), time.time())
+    if snap is None:
+        snap = {"seq": 0, "time": time.time(), "host": {}, "gpus": [], "processes": [], "runs": runs}
+    event = p.Snapshot(
+        seq=int(snap.get("seq") or 0), time=float(snap.get("time") or time.time()), host=snap.get("host") or {},
+        gpus=list(snap.get("gpus") or []), processes=list(snap.get("processes") or []),
+        runs=list(runs), gpu_source=snap.get("gpu_source"), gpu_error=snap.get("gpu_error"),
+    )
+    return apply(state, event, time.time())
+
+
+def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None) -> Run | None:
+    """The run `eagle3-tui kill` / `relaunch` apply to: the dashboard's rule
+    (`view.select_run`) over the host's runs."""
+    return view.select_run(state_of(cfg, runs), run_id)
+
+
+def new_action_id() -> str:
+    return secrets.token_hex(6)
 
 
 async def prune(client: AgentClient, cfg: Config, *, older_than: float | None,
@@ -122,45 +166,61 @@ async def kill(
     cfg: Config,
     run_id: str,
     on_progress: Callable[[Any], Awaitable[None] | None] | None = None,
+    action: str | None = None,
 ) -> dict[str, Any]:
-    """Kill a run: SIGINT -> SIGTERM -> SIGKILL, then wait for its GPU memory to be freed."""
+    """Kill a run: SIGINT -> SIGTERM -> SIGKILL, then wait for its GPU memory to be freed.
+
+    With `action`, the agent keeps the outcome under that id (see `outcome`)."""
+    extra = {"action": action} if action else {}
     return await client.call_with_progress(
         "kill",
         on_progress,
         run_id=run_id,
         graces=list(cfg.run.graces),
         gpu_wait=cfg.run.gpu_wait,
+        **extra,
     )
 
 
-def describe_kill(report: dict[str, Any]) -> list[str]:
-    """Human lines for a kill report (CLI output and the TUI's final banner)."""
-    lines = []
-    for st in report.get("stages") or []:
-        sent = st.get("sent_to") or []
-        lines.append(f"{st.get('signal')}: sent to {len(sent)} process(es) {sent}")
-    left = report.get("remaining") or []
-    lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
-    for g in report.get("gpus") or []:
-        text = f"GPU {g.get('index')}: freed {size(g.get('freed'))}"
-        if g.get("run_pids"):
-            text += f"; the run still holds {size(g.get('run_mem'))} in pid " + ", ".join(
-                str(pid) for pid in g["run_pids"]
-            )
-        others = g.get("other_pids") or []
-        if others:
-            text += "; also in use by pid " + ", ".join(
-                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in others
-            )
-        lines.append(text)
-    free = report.get("gpus_free")
-    took = f"{report.get('elapsed') or 0:.1f} s"
-    verdict = {
-        True: f"GPUs free after {took}",
-        False: f"GPUs NOT free after {took}",
-        None: f"done in {took} (no GPU source to check memory)",
-    }[free]
-    return [f"run {report.get('run_id')} killed: {verdict}"] + lines
+async def outcome(
+    client: AgentClient, action: str, runs_dir: str | None = None, poll: float = 0.5,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """The outcome of an action whose reply was lost: wait for the link to come back,
+    ask the agent, and ask again while it is still running. Returns the agent's record
+    ({"ok", "result" | "error"}), or {"ok": False, "never_arrived": True, "error": …}
+    when the host has no record of it (asked three times, so a request still in a dying
+    link's buffers has had its chance to arrive)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    missing = 0
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise LinkLost(f"no outcome of action {action} within {timeout:g} s")
+        if client.connected:
+            try:
+                res = await client.request("outcomes", ids=[action], runs_dir=runs_dir)
+            except TransportError:
+                res = None
+            if res is not None:
+                rec = (res.get("outcomes") or {}).get(action)
+                if rec is not None and rec.get("state") == "done":
+                    return rec
+                missing = missing + 1 if rec is None else 0
+                if missing >= 3:
+                    return {"ok": False, "never_arrived": True,
+                            "error": "the request never reached the host; nothing was done"}
+        await asyncio.sleep(poll)
+
+
+describe_kill = view.describe_kill  # CLI output and the banner share the lines
+
+
+def run_dict(run: Run) -> dict[str, Any]:
+    """A run of the state as the relaunch request wants it."""
+    return {
+        "run_id": run.run_id, "name": run.name, "state": run.state, "argv": list(run.argv),
+        "cwd": run.cwd, "env": dict(run.env), "external": run.external, "pid": run.pid,
+    }
 
 
 async def patch_state(client: AgentClient, cfg: Config) -> Any:

@@ -1,6 +1,9 @@
-"""`?`: what each key does, generated from the app's declared bindings."""
+"""`?`: what each key does on the screen it was pressed on, from that screen's bindings."""
 
 from __future__ import annotations
+
+import inspect
+from typing import Any
 
 from rich.table import Table
 from textual.app import ComposeResult
@@ -24,9 +27,26 @@ class HelpScreen(ModalScreen[None]):
     """
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+    def __init__(self, bindings: list[tuple[str, str]], about: str = ABOUT) -> None:
         super().__init__()
         self._keys = bindings
+        self._about = about
+
+    @classmethod
+    def for_screen(cls, screen: Any, app: Any) -> HelpScreen:
+        """The help of `screen`: the dashboard's keys on the dashboard, else the keys
+        that screen declares and the first paragraph of its docstring."""
+        dashboard = screen is app.screen_stack[0]
+        source = app if dashboard else screen
+        keys = [
+            (b.key_display or b.key.split(",")[0], b.description)
+            for b in source.BINDINGS
+            if isinstance(b, Binding) and b.description
+        ]
+        if dashboard:
+            return cls(keys + [("ctrl+p", "Command palette")])
+        about = (inspect.getdoc(type(screen)) or type(screen).__name__).split("\n\n")[0]
+        return cls(keys + [("?", "This help")], about)
 
     def compose(self) -> ComposeResult:
         table = Table.grid(padding=(0, 2))
@@ -35,7 +55,7 @@ class HelpScreen(ModalScreen[None]):
         for key, desc in self._keys:
             table.add_row(key, desc)
         with Vertical():
-            yield Static(ABOUT)
+            yield Static(self._about)
             yield Static(table)
 
     def action_close(self) -> None:

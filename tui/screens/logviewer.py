@@ -61,6 +61,10 @@ class _Body(Static):
 
 
 class LogViewerScreen(Screen[None]):
+    """The log viewer: the whole log, fetched in blocks; follow, search, filter, errors, root cause.
+
+    Escape or q goes back to the dashboard."""
+
     DEFAULT_CSS = """
     LogViewerScreen #lv-status { height: 1; background: $panel; color: $text; }
     LogViewerScreen #lv-body { height: 1fr; overflow: hidden; background: $surface; text-wrap: nowrap; }

@@ -296,13 +296,17 @@ class PatchScreen(Screen[str | None]):
 
     @work(exclusive=True, group="patch")
     async def _transition(self, goal: str) -> None:
-        """Push `goal` (or roll back to pristine); `_ask` has set `writing` and busy."""
+        """Push `goal` (or roll back to pristine); `_ask` has set `writing` and busy.
+        The push is an action of the app's state (`track_push`), like a kill."""
+        track = getattr(self.app, "track_push", None)
+        end = track(goal) if track is not None else (lambda ok, error=None, unknown=False: None)
         try:
             if goal == P.PRISTINE:
                 report = await S.rollback(self.client, self.set_name, self.python, user_dir=self.user_dir)
             else:
                 report = await S.push(self.client, self.set_name, goal, self.python, user_dir=self.user_dir)
         except S.PatchServiceError as exc:
+            end(False, str(exc))
             self._show_status()
             if exc.detail:
                 self._show_hand_edits(str(exc), exc.detail)
@@ -310,6 +314,7 @@ class PatchScreen(Screen[str | None]):
                 self.notify(str(exc), title="patch refused", severity="error", timeout=10)
             return
         except (P.PatchError, AgentRequestError, TransportError) as exc:
+            end(False, str(exc), unknown=isinstance(exc, TransportError))
             self._show_status()
             self.notify(str(exc), title="patch failed", severity="error", timeout=10)
             return
@@ -320,6 +325,7 @@ class PatchScreen(Screen[str | None]):
         self.written = goal
         done = (f"{self.host} now has {describe_state(report)}: "
                 f"{len(report.get('written', []))} file(s) written, hashes verified.")
+        end(True)
         self.outcome = Text(done, style="green")
         if self._relaunch_offered():
             # Offered, not asked: a dialog popping up now would take the next key typed.
@@ -327,7 +333,8 @@ class PatchScreen(Screen[str | None]):
         self._show_status()
         self._fill_table()
         self.refresh_bindings()
-        self.notify(done)
+        if track is None:
+            self.notify(done)
 
 
 def _diff(text: str) -> Syntax:

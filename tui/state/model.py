@@ -6,7 +6,7 @@ missing or malformed reading becomes None (shown as N/A), never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
@@ -147,6 +147,7 @@ class Run:
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # why it failed to start (state "failed", no process)
+    log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
 
     @property
     def alive(self) -> bool:
@@ -172,6 +173,7 @@ class Run:
             cwd=d.get("cwd") if isinstance(d.get("cwd"), str) else None,
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
             error=d.get("error") if isinstance(d.get("error"), str) else None,
+            log_note=d.get("log_note") if isinstance(d.get("log_note"), str) else None,
         )
 
 
@@ -216,6 +218,40 @@ class KillView:
 
 
 @dataclass(frozen=True)
+class Action:
+    """A kill, launch, relaunch or patch push: in flight, or ended, under its own id.
+
+    `state`: running | unconfirmed (the link dropped before the reply; the client asks
+    the agent for the outcome after the reconnect) | ok | failed."""
+
+    action_id: str
+    kind: str  # kill | launch | relaunch | push
+    run_id: str | None
+    state: str = "running"
+    started_at: float = 0.0
+    ended_at: float | None = None
+    progress: KillView | None = None  # the latest kill_progress of a kill
+    result: dict[str, Any] | None = None  # the agent's result (kill report, run record)
+    error: str | None = None
+    confirmed_after_reconnect: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("ok", "failed")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the screen and the selection rule need from eagle3.toml (re-read on l/r)."""
+
+    name: str | None = None  # `[run] name`: runs "of this config"
+    log: str | None = None  # `[run] log`
+    has_command: bool = False
+    interval: float = 1.0  # the agent's snapshot interval: liveness is judged against it
+    error: str | None = None  # the config as re-read is broken: one line for the banner
+
+
+@dataclass(frozen=True)
 class AppState:
     target: str = "local"
     link: Link = field(default_factory=Link)
@@ -233,8 +269,16 @@ class AppState:
     snapshot_time: float | None = None
     seq: int = -1
     log: LogTail = field(default_factory=LogTail)
-    kill: KillView | None = None
     message: str | None = None  # last agent error line
+    settings: Settings = field(default_factory=Settings)
+    cursor: str | None = None  # the run the user put the Runs table's cursor on
+    show_all: bool = False  # `a`: every run on the host, not only this config's
+    actions: tuple[Action, ...] = ()  # newest last; ended ones are kept a while
+    summaries: dict[str, Any] = field(default_factory=dict)  # run_id -> advice.RunSummary
+    applied_patch: str | None = None  # "v5", "pristine", … on the host now
+    version_order: tuple[str, ...] = ()
+    notices: tuple[tuple[int, str, str], ...] = ()  # (serial, severity, text) to notify once
+    notice_serial: int = 0
     watch: Any = None  # tui.state.watch.WatchState: stall/hang/end detection, when enabled
 
     def live_runs(self) -> tuple[Run, ...]:
@@ -242,3 +286,24 @@ class AppState:
 
     def run(self, run_id: str | None) -> Run | None:
         return next((r for r in self.runs if r.run_id == run_id), None)
+
+    def action(self, action_id: str | None) -> Action | None:
+        return next((a for a in self.actions if a.action_id == action_id), None)
+
+    @property
+    def kill(self) -> KillView | None:
+        """The newest kill as the banner shows it: its progress, then its report."""
+        act = next((a for a in reversed(self.actions) if a.kind == "kill"), None)
+        if act is None:
+            return None
+        view = act.progress or KillView(run_id=act.run_id or "?", stage="", alive=(), gpus=(), elapsed=0.0)
+        if act.state == "ok" and act.result is not None:
+            return replace(view, run_id=act.result.get("run_id") or view.run_id, stage="done", report=act.result)
+        if act.state == "failed":
+            return replace(view, error=act.error or "failed", report=act.result)
+        return view
+
+    @property
+    def busy(self) -> Action | None:
+        """The kill or launch in flight (or unconfirmed): one at a time."""
+        return next((a for a in self.actions if not a.done and a.kind != "push"), None)

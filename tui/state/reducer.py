@@ -1,4 +1,8 @@
-"""`apply(state, event, now) -> state`: the one place agent events change the client state.
+"""`apply(state, event, now) -> state`: the one place anything changes the client state.
+
+Agent messages (snapshot, log bytes, kill progress, errors), link status, the user's
+cursor, the config as (re)read, and actions started and ended all arrive here as
+events; the app and the CLI hold no state of their own beside `AppState`.
 
 Pure: the caller passes the clock (`now`) so tests replay events deterministically.
 Link status events come from the transport (`tui.transport.LinkStatus`); they are
@@ -7,7 +11,7 @@ matched by shape (`state`, `attempt`, `error`) so this module does not import it
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui import protocol as p
@@ -15,6 +19,7 @@ from tui.state import logparse, watch
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
+    Action,
     AppState,
     Gpu,
     Host,
@@ -23,7 +28,80 @@ from tui.state.model import (
     LogTail,
     Proc,
     Run,
+    Settings,
 )
+
+ACTIONS_KEPT = 20  # ended actions kept in the state (the newest)
+NOTICES_KEPT = 10
+
+
+# ---- client-side events (agent messages are tui.protocol's dataclasses) -------------
+
+
+@dataclass(frozen=True)
+class ConfigRead:
+    """eagle3.toml as (re)read: its settings, or `settings.error` when it is broken."""
+
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class CursorMoved:
+    """The user put the Runs table's cursor on a run (None: back to the rule's choice)."""
+
+    run_id: str | None
+
+
+@dataclass(frozen=True)
+class ShowAll:
+    on: bool
+
+
+@dataclass(frozen=True)
+class ActionStarted:
+    action_id: str
+    kind: str  # kill | launch | relaunch | push
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ActionUnconfirmed:
+    """The link dropped between the request and its reply: the outcome is asked for
+    again after the reconnect."""
+
+    action_id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class ActionEnded:
+    action_id: str
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    confirmed_after_reconnect: bool = False
+
+
+@dataclass(frozen=True)
+class LedgerRead:
+    summaries: dict[str, Any] = field(default_factory=dict)
+    applied_patch: str | None = None
+    version_order: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogFollowed:
+    """The screen now follows `path` through subscription `sub` (None: no log; `note` says why)."""
+
+    path: str | None
+    sub: str | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    severity: str  # information | warning | error
+    text: str
 
 
 def apply(state: AppState, event: Any, now: float) -> AppState:
@@ -53,9 +131,17 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
             gpus=event.gpus,
             elapsed=event.elapsed,
         )
-        return replace(state, kill=kill)
+        act = next((a for a in reversed(state.actions) if a.kind == "kill" and not a.done
+                    and a.run_id == event.run_id), None)
+        if act is None:
+            return replace(state, link=_seen(state.link, now))
+        return replace(_put(state, replace(act, progress=kill)), link=_seen(state.link, now))
     if isinstance(event, p.AgentError):
-        return replace(state, message=event.message)
+        return _notice(replace(state, message=event.message), "warning", f"agent: {event.message}")
+    if isinstance(event, (ConfigRead, CursorMoved, ShowAll, LedgerRead, LogFollowed, Notice)):
+        return _client_event(state, event)
+    if isinstance(event, (ActionStarted, ActionUnconfirmed, ActionEnded)):
+        return _action_event(state, event, now)
     if hasattr(event, "state") and hasattr(event, "attempt"):  # transport LinkStatus
         link = Link(
             state=str(event.state),
@@ -65,6 +151,64 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
         )
         return replace(state, link=link)
     return state
+
+
+def _client_event(state: AppState, event: Any) -> AppState:
+    if isinstance(event, ConfigRead):
+        st = replace(state, settings=event.settings)
+        if event.settings.error and event.settings.error != state.settings.error:
+            st = _notice(st, "error", event.settings.error)
+        return st
+    if isinstance(event, CursorMoved):
+        return replace(state, cursor=event.run_id)
+    if isinstance(event, ShowAll):
+        return replace(state, show_all=event.on)
+    if isinstance(event, LedgerRead):
+        return replace(state, summaries=dict(event.summaries), applied_patch=event.applied_patch,
+                       version_order=tuple(event.version_order))
+    if isinstance(event, LogFollowed):
+        return replace(state, log=LogTail(path=event.path, sub=event.sub, note=event.note))
+    return _notice(state, event.severity, event.text)
+
+
+def _action_event(state: AppState, event: Any, now: float) -> AppState:
+    from tui.state import view  # the texts of a result live in the view model
+
+    if isinstance(event, ActionStarted):
+        return _put(state, Action(action_id=event.action_id, kind=event.kind, run_id=event.run_id, started_at=now))
+    act = state.action(event.action_id)
+    if act is None or act.done:
+        return state  # an outcome already recorded (a reply and a recheck both came back)
+    if isinstance(event, ActionUnconfirmed):
+        return _put(state, replace(act, state="unconfirmed", error=event.error))
+    ended = replace(
+        act, state="ok" if event.ok else "failed", ended_at=now, result=event.result,
+        error=event.error, confirmed_after_reconnect=event.confirmed_after_reconnect,
+        run_id=act.run_id or (event.result or {}).get("run_id"),
+    )
+    st = _put(state, ended)
+    res = event.result or {}
+    good = event.ok and (ended.kind != "kill" or (res.get("ok") is not False and res.get("gpus_free") is not False))
+    return _notice(st, "information" if good else "error", view.action_text(ended))
+
+
+def _put(state: AppState, act: Action) -> AppState:
+    """Insert or replace an action by id; keep the newest ACTIONS_KEPT ended ones."""
+    ids = [a.action_id for a in state.actions]
+    acts = list(state.actions)
+    if act.action_id in ids:
+        acts[ids.index(act.action_id)] = act
+    else:
+        acts.append(act)
+    ended = [a.action_id for a in acts if a.done]
+    drop = set(ended[: max(0, len(ended) - ACTIONS_KEPT)])
+    return replace(state, actions=tuple(a for a in acts if a.action_id not in drop))
+
+
+def _notice(state: AppState, severity: str, text: str) -> AppState:
+    serial = state.notice_serial + 1
+    notices = (state.notices + ((serial, severity, text),))[-NOTICES_KEPT:]
+    return replace(state, notices=notices, notice_serial=serial)
 
 
 def _seen(link: Link, now: float) -> Link:

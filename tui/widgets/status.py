@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from tui.format import gib
 from tui.state.model import AppState
+from tui.state.view import link_text
 from tui.widgets.render import set_content
 
 
@@ -24,8 +25,9 @@ class StatusBar(Static):
         text = Text.assemble(("eagle3-tui ", "bold"), ("▸ ", "dim"), (state.target, "bold cyan"))
         if state.hostname:
             text.append(f"  host {state.hostname}")
+        live, kind = link_text(state, now)  # the view model's verdict: connected, stale, lost
         dot = {
-            "connected": ("● connected", "green"),
+            "connected": (f"● {live}", "green" if kind == "ok" else "bold yellow"),
             "connecting": ("◌ connecting…", "yellow"),
             "reconnecting": (f"◌ reconnecting (attempt {link.attempt})", "yellow"),
             "failed": ("✖ failed", "red"),
@@ -33,7 +35,7 @@ class StatusBar(Static):
         }.get(link.state, (link.state, "yellow"))
         text.append("  ")
         text.append(*dot)
-        if age is not None and (link.state != "connected" or age > 5):
+        if age is not None and link.state != "connected":
             text.append(f", data {age:.0f} s old", style="yellow")
         if link.error and link.state != "connected":
             text.append(f"  {link.error}", style="red")

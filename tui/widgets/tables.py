@@ -14,6 +14,7 @@ from textual.widgets.data_table import ColumnKey
 
 from tui.format import duration, gib, num
 from tui.state.model import AppState, Proc, Run
+from tui.state.view import run_row
 from tui.widgets.render import set_title
 
 
@@ -194,20 +195,10 @@ class RunsTable(KeyedTable):
 
     @staticmethod
     def _cells(r: Run, note: str) -> tuple[Any, ...]:
-        now = time.time()
-        started = "N/A"
-        if r.launched_at:
-            today = time.localtime(now)[:3] == time.localtime(r.launched_at)[:3]
-            started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(r.launched_at))
-        end = r.ended_at or (now if r.alive else None)
-        dur = duration(end - r.launched_at) if end and r.launched_at else "N/A"
-        exit_ = str(r.exit_code) if r.exit_code is not None else (r.signal or "")
-        ps = r.patch_state
-        patch = (ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-"
-        state = "failed" if r.state == "exited" and r.exit_code not in (0, None) else r.state
+        row = run_row(r, note, time.time())  # the view model's row: the CLI prints the same
         return (
-            r.run_id, (r.name or "")[:20], Text(state, style=STATE_STYLE.get(state, "")),
-            started, dur, exit_, str(patch), note,
+            row.run_id, row.name[:20], Text(row.state, style=STATE_STYLE.get(row.state, "")),
+            row.started, row.duration, row.exit, row.patch, row.note,
         )
 
     def selected_run_id(self) -> str | None:

@@ -1,0 +1,354 @@
+"""The view model: pure functions from `AppState` to what is shown.
+
+The dashboard's widgets and the CLI's `status`, `runs`, `kill` and `relaunch` both
+read their rows, texts and verdicts from here, so the two never disagree. Nothing
+here does I/O or imports Textual.
+
+**The run-selection rule** (`select_run`, the only one): an explicit run id, else the
+run under the Runs table's cursor (put there by the user), else the newest live run
+of this config, else the newest run of this config. A run is "of this config" when it
+was launched under `[run] name` (with no name configured, every managed run is). Runs
+adopted through `[run] match` (external, started by hand) come only when this config
+never launched a run here: the newest live one, then the newest. Another config's run
+is chosen only by naming it (or putting the cursor on it after `a`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tui.format import duration, gib, size
+from tui.state import advice as advisor
+from tui.state.model import Action, AppState, Run
+
+NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
+
+
+# ---- selection ----------------------------------------------------------------------
+
+
+def newest_first(runs: tuple[Run, ...] | list[Run]) -> list[Run]:
+    return sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
+
+
+def of_config(state: AppState) -> tuple[Run, ...]:
+    name = state.settings.name
+    if not name:
+        return state.runs
+    return tuple(r for r in state.runs if r.name == name or r.external)
+
+
+def visible_runs(state: AppState) -> tuple[Run, ...]:
+    """The Runs table: this config's runs and adopted ones, or every run after `a`."""
+    return state.runs if state.show_all else of_config(state)
+
+
+def select_run(state: AppState, explicit: str | None = None) -> Run | None:
+    """The run an action or view applies to (see the module docstring).
+
+    An explicit id that names no run gives None: never a substitute."""
+    if explicit:
+        return state.run(explicit)
+    chosen = state.run(state.cursor)
+    if chosen is not None:
+        return chosen
+    mine = newest_first([r for r in of_config(state) if not r.external])
+    adopted = newest_first([r for r in of_config(state) if r.external])
+    for pool in (mine, adopted):
+        live = [r for r in pool if r.alive]
+        if live or pool:
+            return (live or pool)[0]
+    return None
+
+
+# ---- rows ---------------------------------------------------------------------------
+
+
+def state_label(run: Run) -> str:
+    """As shown everywhere: an exit with a non-zero code is a failure."""
+    return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
+
+
+def exit_label(run: Run) -> str:
+    return str(run.exit_code) if run.exit_code is not None else (run.signal or "")
+
+
+def patch_label(run: Run) -> str:
+    ps = run.patch_state
+    return str((ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    name: str
+    state: str
+    started: str
+    duration: str
+    exit: str
+    patch: str
+    note: str
+    pid: str
+
+
+def run_row(run: Run, note: str, now: float) -> RunRow:
+    started = "N/A"
+    if run.launched_at:
+        today = time.localtime(now)[:3] == time.localtime(run.launched_at)[:3]
+        started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(run.launched_at))
+    end = run.ended_at or (now if run.alive else None)
+    dur = duration(end - run.launched_at) if end and run.launched_at else "N/A"
+    return RunRow(
+        run_id=run.run_id, name=run.name or "", state=state_label(run), started=started,
+        duration=dur, exit=exit_label(run), patch=patch_label(run), note=note,
+        pid=str(run.pid) if run.pid is not None else "N/A",
+    )
+
+
+def run_rows(state: AppState, now: float, runs: tuple[Run, ...] | None = None) -> list[RunRow]:
+    """Rows of the Runs table (or of `eagle3-tui runs`), newest first."""
+    notes = run_notes(state)
+    runs = visible_runs(state) if runs is None else runs
+    return [run_row(r, notes.get(r.run_id, ""), now) for r in newest_first(runs)]
+
+
+def run_notes(state: AppState) -> dict[str, str]:
+    """The FAILURE / NOTE column: root causes, runs that did not start, and live runs
+    made stale by a newer patch version applied since they were launched."""
+    notes = {  # a killed run's KeyboardInterrupt traceback is not its failure
+        rid: s.failure_title
+        for rid, s in state.summaries.items()
+        if getattr(s, "failure_title", None) and getattr(s, "outcome", None) != "killed"
+    }
+    run = select_run(state)
+    root = getattr(state.log.analysis, "root_cause", None)
+    if run is not None and root is not None and state.log.path is not None and state.log.path == wanted_log(state)[0]:
+        notes[run.run_id] = root.title
+    for r in state.runs:
+        if r.error:
+            notes[r.run_id] = f"did not start: {r.error}"
+        elif r.external and not r.log and r.alive:
+            notes.setdefault(r.run_id, r.log_note or NO_LOG_NOTE)
+    w = state.watch
+    if w is not None and w.run_id is not None and (what := w.describe(time.time())) is not None:
+        notes[w.run_id] = f"{w.condition.upper()}: {what}"
+    order = ["pristine", *state.version_order]
+    if state.applied_patch in order:
+        for r in state.live_runs():
+            _, version = advisor.patch_key(r.patch_state)
+            if version in order and order.index(version) < order.index(state.applied_patch):
+                notes[r.run_id] = f"STALE: launched with {version}, {state.applied_patch} applied now"
+    return notes
+
+
+# ---- the log and the phase ----------------------------------------------------------
+
+
+def wanted_log(state: AppState) -> tuple[str | None, str | None]:
+    """(path to follow, note when there is none) for the selected run: its own log
+    (an absolute path from its manifest, or the file its stdout goes to for an adopted
+    run), never another run's; with no run, `[run] log`."""
+    run = select_run(state)
+    if run is None:
+        return state.settings.log, None
+    if run.log:
+        return run.log, None
+    if run.external:
+        return None, f"run {run.run_id}: {run.log_note or NO_LOG_NOTE}"
+    return state.settings.log, None
+
+
+def phase(state: AppState, run: Run | None, now: float) -> str | None:
+    a = state.log.analysis
+    ph = getattr(a, "phase", None)
+    if run is not None and run.state == "killed":
+        return "killed"
+    w = state.watch  # tui.state.watch: stalled / hung, from the run's own pace
+    if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
+        return str(w.condition)
+    return ph
+
+
+def progress_label(run: Run | None) -> str:
+    return f"run {run.run_id} ({run.state})" if run else "no run"
+
+
+# ---- liveness -----------------------------------------------------------------------
+
+
+def stale_after(state: AppState) -> float:
+    """Two missed snapshot intervals plus one second."""
+    return 2 * state.settings.interval + 1.0
+
+
+def link_text(state: AppState, now: float) -> tuple[str, str]:
+    """(text, kind) of the connection: kind is ok | warn | error."""
+    link = state.link
+    age = None if link.last_data is None else max(0.0, now - link.last_data)
+    if link.state == "connected":
+        if age is not None and age > stale_after(state):
+            return f"stale for {age:.0f} s", "warn"
+        return "connected", "ok"
+    if link.state == "reconnecting":
+        old = f", data {age:.0f} s old" if age is not None else ""
+        return f"lost: reconnecting (attempt {link.attempt}){old}", "warn"
+    if link.state == "failed":
+        return f"lost: {link.error or 'link failed'}", "error"
+    return link.state, "warn"
+
+
+# ---- actions ------------------------------------------------------------------------
+
+
+def kill_verdict(report: dict[str, Any]) -> str:
+    free = report.get("gpus_free")
+    took = f"{report.get('elapsed') or 0:.1f} s"
+    return {
+        True: f"GPUs free after {took}",
+        False: f"GPUs NOT free after {took}",
+        None: f"done in {took} (no GPU source to check memory)",
+    }[free]
+
+
+def describe_kill(report: dict[str, Any]) -> list[str]:
+    """Human lines for a kill report (CLI output and the banner)."""
+    lines = []
+    for st in report.get("stages") or []:
+        sent = st.get("sent_to") or []
+        lines.append(f"{st.get('signal')}: sent to {len(sent)} process(es) {sent}")
+    left = report.get("remaining") or []
+    lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
+    for g in report.get("gpus") or []:
+        text = f"GPU {g.get('index')}: freed {size(g.get('freed'))}"
+        if g.get("run_pids"):
+            text += f"; the run still holds {size(g.get('run_mem'))} in pid " + ", ".join(
+                str(pid) for pid in g["run_pids"]
+            )
+        others = g.get("other_pids") or []
+        if others:
+            text += "; also in use by pid " + ", ".join(
+                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in others
+            )
+        lines.append(text)
+    return [f"run {report.get('run_id')} killed, {kill_verdict(report)}"] + lines
+
+
+def already_ended(run: Run) -> str:
+    """What `k` / `eagle3-tui kill` say for a run that is not running."""
+    if run.state == "exited":
+        return f"run {run.run_id} already exited ({exit_label(run) or '?'})"
+    if run.state == "killed":
+        return f"run {run.run_id} already killed" + (f" ({run.signal})" if run.signal else "")
+    if run.state == "failed":
+        return f"run {run.run_id} never started: {run.error or 'failed'}"
+    return f"run {run.run_id} is {run.state}: no process to kill"
+
+
+def action_text(act: Action) -> str:
+    """One line for an action's state: the notification, the banner's first line, the CLI."""
+    after = " (confirmed after reconnect)" if act.confirmed_after_reconnect else ""
+    res = act.result or {}
+    if act.state == "running":
+        return f"{act.kind} {act.run_id or ''}: in progress".replace("  ", " ")
+    if act.state == "unconfirmed":
+        return f"{act.kind} {act.run_id or ''}: link lost ({act.error}); asking the host after reconnect"
+    if act.state == "failed" and act.kind == "push" and res.get("unknown"):
+        # A push is several file writes: after a lost link only the host's files can tell.
+        return f"patch {res.get('version')}: outcome unknown, the link was lost ({act.error}); press r to re-read the host"
+    if act.state == "failed":
+        what = f"patch {res.get('version')}" if act.kind == "push" else f"{act.kind} {act.run_id or ''}".strip()
+        return f"{what} failed: {act.error or 'unknown error'}{after}"
+    if act.kind == "kill":
+        rid = res.get("run_id") or act.run_id
+        if res.get("ok") is False:
+            left = ", ".join(map(str, res.get("remaining") or [])) or "?"
+            return f"run {rid} NOT killed: processes left {left}{after}"
+        return f"run {rid} killed, {kill_verdict(res)}{after}"
+    if act.kind in ("launch", "relaunch"):
+        return f"launched run {res.get('run_id')} (pid {res.get('pid')}){after}"
+    if act.kind == "push":
+        return f"patch {res.get('version')} pushed, hashes verified{after}"
+    return f"{act.kind} done{after}"
+
+
+def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -> list[str]:
+    """The kill confirmation: host, run, PIDs, GPU memory at stake, the signals."""
+    pids = run_pids(state, run)
+    per_gpu = []
+    for g in state.gpus:
+        mine = [gp.mem for gp in g.processes if gp.pid in pids]
+        if mine:
+            held = None if None in mine else sum(m or 0 for m in mine)
+            per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
+    return [
+        f"host:   {state.hostname or state.target}",
+        f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
+        f"argv:   {clip(' '.join(run.argv), 70)}",
+        f"PIDs:   {', '.join(map(str, pids[:16]))}" + (" …" if len(pids) > 16 else ""),
+        "GPU memory at stake: " + (", ".join(per_gpu) if per_gpu else "none seen"),
+        f"Signals: SIGINT, then SIGTERM after {graces[0]:.0f} s, then SIGKILL after {graces[1]:.0f} s more.",
+    ]
+
+
+def run_pids(state: AppState, run: Run) -> list[int]:
+    pids = [pr.pid for pr in state.processes if pr.run_id == run.run_id]
+    if run.pid is not None and run.pid not in pids:
+        pids.insert(0, run.pid)
+    return pids
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ---- the banner ---------------------------------------------------------------------
+
+
+def advice(state: AppState, now: float, patch_set: str | None) -> advisor.Advice | None:
+    run = select_run(state)
+    if run is None or not run.alive:
+        return None
+    log = state.log
+    analysis = log.analysis if log.path is not None and log.path in (run.log, state.settings.log) else None
+    return advisor.advise(run, analysis, state.summaries, state.applied_patch, list(state.version_order),
+                          now, patch_set=patch_set)
+
+
+KILL_BANNER_S = 60.0  # how long a finished action's verdict stays in the banner
+
+
+def banner(state: AppState, now: float, patch_set: str | None = None) -> tuple[str | None, str]:
+    """(text or None, kind: '' | 'ok' | 'error'), by priority: an action in flight or
+    just ended, a broken config, a link in trouble, the advisor's warning."""
+    act = state.actions[-1] if state.actions else None
+    if act is not None and act.kind == "kill" and (not act.done or now - (act.ended_at or now) < KILL_BANNER_S):
+        kill = state.kill
+        if act.state == "ok" and act.result is not None:
+            lines = describe_kill(act.result)
+            lines[0] = action_text(act)
+            ok = act.result.get("ok") and act.result.get("gpus_free") is not False
+            return "  ·  ".join(lines), "ok" if ok else "error"
+        if act.done or act.state == "unconfirmed":
+            return action_text(act), "error" if act.done else ""
+        if kill is not None and kill.stage:
+            mems: list[int | None] = [g.get("run_mem") for g in kill.gpus]
+            held = None if not mems or None in mems else sum(m or 0 for m in mems)
+            return (f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
+                    f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"), ""
+        return f"Killing run {act.run_id}…", ""
+    if act is not None and act.state == "unconfirmed":
+        return action_text(act), ""
+    if state.settings.error:
+        return f"config: {state.settings.error} — nothing launches until it is fixed", "error"
+    text, kind = link_text(state, now)
+    if kind != "ok":
+        return text, "error" if kind == "error" else ""
+    adv = advice(state, now, patch_set)
+    if adv is not None:
+        return f"⚠ {adv.text}  — press k to kill", "error"
+    w = state.watch
+    if w is not None and (what := w.describe(now)) is not None:
+        return f"⚠ run {w.run_id} {w.condition}: {what}", "error"
+    return None, ""
