@@ -71,8 +71,10 @@ class CutOnKill:
         self.agents: list[asyncio.subprocess.Process] = []
 
     async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        self.sessions += 1
-        first = self.sessions == 1
+        # Other sessions (the client's probe for the host's Python) pass through untouched.
+        if "agent.py" in (process.command or ""):
+            self.sessions += 1
+        first = self.sessions == 1 and "agent.py" in (process.command or "")
         agent = await asyncio.create_subprocess_exec(
             *shlex.split(process.command or ""),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,

@@ -22,7 +22,7 @@ import click
 from tui import protocol as p
 from tui import services
 from tui.notify import Notifier
-from tui.state.model import AppState, LogTail, Run
+from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
 from tui.state.watch import Event, WatchState, ending
 from tui.transport import AgentClient
@@ -45,16 +45,13 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     """Watch until the run ends; return the exit code for its outcome."""
     out = out or sys.stdout
     runs = await services.list_runs(client, cfg)
-    mine = [r for r in runs if r.get("name") == cfg.run.name and not r.get("external")]
-    if run_id:
-        rec = services.pick_run(runs, run_id, cfg)
-    else:  # the config's live run, else its newest (ended: say how), else an adopted one
-        live = [r for r in mine if r.get("state") == "running"]
-        rec = (live or mine)[0] if (live or mine) else services.pick_run(runs, None, cfg)
-    if rec is None:
+    # The one selection rule (tui.state.view.select_run), the same as the dashboard's and
+    # kill's: the id given, else the config's newest live run, else its newest, else an
+    # adopted one.
+    run = services.choose_run(cfg, runs, run_id)
+    if run is None:
         raise ValueError(f"no run {run_id} on this host" if run_id else
                          f"no run of {cfg.run.name!r} to watch (runs lists them all)")
-    run = Run.from_dict(rec)
     log_path = run.log or cfg.run.log
     state = AppState(target=cfg.host.target or "", watch=WatchState(config=cfg.watch, run_id=run.run_id),
                      log=LogTail(path=log_path, sub="watch"))
