@@ -15,6 +15,7 @@ process tree can still be found.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -27,7 +28,7 @@ import stat
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 try:  # imported as remote.runner (tests, client) or as a top-level module (host)
     from . import procfs
@@ -274,6 +275,23 @@ def _validate(name: Any, argv: Any, cwd: Any, env: Any, patch_state: Any) -> Non
         raise RunnerError("patch_state must be JSON-serialisable") from None
 
 
+@contextlib.contextmanager
+def _launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
+    """Hold the runs dir's launch lock (never waiting: `busy` is the error when another
+    holder has it), so a launch never races another launch or a prune."""
+    try:
+        os.makedirs(runs_dir, 0o700, exist_ok=True)
+        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
+    except OSError as e:
+        raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunnerError(busy) from None
+        yield
+
+
 def _new_run_dir(runs_dir: str) -> tuple[str, str]:
     for _ in range(100):
         run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
@@ -303,16 +321,7 @@ def launch(
         raise RunnerError("log must be a path or null")
     name = name or _name_from_argv(argv)
     cwd = os.path.abspath(cwd)
-    try:
-        os.makedirs(runs_dir, 0o700, exist_ok=True)
-        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
-    except OSError as e:
-        raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
-    with lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RunnerError("another launch is in progress on this host") from None
+    with _launch_lock(runs_dir, "another launch is in progress on this host"):
         if not allow_concurrent:
             for rec in list_runs(runs_dir):
                 if rec["state"] == "running" and rec.get("name") == name:
@@ -656,17 +665,7 @@ def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None 
     """
     import shutil
 
-    try:
-        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
-    except FileNotFoundError:
-        return {"removed": [], "kept": 0, "dry_run": dry_run}
-    except OSError as e:
-        raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
-    with lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RunnerError("a launch is in progress on this host; try again") from None
+    with _launch_lock(runs_dir, "a launch is in progress on this host; try again"):
         now = time.time()
         ended = [r for r in list_runs(runs_dir) if r.get("state") != "running"
                  and os.path.isfile(os.path.join(runs_dir, r["run_id"], "launch.json"))
