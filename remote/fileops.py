@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from typing import Any, Dict, List, Optional
@@ -67,6 +68,10 @@ print(json.dumps(res))
 
 def run_python(python: str, script: str, argv: List[str], stdin: bytes = b"") -> Dict[str, Any]:
     """Run one of the fixed scripts with the host's python; its JSON output, or BadRequest."""
+    if os.sep not in python and shutil.which(python) is None:
+        # A bare name nowhere on PATH (say so, rather than the EACCES of some PATH entry
+        # this user may not search).
+        raise BadRequest("%s not found on host" % python)
     try:
         out = subprocess.run([python, "-c", script] + argv, input=stdin, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, timeout=SUBPROC_TIMEOUT, check=False)

@@ -12,9 +12,9 @@ from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
 from tui.app import EagleApp, make_app
 from tui.config import parse_config
-from tui.state.reducer import LedgerRead
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
+from tui.state.reducer import LedgerRead
 from tui.widgets.gpus import GpuPanel
 from tui.widgets.tables import ProcessTable, RunsTable
 

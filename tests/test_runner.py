@@ -137,6 +137,9 @@ def env(tmp_path: Path):
         @staticmethod
         def spawn(argv: list[str], **kw) -> subprocess.Popen:
             kw.setdefault("start_new_session", True)
+            # SIGINT as in a terminal, even when the suite runs as a background job
+            # (which starts with SIGINT ignored, and children inherit that).
+            kw.setdefault("preexec_fn", lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             p = subprocess.Popen(argv, cwd=str(tmp_path), **kw)
             popens.append(p)
             return p
