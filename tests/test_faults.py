@@ -110,7 +110,10 @@ class CutOnKill:
 
 
 @pytest.fixture
-async def cut_server(tmp_path: Path) -> AsyncIterator[tuple[CutOnKill, Path, Path]]:
+async def cut_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[CutOnKill, Path, Path]]:
+    # The in-process server's SFTP and commands run in this process's cwd: a client's
+    # relative paths (the default agent cache, .cache/eagle3-tui) land in tmp_path.
+    monkeypatch.chdir(tmp_path)
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     user_key = asyncssh.generate_private_key("ssh-ed25519")
     user_key.write_private_key(str(tmp_path / "id_user"))
