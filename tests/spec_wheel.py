@@ -59,3 +59,17 @@ def unpack(site_dir: Path) -> Path:
     with zipfile.ZipFile(wheel_path()) as z:
         z.extractall(site_dir)
     return site_dir / "speculators"
+
+
+def speculators_site(root: Path, files: dict[str, bytes]) -> Path:
+    """`root` holding a minimal `speculators/` package: the given generator/worker files,
+    the two sibling modules they import, and an empty package `__init__` (the real one
+    imports the whole library). Returns `root`, for sys.path."""
+    pkg = root / "speculators"
+    (pkg / "data_generation").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for rel in ("data_generation/__init__.py", "data_generation/logging_utils.py"):
+        (pkg / rel).write_bytes(package_bytes(rel))
+    for rel, data in files.items():
+        (pkg / rel).write_bytes(data)
+    return root

@@ -359,13 +359,7 @@ def _speculators_site(root: Path, version: str) -> Path:
     pset = P.load_set_dir(P.bundled_sets_dir() / "speculators-0.3.0-vllm-0.16")
     pristine = spec_wheel.pristine_files()
     files = pristine if version == "pristine" else P.build_version(pset, version, pristine)
-    pkg = root / "speculators"
-    (pkg / "data_generation").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    for rel in ("data_generation/__init__.py", "data_generation/logging_utils.py"):
-        (pkg / rel).write_bytes(spec_wheel.package_bytes(rel))
-    for rel, data in files.items():
-        (pkg / rel).write_bytes(data)
+    spec_wheel.speculators_site(root, files)
     (root / "sitecustomize.py").write_text(
         "import torch\ntorch.cuda.mem_get_info = lambda *a: (16 << 30, 80 << 30)\n")
     return root

@@ -79,13 +79,7 @@ def runner(tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> 
     def run(files: dict[str, bytes], batches: list[list[list[int]]], tp: int = 1) -> Any:
         purge()
         root = tmp_path / f"site{len(list(tmp_path.iterdir()))}"
-        pkg = root / "speculators"
-        (pkg / "data_generation").mkdir(parents=True)
-        (pkg / "__init__.py").write_text('"""Empty stand-in for speculators/__init__.py."""\n')
-        for rel in ("data_generation/__init__.py", "data_generation/logging_utils.py"):
-            (pkg / rel).write_bytes(spec_wheel.package_bytes(rel))
-        for rel, data in files.items():
-            (pkg / rel).write_bytes(data)
+        spec_wheel.speculators_site(root, files)
         monkeypatch.syspath_prepend(str(root))
         monkeypatch.syspath_prepend(str(STANDIN))
         import vllm

@@ -56,17 +56,6 @@ def pset() -> P.PatchSet:
     return P.load_set_dir(P.bundled_sets_dir() / SET)
 
 
-def speculators_site(root: Path, files: dict[str, bytes]) -> Path:
-    """A directory holding `speculators/` with the given generator/worker files; the
-    package's own __init__ is left empty (it imports the whole library)."""
-    pkg = root / "speculators"
-    (pkg / "data_generation").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    for rel in ("data_generation/__init__.py", "data_generation/logging_utils.py"):
-        (pkg / rel).write_bytes(spec_wheel.package_bytes(rel))
-    for rel, data in files.items():
-        (pkg / rel).write_bytes(data)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +81,7 @@ def drive(site: Path, tmp: Path, model: Path, states: dict[str, dict[str, bytes]
           **env: str) -> dict[str, Any]:
     spec = {"model": str(model), "tp": tp, "layer_ids": LAYER_IDS, "num_layers": NUM_LAYERS,
             "batches": batches, "reorder_probe": probe,
-            "states": [{"name": n, "site": str(speculators_site(tmp / n, f))}
+            "states": [{"name": n, "site": str(spec_wheel.speculators_site(tmp / n, f))}
                        for n, f in states.items()]}
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(DRIVER), str(tmp / "spec.json")],
@@ -178,7 +167,7 @@ def test_preflight_on_real_vllm(site: Path, tmp_path: Path, pset: P.PatchSet) ->
     """remote/preflight.py on the real installed 0.16.0: every failure of the pristine
     files named, one line each; the latest version passes."""
     pristine = spec_wheel.pristine_files()
-    root = speculators_site(tmp_path / "pristine", pristine)
+    root = spec_wheel.speculators_site(tmp_path / "pristine", pristine)
     proc = preflight(site, root / "speculators" / GEN)
     print(proc.stdout)
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
@@ -188,7 +177,7 @@ def test_preflight_on_real_vllm(site: Path, tmp_path: Path, pset: P.PatchSet) ->
                            "get_kv_cache_config_from_groups", "sample_tokens",
                            "collective_rpc reply", "custom_worker embeddings"}
     assert "is_encoder_decoder" in proc.stdout and "block_size" in proc.stdout
-    root = speculators_site(tmp_path / "latest", P.build_version(pset, "latest", pristine))
+    root = spec_wheel.speculators_site(tmp_path / "latest", P.build_version(pset, "latest", pristine))
     proc = preflight(site, root / "speculators" / GEN)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
