@@ -27,6 +27,7 @@ import asyncssh
 import pytest
 
 from tests.sshd import Sshd
+from tests.test_cli_e2e import alive  # a live, non-zombie pid
 from tui import services
 from tui.app import make_app
 from tui.config import parse_config
@@ -49,14 +50,6 @@ async def until(pilot: Any, cond: Callable[[], bool], timeout: float, what: str)
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await pilot.pause(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
 
 
 class CutOnKill:
