@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,42 @@ def test_domain_module_imports_without_textual(module: str) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, f"{module} pulled in: {proc.stdout.strip()} {proc.stderr[-500:]}"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PURE_FOLDERS = ("tui/protocol", "tui/state", "tui/transport", "tui/services")
+
+
+def _modules_under(*folders: str) -> list[str]:
+    """Every module of these folders, found on disk, so a new module is checked too."""
+    names = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _ui_modules_after_import(module: str) -> tuple[int, str, str]:
+    code = (
+        "import sys, importlib; importlib.import_module(%r); "
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))))"
+        % module
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    return proc.returncode, proc.stdout.strip(), proc.stderr[-500:]
+
+
+@pytest.mark.parametrize("module", _modules_under(*PURE_FOLDERS))
+def test_every_pure_module_imports_without_textual_or_rich(module: str) -> None:
+    # A fresh interpreter per module: one module's import cannot hide another's.
+    code, loaded, err = _ui_modules_after_import(module)
+    assert code == 0, f"{module} does not import: {err}"
+    assert loaded == "", f"{module} pulled in: {loaded}"
+
+
+def test_the_hygiene_check_sees_textual() -> None:
+    # The check above can fail: a views module does bring Textual in.
+    code, loaded, err = _ui_modules_after_import("tui.views.widgets.gpus")
+    assert code == 0, err
+    assert "textual" in loaded.split(",")

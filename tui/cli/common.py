@@ -9,7 +9,7 @@ import asyncio
 import json
 import re
 import sys
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, NoReturn, TypeVar
 
 import click
 
@@ -55,7 +55,7 @@ class Ctx:
         )
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(f"eagle3-tui: {message}", err=True)
     sys.exit(code)
 

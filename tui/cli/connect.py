@@ -74,6 +74,7 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
         click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
+    run: dict[str, Any] | None
     if headless:
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:

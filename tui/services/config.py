@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,9 +62,9 @@ class HostConfig:
     target: Text | None = _key(None)
     python: Text | None = _key(None)  # None: find python3.X >= 3.9 on the host
     runs_dir: Text | None = _key(None)  # on the host; default ~/.cache/eagle3-tui/runs
-    interval: Seconds("interval") = _key(1.0, "a number of seconds")  # between snapshots
-    connect_timeout: Seconds("connect_timeout") = _key(10.0, "a number of seconds")
-    keepalive: Seconds("keepalive") = _key(15.0, "a number of seconds")
+    interval: Seconds("interval") = _key(1.0, "a number of seconds")  # type: ignore[valid-type]  # between snapshots
+    connect_timeout: Seconds("connect_timeout") = _key(10.0, "a number of seconds")  # type: ignore[valid-type]
+    keepalive: Seconds("keepalive") = _key(15.0, "a number of seconds")  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,9 @@ class RunConfig:
                                                      default_factory=dict)
     match: Text | None = _key(None)
     log: Text | None = _key(None)
-    graces: tuple[Seconds("graces"), Seconds("graces")] = _key(
+    graces: tuple[Seconds("graces"), Seconds("graces")] = _key(  # type: ignore[valid-type]
         (10.0, 10.0), "two numbers of seconds [after SIGINT, after SIGTERM]")
-    gpu_wait: Seconds("gpu_wait") = _key(30.0, "a number of seconds")
+    gpu_wait: Seconds("gpu_wait") = _key(30.0, "a number of seconds")  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Config:
         return self.run.command
 
 
-_ADAPTERS = {name: TypeAdapter(cls) for name, cls in SECTIONS.items()}
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(cls) for name, cls in SECTIONS.items()}
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> str:
@@ -135,7 +136,7 @@ def _unknown(kind: str, name: str, known: list[str]) -> str:
     return f"unknown {kind} {name} ignored ({hint})"
 
 
-def _message(section: str, cls: type, err: dict[str, Any]) -> str:
+def _message(section: str, cls: type, err: Mapping[str, Any]) -> str:
     """One ValidationError entry as `section.key: what is wrong`."""
     key = str(err["loc"][0]) if err["loc"] else "?"
     what = next((f.metadata.get("what", "valid") for f in fields(cls) if f.name == key), "valid")

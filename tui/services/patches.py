@@ -76,7 +76,7 @@ async def _read(client: AgentLike, path: str) -> tuple[bytes | None, str | None]
     return base64.b64decode(r["b64"]), r["sha256"]
 
 
-async def _inspect(client: AgentLike, pset: P.PatchSet, python: str) -> _Host:
+async def _inspect(client: AgentLike, pset: P.PatchSet, python: str | None) -> _Host:
     """Find the package on the host (without importing it) and read its target files."""
     r = await client.request("resolve_module", python=python, module=pset.package)
     origin = r.get("origin")
@@ -146,7 +146,7 @@ def _hand_edit_diff(host: _Host, pristine: dict[str, bytes] | None) -> str:
                    for f in host.files if f.data is not None and f.data != pristine[f.rel])
 
 
-async def status(client: AgentLike, set_name: str, python: str,
+async def status(client: AgentLike, set_name: str, python: str | None,
                  user_dir: Path | None = None) -> dict[str, Any]:
     """Where the host's files stand: {set, target, package_dir, distribution_version,
     files: {path: {abs_path, sha256, backup, state}}, state, version (when a vK)}."""
@@ -154,7 +154,7 @@ async def status(client: AgentLike, set_name: str, python: str,
     return _report(host, _classify(host))
 
 
-async def push(client: AgentLike, set_name: str, version: str, python: str,
+async def push(client: AgentLike, set_name: str, version: str, python: str | None,
                force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
     """Make the host's files exactly `version` (`latest` allowed). Returns a report."""
     pset = P.load_set(set_name, user_dir)
@@ -162,7 +162,7 @@ async def push(client: AgentLike, set_name: str, version: str, python: str,
     return await _transition(client, pset, target, python, force)
 
 
-async def rollback(client: AgentLike, set_name: str, python: str, to: str = P.PRISTINE,
+async def rollback(client: AgentLike, set_name: str, python: str | None, to: str = P.PRISTINE,
                    force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
     """Put the host's files back to `to`: `pristine` (default) or an earlier version."""
     pset = P.load_set(set_name, user_dir)
@@ -170,7 +170,7 @@ async def rollback(client: AgentLike, set_name: str, python: str, to: str = P.PR
     return await _transition(client, pset, target, python, force)
 
 
-async def would_refuse(client: AgentLike, set_name: str, target: str, python: str,
+async def would_refuse(client: AgentLike, set_name: str, target: str, python: str | None,
                        force: bool = False, user_dir: Path | None = None) -> PatchServiceError | None:
     """Why a move to `target` (a version, `latest` or `pristine`) would be refused now --
     its `.detail` holds the hand-edit diff -- or None when it would go ahead. Runs every
@@ -192,7 +192,7 @@ class _Plan:
     todo: list[_HostFile]  # the files to rewrite, in manifest order
 
 
-async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str,
+async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str | None,
                 force: bool) -> _Plan:
     """Read the host and check that a move to `target` may go ahead; writes nothing."""
     host = await _inspect(client, pset, python)
@@ -225,7 +225,7 @@ async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str,
     return _Plan(host, state, wanted, todo)
 
 
-async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str,
+async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str | None,
                       force: bool) -> dict[str, Any]:
     plan = await _plan(client, pset, target, python, force)
     wanted = plan.wanted
@@ -305,7 +305,7 @@ async def _undo(client: AgentLike, written: list[_HostFile], wanted: dict[str, b
     return msg
 
 
-async def capture(client: AgentLike, set_name: str, python: str, new_version: str,
+async def capture(client: AgentLike, set_name: str, python: str | None, new_version: str,
                   title: str, notes: str = "", fixes: tuple[str, ...] = (),
                   user_dir: Path | None = None) -> dict[str, Any]:
     """Record the host's hand-edited files as a new version in the user's copy of the set."""

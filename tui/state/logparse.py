@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -200,7 +200,7 @@ def _milestone_label(m: re.Match[str]) -> tuple[str, str]:
         if m.group(k) is not None:
             kind = k
             break
-    labels = {
+    labels: dict[str, Callable[[], str]] = {
         "start": lambda: f"Starting to load model {m['model']}",
         "weights": lambda: (f"Weights loaded in {float(m['wsec']):.1f} s" if m["wunit"] == "seconds"
                             else f"Weights loaded: {m['wsec']} {m['wunit']}"),
@@ -351,9 +351,9 @@ class _Builder:
     def _since(self) -> float | None:
         ts0, t0 = self.get("phase_ts"), self.get("phase_t")
         if ts0 is not None and self.ts is not None and self.ts >= ts0:
-            return self.ts - ts0
+            return float(self.ts - ts0)
         if t0 is not None and self.t is not None:
-            return max(0.0, self.t - t0)
+            return max(0.0, float(self.t - t0))
         return None
 
     def requote(self, old_line_no: int, line: str, line_no: int, better: Failure | None = None) -> None:

@@ -107,7 +107,8 @@ class Notice:
 def apply(state: AppState, event: Any, now: float) -> AppState:
     """Return the state after `event`; unknown events leave it unchanged."""
     if isinstance(event, p.Snapshot):
-        return watch.update_state(_snapshot(state, event, now), now)
+        watched: AppState = watch.update_state(_snapshot(state, event, now), now)
+        return watched
     if isinstance(event, (p.LogData, p.LogReset)):
         if state.log.sub is not None and event.sub != state.log.sub:
             return state  # a chunk of the log followed before, still in flight

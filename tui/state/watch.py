@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["Event", "WatchConfig", "WatchState", "ending", "observe", "update_state"]
 
@@ -60,7 +60,8 @@ class WatchConfig:
         """From a config section object or dict with the same field names."""
         if values is None:
             return cls()
-        get = values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d)
+        get: Callable[[str, float], Any] = (
+            values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
         return cls(**{f: float(get(f, getattr(cls, f))) for f in cls.__dataclass_fields__})
 
 

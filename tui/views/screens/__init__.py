@@ -1,0 +1,1 @@
+"""Textual screens: the log viewer, the patch screen, help, and the confirmation dialog."""

@@ -61,7 +61,7 @@ class PatchScreen(Screen[str | None]):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, client: Any, set_name: str, python: str, host: str,
+    def __init__(self, client: Any, set_name: str, python: str | None, host: str,
                  user_dir: Path | None = None, *,
                  can_relaunch: Callable[[], bool] | None = None) -> None:
         """`can_relaunch()` says whether there is a run to relaunch (one alive, or the
