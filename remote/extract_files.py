@@ -3,7 +3,7 @@
 One data_{i}.pt per sequence is the file torch.save writes for {"input_ids",
 "hidden_states", "loss_mask"} (CRC32 fields left 0, as torch does with its
 compute_crc32 switch off; torch.load never checks them). Where torch has
-torch.serialization.skip_data (>= 2.6), torch.save writes only the archive's small
+torch.serialization.skip_data (torch >= 2.5), torch.save writes only the archive's small
 records (pickle, headers; the storages' space left empty) and the tensors' bytes are
 then written into their places with os.pwrite straight from the host buffers, so the GIL
 is free while the bytes move and the host tensors need not be cloned into storages of
