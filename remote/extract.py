@@ -41,7 +41,8 @@ Progress goes to stdout (flushed), in exactly these forms (the TUI's parser read
   [extract] done: 128 sequences, 32768 tokens in 0:00:21 (1560.2 tok/s) -> /path/data_config.json
 The tok/s of the done line counts this run's extracted tokens over the wall time from
 the first batch to the last file on disk (token_freq.pth, from the input alone, is
-written before the first batch). The hf backend reports shard loading on
+written before the first batch; on CUDA the hf backend first makes one untimed pass over
+the first batch, and says how long it took on stderr). The hf backend reports shard loading on
 stderr in vLLM's bar format, one line per shard, then `Loading weights took X.XX
 seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
 be watched on a tiny model.
@@ -91,7 +92,8 @@ from extract_files import (  # noqa: E402
 from extract_input import choose_layers, plan_batches, read_dataset, read_model_config  # noqa: E402
 from extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS  # noqa: E402
 
-# Batches whose files may still be in the writers' hands; bounds pinned host memory.
+# Batches whose files may still be in the writers' hands, besides the one being made;
+# bounds pinned host memory.
 IN_FLIGHT = 4
 
 
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
             backend = VllmBackend(model_dir, layers, hidden, dtype_name, args.tp, max_seq_len)
         backend.load()
+        backend.warm_up([samples[i] for i in plan[min(todo)]], IN_FLIGHT + 1)
 
     # Input-only work, before the clock starts: the counts depend on the input alone.
     masked = save_token_freq(out / TOKEN_FREQ_FILE, samples)

@@ -99,6 +99,26 @@ class HfBackend:
         if self.device == "cuda":
             self._copy_stream = self.torch.cuda.Stream()
 
+    def warm_up(self, batch: Sequence[Sample], buffer_sets: int) -> None:
+        """On CUDA, one untimed pass over `batch` (the first batch: the longest) and
+        `buffer_sets` batches' worth of pinned host buffers put in torch's host cache: a
+        fresh process's first batches otherwise pay for CUDA library start-up and
+        cudaHostAlloc inside the measured run."""
+        torch = self.torch
+        if self.device != "cuda":
+            return
+        t0 = time.monotonic()
+        out, done = self.extract(batch)
+        done.synchronize()
+        shape = (len(batch), max(len(s.ids) for s in batch), out[0][0].shape[-1])
+        del out
+        spare = [torch.empty(shape, dtype=self.dtype, pin_memory=True)
+                 for _ in range(buffer_sets * len(self.layers))]
+        del spare  # back to the host allocator's cache, reused by the batches
+        torch.cuda.synchronize()
+        note("%s warm-up pass (batch of %d x %d tokens) took %.2f seconds"
+             % (PREFIX, shape[0], shape[1], time.monotonic() - t0))
+
     def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
         """Per sequence, its layers' [seq, hidden] contiguous tensors on the host; plus a
         CUDA event the host copies complete at (None on CPU)."""

@@ -47,6 +47,9 @@ class VllmBackend:
             tensor_parallel_size=self.tp,
         )
 
+    def warm_up(self, batch: Sequence[Sample], buffer_sets: int) -> None:
+        """Nothing: vLLM warms itself up while it loads."""
+
     def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
         results = self.gen.generate([list(s.ids) for s in batch])
         if len(results) != len(batch):
