@@ -187,6 +187,7 @@ def main() -> None:
     paths = build_demo(root, shards=8, layers=args.layers, hidden=args.hidden,
                        sequences=args.sequences, seq_len=args.seq_len, shard_delay=0.0,
                        patches=False)
+    os.sync()  # the model's shards on disk now, not written back during the first run
     print(f"model: {args.layers} layers x {args.hidden} hidden, {args.sequences} sequences x "
           f"{args.seq_len} tokens, bf16, batch {args.batch_size}; layers "
           f"{default_layers(args.layers)}; built in {time.perf_counter() - t0:.0f} s")
