@@ -7,7 +7,7 @@ torch.serialization.skip_data (torch >= 2.5), torch.save writes only the archive
 records (pickle, headers; the storages' space left empty) and the tensors' bytes are
 then written into their places with os.pwrite straight from the host buffers, so the GIL
 is free while the bytes move and the host tensors need not be cloned into storages of
-their own. The bytes equal what plain torch.save writes (tests/test_extract.py checks).
+their own. The bytes equal what plain torch.save writes (tests/test_extract_files.py checks).
 Every file goes to a temp name that does not end in "pt", is fsynced, then renamed.
 Stdlib only at import; torch is imported when files are written."""
 
