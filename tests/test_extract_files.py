@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,3 +87,15 @@ def test_extract_modules_ship_with_the_agent() -> None:
     assert {"extract_common", "extract_files", "extract_input", "extract_hf",
             "extract_vllm", "preflight"} <= seen
     assert all(len(files[m + ".py"].splitlines()) < 500 for m in seen)
+
+
+def test_extract_modules_import_with_the_standard_library_only() -> None:
+    """The job's modules load torch, transformers and vLLM only when used: --help,
+    --preflight and bad-input errors work on a host Python without them."""
+    code = ("import sys; sys.path.insert(0, %r); import extract, extract_common, extract_files, "
+            "extract_hf, extract_input, extract_vllm; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
+            "'numpy'}))" % str(REMOTE))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
