@@ -1,0 +1,101 @@
+"""remote/extract_files.py writes each data_{i}.pt itself (torch.save of the small records
+under skip_data, then the tensors' bytes with os.pwrite): the files must be the very
+bytes plain torch.save writes, and load as speculators loads them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+REMOTE = ROOT / "remote"
+sys.path.insert(0, str(REMOTE))
+
+import extract_files  # noqa: E402
+from extract_common import Sample  # noqa: E402
+
+from tui.transport.local import agent_files  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _crc_off():
+    """extract.py turns torch.save's CRC32 off for the whole run; so does the reference."""
+    import torch.utils.serialization as ser
+
+    before = ser.config.save.compute_crc32
+    ser.config.save.compute_crc32 = False
+    yield
+    ser.config.save.compute_crc32 = before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -> None:
+    """Rows of one padded batch buffer (as the CUDA path hands them over: views, not
+    clones) written by write_sample equal torch.save of cloned tensors, byte for byte."""
+    assert hasattr(torch.serialization, "skip_data"), "the fast path is what is tested here"
+    lengths, hidden, layers = [37, 1, 512, 200], 24, 4
+    g = torch.Generator().manual_seed(5)
+    bufs = [torch.randn(len(lengths), max(lengths), hidden, generator=g).to(dtype)
+            for _ in range(layers)]
+    ours, ref = tmp_path / "ours", tmp_path / "ref"
+    ours.mkdir()
+    ref.mkdir()
+    for i, n in enumerate(lengths):
+        ids = [(7 * i + 3 * t) % 1000 for t in range(n)]
+        mask = None if i % 2 else [t % 3 % 2 for t in range(n)]
+        s = Sample(ids, mask)
+        rows = [b[i, :n] for b in bufs]
+        name = "data_%d.pt" % (i * 37)  # archive names of different lengths
+        extract_files.write_sample(ours / name, s, rows, None)
+        torch.save({"input_ids": torch.tensor(ids, dtype=torch.int64),
+                    "hidden_states": [r.clone() for r in rows],
+                    "loss_mask": torch.tensor(mask or [1] * n, dtype=torch.int64)},
+                   str(ref / name))
+        assert (ours / name).read_bytes() == (ref / name).read_bytes(), name
+        d = torch.load(str(ours / name), mmap=True, weights_only=True, map_location="cpu")
+        assert list(d) == extract_files.KEYS and d["input_ids"].tolist() == ids
+        assert d["loss_mask"].tolist() == (mask or [1] * n)
+        for h, r in zip(d["hidden_states"], rows):
+            assert torch.equal(h, r) and h.dtype == dtype
+            assert h.untyped_storage().nbytes() == n * hidden * h.element_size()
+        assert extract_files.sample_ok(ours / name, s, layers, hidden, dtype)
+    assert sorted(os.listdir(ours)) == sorted(os.listdir(ref))  # no temp file left
+
+
+def test_extract_modules_ship_with_the_agent() -> None:
+    """The client uploads remote/*.py; every sibling module extract.py and its modules
+    import is among those files, so the job runs from the upload directory."""
+    files = agent_files(REMOTE)
+    local = {p.stem for p in REMOTE.glob("*.py")}
+    seen, todo = set(), ["extract"]
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        tree = ast.parse(files[name + ".py"])
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                    else [])
+            todo += [m for m in mods if m in local and m not in seen]
+    assert {"extract_common", "extract_files", "extract_input", "extract_hf",
+            "extract_vllm", "preflight"} <= seen
+    assert all(len(files[m + ".py"].splitlines()) < 500 for m in seen)
+
+
+def test_extract_modules_import_with_the_standard_library_only() -> None:
+    """The job's modules load torch, transformers and vLLM only when used: --help,
+    --preflight and bad-input errors work on a host Python without them."""
+    code = ("import sys; sys.path.insert(0, %r); import extract, extract_common, extract_files, "
+            "extract_hf, extract_input, extract_vllm; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
+            "'numpy'}))" % str(REMOTE))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
