@@ -24,7 +24,6 @@ OVER_SIZE_ALLOWED = {
     "tui/state/logindex.py": "b12 (log viewer)",
     "tui/state/logparse.py": "b15",
     "remote/agent.py": "b15",
-    "remote/extract.py": "b14 moves its preflight out",
 }
 
 
