@@ -399,11 +399,19 @@ def _marked_pids(run_id: str, skip: int) -> list[int]:
     ]
 
 
-def supervise(run_dir: str) -> int:
-    """Body of ``runner.py supervise RUN_DIR``: run, record, wait, record the end."""
-    if os.fork():
-        os._exit(0)  # first stage: let launch() reap us; the child carries on
-    os.setsid()  # the shim leads its own session
+def _forward(pgid: int, num: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, num)
+
+
+def supervise(run_dir: str, detach: bool = True) -> int:
+    """Body of ``runner.py supervise RUN_DIR``: run, record, wait, record the end.
+    ``detach=False`` (a Slurm batch job) stays in the foreground and returns the run's
+    exit code (128 + signal when a signal ended it), so the job's end is the run's."""
+    if detach:
+        if os.fork():
+            os._exit(0)  # first stage: let launch() reap us; the child carries on
+        os.setsid()  # the shim leads its own session
     run_dir = os.path.abspath(run_dir)
     try:
         req = _read_json(os.path.join(run_dir, "launch.json"))
@@ -414,8 +422,12 @@ def supervise(run_dir: str) -> int:
         subreaper = _become_subreaper()
         # A Python-level handler (not SIG_IGN) shields the shim while exec() resets
         # it to the default in the child; a SIG_IGN would be inherited by the run.
+        # In the foreground (a Slurm batch job) the handler passes the signal on to the
+        # run's process group instead: `scancel --signal` reaches only the batch script.
+        group: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, (lambda *_: None) if detach else
+                          (lambda num, _f: group and _forward(group[0], num)))
         log = req.get("log") or os.path.join(run_dir, "output.log")
         log = os.path.join(req["cwd"], os.path.expanduser(log))
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -438,6 +450,7 @@ def supervise(run_dir: str) -> int:
             **kwargs,
         )
         os.close(log_fd)
+        group.append(child.pid)
     except Exception as e:  # top level of a detached process: report, never vanish
         _write_error(run_dir, str(e) or type(e).__name__)
         return 1
@@ -504,7 +517,9 @@ def supervise(run_dir: str) -> int:
             "strays_outlived": bool(strays),
         },
     )
-    return 0
+    if detach:
+        return 0
+    return code if code is not None else 128 + (os.WTERMSIG(status) if status is not None else 0)
 
 
 # ---------------------------------------------------------------- external runs

@@ -1,0 +1,173 @@
+"""Slurm as the engine: a real single-node cluster (tests/slurm.py) driven through the
+real agent's ops — submit, pending with its reason, running on its node, kill with
+scancel escalation and the GPU-free proof, a failed job's exit code, resubmission.
+
+One stand-in: the GPU. Off the GPU machine a fake `nvidia-smi` (the agent's second GPU
+source) reports that every process started with HOLDS_GPU=1 in its environment holds
+1 GiB on GPU 0 while it lives, read from /proc, so the proof sees real processes go.
+Slurm's own GPUs are faked by gres.conf. Packages missing: the tier fails with one line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.agent_driver import AgentProc
+from tests.slurm import Cluster, missing
+
+GIB = 1 << 30
+FAKE_SMI = """#!{python}
+import os, sys
+arg = sys.argv[1]
+if arg.startswith("--query-gpu="):
+    print("0, Stand-in GPU, GPU-standin-0, 0, 81920, 0, 30, 50.0, 700.0")
+elif arg.startswith("--query-compute-apps="):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
+            state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
+            print("GPU-standin-0, %s, 1024" % pid)
+"""
+# A run that ignores SIGTERM (a wedged worker): only plain scancel's SIGKILL ends it.
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)\n"
+SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+LINES: list[str] = []  # the tier's story, printed at the end of the module
+
+
+def say(line: str) -> None:
+    LINES.append(line)
+    print("slurm tier: " + line)
+
+
+def wait_for(pred: Callable[[], object], timeout: float, what: str) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("timed out after %gs waiting for %s" % (timeout, what))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    why = missing()
+    if why:
+        pytest.fail(why, pytrace=False)
+    with Cluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+    print("\n".join(["", "== Slurm tier"] + LINES))
+
+
+@pytest.fixture()
+def agent(cluster: Cluster, tmp_path: Path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable))
+    smi.chmod(0o755)
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi",
+               PATH="%s:%s" % (bindir, cluster.env.get("PATH", "/usr/bin:/bin")))
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        yield a
+
+
+def launch(a: AgentProc, name: str, script: str, gpus: int = 2, **extra: object) -> dict:
+    sched = {"kind": "slurm", "partition": "debug", "gpus": gpus, "time": "10", "sbatch_args": []}
+    sched.update(extra)
+    return a.call("launch", {"name": name, "argv": [sys.executable, "-u", "-c", script],
+                             "cwd": str(a.tmp), "env": {"HOLDS_GPU": "1"},  # type: ignore[attr-defined]
+                             "scheduler": sched})
+
+
+def run_of(a: AgentProc, run_id: str) -> dict:
+    return next(r for r in a.call("runs")["runs"] if r["run_id"] == run_id)
+
+
+def in_state(a: AgentProc, run_id: str, state: str) -> Callable[[], dict | None]:
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec["state"] == state else None
+    return check
+
+
+def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
+    first = launch(agent, "first", STUBBORN)
+    assert first["scheduler"] == "slurm" and first["job_id"].isdigit()
+    say("submit: run %s is job %s (sbatch --parsable)" % (first["run_id"], first["job_id"]))
+    second = launch(agent, "second", SLEEPER)  # wants the same 2 GPUs: must wait
+    a = wait_for(in_state(agent, first["run_id"], "running"), 30, "the first job to run")
+    assert a["slurm_state"] == "RUNNING" and a["nodes"] == "e3node"
+    b = wait_for(lambda: (lambda r: r if r.get("slurm_reason") == "Resources" else None)(
+        run_of(agent, second["run_id"])), 30, "the second job to pend for Resources")
+    assert b["state"] == "pending" and b["slurm_state"] == "PENDING" and b["pid"] is None
+    say("pending: job %s PENDING (%s) while job %s holds the node's GPUs"
+        % (b["job_id"], b["slurm_reason"], a["job_id"]))
+    say("running: job %s RUNNING on %s" % (a["job_id"], a["nodes"]))
+    wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up"),
+             20, "the run's first line")
+    snap = agent.call("snapshot")
+    held = [p for g in snap["gpus"] for p in g["processes"]]
+    assert any(p["pid"] == a["pid"] and p["mem"] == GIB for p in held), held
+
+    marks = agent.mark()
+    report = agent.call("kill", {"run_id": first["run_id"], "graces": [1, 1], "gpu_wait": 10},
+                        timeout=120)
+    stages = [s["signal"] for s in report["stages"]]
+    assert stages == ["scancel --signal=TERM", "scancel"], report  # it ignored SIGTERM
+    assert report["ok"] and report["remaining"] == [] and report["gpus_free"] is True
+    (gpu,) = report["gpus"]
+    assert gpu["run_mem_before"] == GIB and gpu["run_mem"] == 0 and gpu["freed"] == GIB
+    progress = [m["stage"] for m in agent.messages[marks:] if m.get("type") == "kill_progress"]
+    assert "scancel" in progress and progress[-1] == "done"
+    say("kill: job %s: %s, %.1fs" % (a["job_id"], " -> ".join(stages), report["elapsed"]))
+    say("GPUs free: GPU %d held %d MiB by the run before, %d after (stand-in nvidia-smi)"
+        % (gpu["index"], gpu["run_mem_before"] >> 20, gpu["run_mem"] >> 20))
+    gone = wait_for(in_state(agent, first["run_id"], "killed"), 20, "the killed run")
+    assert gone["slurm_state"] in ("CANCELLED", "FAILED", "COMPLETED")
+
+    b = wait_for(in_state(agent, second["run_id"], "running"), 30, "the second job to start")
+    say("the waiting job %s now RUNNING on %s" % (b["job_id"], b["nodes"]))
+    report = agent.call("kill", {"run_id": second["run_id"], "graces": [5, 5], "gpu_wait": 10},
+                        timeout=120)
+    assert [s["signal"] for s in report["stages"]] == ["scancel --signal=TERM"], report
+    assert report["ok"] and report["gpus_free"] is True
+
+
+def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc) -> None:
+    rec = launch(agent, "fails", "import sys\nprint('boom', flush=True)\nsys.exit(3)\n", gpus=1)
+    done = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the failing job to end")
+    assert done["exit_code"] == 3 and done["slurm_state"] == "FAILED", done
+    say("failed: job %s FAILED exit %d" % (done["job_id"], done["exit_code"]))
+    # A job that can never run (more GPUs than the node has) stays pending; kill cancels it.
+    never = launch(agent, "never", SLEEPER, gpus=2, sbatch_args=["--nodes=1", "--hold"])
+    pend = wait_for(in_state(agent, never["run_id"], "pending"), 10, "the held job")
+    assert pend["slurm_reason"] in ("JobHeldUser", "JobHeldAdmin"), pend
+    report = agent.call("kill", {"run_id": never["run_id"], "graces": [1, 1]}, timeout=60)
+    assert [s["signal"] for s in report["stages"]] == ["scancel"] and report["ok"], report
+    assert wait_for(in_state(agent, never["run_id"], "killed"), 10, "the cancelled job")
+
+
+def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> None:
+    rec = launch(agent, "again", "print('once')\n", gpus=0)
+    first = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the job to end")
+    assert first["exit_code"] == 0 and first["slurm_state"] == "COMPLETED"
+    again = launch(agent, "again", "print('once')\n", gpus=0)
+    assert again["run_id"] != rec["run_id"] and again["job_id"] != rec["job_id"]
+    say("relaunch: run %s resubmitted as job %s (was job %s)"
+        % (again["run_id"], again["job_id"], rec["job_id"]))
+    with pytest.raises(Exception, match=r"sbatch failed: .*(partition|Partition)") as err:
+        launch(agent, "nowhere", SLEEPER, partition="nosuch")
+    assert "\n" not in str(err.value)
+    failed = [r for r in agent.call("runs")["runs"] if r["name"] == "nowhere"]
+    assert failed and failed[0]["state"] == "failed" and "sbatch failed" in failed[0]["error"]
