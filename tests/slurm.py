@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
 PACKAGES = {"slurm-wlm": ("slurmctld", "slurmd", "sbatch", "squeue", "scancel"), "munge": ("munged",)}
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin")
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.agent_driver import AgentProc
-from tests.slurm import Cluster, missing
+from tests.slurm import LINES, Cluster
+from tui.state import view
+from tui.state.model import Run
 
 GIB = 1 << 30
 FAKE_SMI = """#!{python}
@@ -39,7 +41,6 @@ elif arg.startswith("--query-compute-apps="):
 # A run that ignores SIGTERM (a wedged worker): only plain scancel's SIGKILL ends it.
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)\n"
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
-LINES: list[str] = []  # the tier's story, printed at the end of the module
 
 
 def say(line: str) -> None:
@@ -57,18 +58,9 @@ def wait_for(pred: Callable[[], object], timeout: float, what: str) -> object:
     raise AssertionError("timed out after %gs waiting for %s" % (timeout, what))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    why = missing()
-    if why:
-        pytest.fail(why, pytrace=False)
-    with Cluster(tmp_path_factory.mktemp("slurm")) as c:
-        yield c
-    print("\n".join(["", "== Slurm tier"] + LINES))
-
-
 @pytest.fixture()
-def agent(cluster: Cluster, tmp_path: Path):
+def agent(slurm_cluster: Cluster, tmp_path: Path):
+    cluster = slurm_cluster
     bindir = tmp_path / "bin"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
@@ -111,9 +103,13 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     b = wait_for(lambda: (lambda r: r if r.get("slurm_reason") == "Resources" else None)(
         run_of(agent, second["run_id"])), 30, "the second job to pend for Resources")
     assert b["state"] == "pending" and b["slurm_state"] == "PENDING" and b["pid"] is None
-    say("pending: job %s PENDING (%s) while job %s holds the node's GPUs"
-        % (b["job_id"], b["slurm_reason"], a["job_id"]))
-    say("running: job %s RUNNING on %s" % (a["job_id"], a["nodes"]))
+    # What the runs table and `eagle3-tui runs` show, from these very records.
+    assert view.slurm_label(Run.from_dict(b)) == "job %s PENDING (Resources)" % b["job_id"]
+    assert view.slurm_label(Run.from_dict(a)) == "job %s RUNNING on e3node" % a["job_id"]
+    assert Run.from_dict(b).alive and view.state_label(Run.from_dict(b)) == "pending"
+    say("pending: %s while job %s holds the node's GPUs"
+        % (view.slurm_label(Run.from_dict(b)), a["job_id"]))
+    say("running: " + view.slurm_label(Run.from_dict(a)))
     wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up"),
              20, "the run's first line")
     snap = agent.call("snapshot")
@@ -148,7 +144,10 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc) -> None:
     rec = launch(agent, "fails", "import sys\nprint('boom', flush=True)\nsys.exit(3)\n", gpus=1)
     done = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the failing job to end")
     assert done["exit_code"] == 3 and done["slurm_state"] == "FAILED", done
-    say("failed: job %s FAILED exit %d" % (done["job_id"], done["exit_code"]))
+    shown = view.run_row(Run.from_dict(done), "", time.time())
+    assert shown.state == "failed" and shown.exit == "3"
+    assert shown.job == "job %s FAILED exit 3" % done["job_id"]
+    say("failed: " + shown.job)
     # A job that can never run (more GPUs than the node has) stays pending; kill cancels it.
     never = launch(agent, "never", SLEEPER, gpus=2, sbatch_args=["--nodes=1", "--hold"])
     pend = wait_for(in_state(agent, never["run_id"], "pending"), 10, "the held job")
