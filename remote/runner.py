@@ -399,9 +399,11 @@ def _marked_pids(run_id: str, skip: int) -> list[int]:
     ]
 
 
-def _forward(pgid: int, num: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pgid, num)
+def _forward(group: list[int], num: int) -> None:
+    """Pass a signal on to the run's process group (group: [its pgid] once it exists)."""
+    if group:
+        with contextlib.suppress(OSError):
+            os.killpg(group[0], num)
 
 
 def supervise(run_dir: str, detach: bool = True) -> int:
@@ -427,7 +429,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         group: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, (lambda *_: None) if detach else
-                          (lambda num, _f: group and _forward(group[0], num)))
+                          (lambda num, _f: _forward(group, num)))
         log = req.get("log") or os.path.join(run_dir, "output.log")
         log = os.path.join(req["cwd"], os.path.expanduser(log))
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

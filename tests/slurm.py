@@ -147,7 +147,7 @@ class Cluster:
     def _idle(self) -> bool:
         for p in self.procs:
             if p.poll() is not None:
-                raise ClusterError("%s exited with %s\n%s" % (p.args[0], p.returncode, self.log_tail()))
+                raise ClusterError("%r exited with %s\n%s" % (p.args, p.returncode, self.log_tail()))
         r = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env, capture_output=True,
                            text=True, timeout=10)
         return r.returncode == 0 and r.stdout.strip() == "idle"

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -48,7 +49,10 @@ def say(line: str) -> None:
     print("slurm tier: " + line)
 
 
-def wait_for(pred: Callable[[], object], timeout: float, what: str) -> object:
+T = TypeVar("T")
+
+
+def wait_for(pred: Callable[[], T | None], timeout: float, what: str) -> T:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = pred()
@@ -100,8 +104,11 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     second = launch(agent, "second", SLEEPER)  # wants the same 2 GPUs: must wait
     a = wait_for(in_state(agent, first["run_id"], "running"), 30, "the first job to run")
     assert a["slurm_state"] == "RUNNING" and a["nodes"] == "e3node"
-    b = wait_for(lambda: (lambda r: r if r.get("slurm_reason") == "Resources" else None)(
-        run_of(agent, second["run_id"])), 30, "the second job to pend for Resources")
+    def waits_for_resources() -> dict | None:
+        rec = run_of(agent, second["run_id"])
+        return rec if rec.get("slurm_reason") == "Resources" else None
+
+    b = wait_for(waits_for_resources, 30, "the second job to pend for Resources")
     assert b["state"] == "pending" and b["slurm_state"] == "PENDING" and b["pid"] is None
     # What the runs table and `eagle3-tui runs` show, from these very records.
     assert view.slurm_label(Run.from_dict(b)) == "job %s PENDING (Resources)" % b["job_id"]
@@ -110,7 +117,7 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     say("pending: %s while job %s holds the node's GPUs"
         % (view.slurm_label(Run.from_dict(b)), a["job_id"]))
     say("running: " + view.slurm_label(Run.from_dict(a)))
-    wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up"),
+    wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up") or None,
              20, "the run's first line")
     snap = agent.call("snapshot")
     held = [p for g in snap["gpus"] for p in g["processes"]]
