@@ -253,6 +253,10 @@ def _base(run_dir: str) -> dict:
         rec[key] = req.get(key)
     rec.update(run_id=os.path.basename(run_dir), state="pending", exit_code=None, signal=None,
                ended_at=None, duration=None, external=False, error=None)
+    # Where the shim will write it (as supervise() resolves it), so a client can follow
+    # the log from the moment the job starts.
+    log = rec.get("log") or os.path.join(run_dir, "output.log")
+    rec["log"] = os.path.abspath(os.path.join(rec.get("cwd") or run_dir, os.path.expanduser(log)))
     return rec
 
 

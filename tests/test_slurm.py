@@ -10,6 +10,10 @@ Slurm's own GPUs are faked by gres.conf. Packages missing: the tier fails with o
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +27,7 @@ from tests.slurm import LINES, Cluster
 from tui.state import view
 from tui.state.model import Run
 
+REPO = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
 FAKE_SMI = """#!{python}
 import os, sys
@@ -177,3 +182,76 @@ def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> 
     assert "\n" not in str(err.value)
     failed = [r for r in agent.call("runs")["runs"] if r["name"] == "nowhere"]
     assert failed and failed[0]["state"] == "failed" and "sbatch failed" in failed[0]["error"]
+
+
+# ---------------------------------------------------------------- the CLI on `local`
+
+
+def e3(cluster: Cluster, tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    bindir = tmp / "bin"
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi", PYTHONPATH=str(REPO),
+               PATH="%s:%s" % (bindir, cluster.env.get("PATH", "/usr/bin:/bin")))
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def slurm_config(tmp: Path, script: str, **keys: str) -> None:
+    (tmp / "job.py").write_text(script)
+    body = {"name": '"cli"', "command": json.dumps([sys.executable, "-u", str(tmp / "job.py")]),
+            "cwd": json.dumps(str(tmp)), "env": '{HOLDS_GPU = "1"}', "graces": "[0.5, 0.5]",
+            "gpu_wait": "10", "scheduler": '"slurm"', "partition": '"debug"', "gpus": "2",
+            "time": '"5"', "sbatch_args": '["--comment=eagle3-tui test"]'}
+    body.update(keys)
+    (tmp / "eagle3.toml").write_text(
+        '[host]\nruns_dir = %s\n[run]\n%s\n' % (json.dumps(str(tmp / "runs")),
+                                              "\n".join("%s = %s" % kv for kv in body.items())))
+
+
+def test_cli_launch_runs_kill_relaunch_on_slurm(agent: AgentProc, slurm_cluster: Cluster) -> None:
+    tmp: Path = agent.tmp  # type: ignore[attr-defined]  # its bin/ holds the nvidia-smi stand-in
+    slurm_config(tmp, STUBBORN)
+    out = e3(slurm_cluster, tmp, "launch", "local")
+    assert out.returncode == 0, out.stderr
+    m = re.fullmatch(r"submitted run (\S+) as Slurm job (\d+) PENDING.*, log (/\S+)\n", out.stdout)
+    assert m, out.stdout
+    run_id, job, log = m.groups()
+    assert log == str(tmp / "runs" / run_id / "output.log")
+
+    def listed() -> dict | None:
+        got = e3(slurm_cluster, tmp, "runs", "local", "--json")
+        runs = json.loads(got.stdout)["runs"] if got.returncode == 0 else []
+        rec = next((r for r in runs if r["run_id"] == run_id), None)
+        return rec if rec and rec["state"] == "running" else None
+
+    wait_for(listed, 60, "the job to run")
+    table = e3(slurm_cluster, tmp, "runs", "local").stdout
+    row = next(line for line in table.splitlines() if run_id in line)
+    assert row.startswith("*") and " running " in row and "job %s RUNNING on e3node" % job in row, table
+    say("CLI runs: " + " ".join(row.split()))
+    out = e3(slurm_cluster, tmp, "kill", "local", "--yes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "scancel --signal=TERM %s at" % job in out.stdout and "scancel %s at" % job in out.stdout
+    assert "GPUs free after" in out.stdout, out.stdout
+    say("CLI kill: " + out.stdout.splitlines()[0])
+    out = e3(slurm_cluster, tmp, "relaunch", "local")
+    assert out.returncode == 0, out.stderr
+    again = re.match(r"submitted run (\S+) as Slurm job (\d+)", out.stdout)
+    assert again and again.group(1) != run_id and again.group(2) != job, out.stdout
+    say("CLI relaunch: " + out.stdout.strip())
+    out = e3(slurm_cluster, tmp, "kill", again.group(1), "--yes")
+    assert out.returncode == 0 and "GPUs free" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("key, value, error", [
+    ("scheduler", '"pbs"', 'run.scheduler: must be "local" or "slurm"'),
+    ("gpus", "-1", "run.gpus: must be a whole number >= 0"),
+    ("time", '"soon"', "run.time: must be a Slurm time limit"),
+    ("sbatch_args", '"--exclusive"', "run.sbatch_args: must be a list of strings"),
+])
+def test_bad_slurm_keys_are_one_line_exit_2(tmp_path: Path, key: str, value: str, error: str) -> None:
+    slurm_config(tmp_path, SLEEPER, **{key: value})
+    out = subprocess.run([sys.executable, "-m", "tui.cli", "launch", "local"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert error in out.stderr, out.stderr

@@ -257,6 +257,19 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
     return [f"run {report.get('run_id')} killed, {kill_verdict(report)}"] + lines
 
 
+def launched_text(record: dict[str, Any]) -> str:
+    """What `launch` / `relaunch` print for the new run's record."""
+    if record.get("job_id"):
+        label = slurm_label(Run.from_dict(record))
+        return f"submitted run {record.get('run_id')} as Slurm {label}, log {record.get('log')}"
+    return f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}"
+
+
+def whose(run: Run) -> str:
+    """`pid 123` or `Slurm job 12`: what a confirmation names the run by."""
+    return f"Slurm job {run.job_id}" if run.job_id else f"pid {run.pid}"
+
+
 def already_ended(run: Run) -> str:
     """What `k` / `eagle3-tui kill` say for a run that is not running."""
     if run.state == "exited":
