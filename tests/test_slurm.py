@@ -28,6 +28,7 @@ from tui.state import view
 from tui.state.model import Run
 
 REPO = Path(__file__).resolve().parent.parent
+PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 GIB = 1 << 30
 FAKE_SMI = """#!{python}
 import os, sys
@@ -189,7 +190,7 @@ def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> 
 
 def e3(cluster: Cluster, tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     bindir = tmp / "bin"
-    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi", PYTHONPATH=str(REPO),
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi", PYTHONPATH=PYTHONPATH,
                PATH="%s:%s" % (bindir, cluster.env.get("PATH", "/usr/bin:/bin")))
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=tmp, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -251,7 +252,7 @@ def test_cli_launch_runs_kill_relaunch_on_slurm(agent: AgentProc, slurm_cluster:
 def test_bad_slurm_keys_are_one_line_exit_2(tmp_path: Path, key: str, value: str, error: str) -> None:
     slurm_config(tmp_path, SLEEPER, **{key: value})
     out = subprocess.run([sys.executable, "-m", "tui.cli", "launch", "local"], cwd=tmp_path,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=PYTHONPATH), capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert error in out.stderr, out.stderr
