@@ -40,6 +40,14 @@ def missing() -> str:
             "installs them when run as root)" % (", ".join(need), " ".join(need)))
 
 
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the test process dies, even by SIGKILL,
+    so no cluster outlives its tests."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def _free_ports(n: int) -> list[int]:
     socks = []
     for _ in range(n):
@@ -104,7 +112,7 @@ class Cluster:
     def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
         out = open(self.dir / "log" / (name + ".out"), "wb")
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=self.env, start_new_session=True)
+                             env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
         out.close()
         self.procs.append(p)
         return p
