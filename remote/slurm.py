@@ -279,7 +279,7 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         rec["slurm_note"] = squeue_error
         return rec
     found = jobs.get(job)
-    if found is None and not os.path.exists(os.path.join(run_dir, "exit.json")):
+    if found is None:  # gone from squeue (after MinJobAge): accounting, if there is any
         found = sacct(job)
         if found is None:
             rec["slurm_note"] = "job %s is gone from squeue; %s: state from the run dir" % (
@@ -433,7 +433,9 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
               "stages": stages, "remaining": remaining, "gpus": gpus, "gpus_free": gpus_free,
               "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
               "elapsed": elapsed()}
-    if not here and rec.get("nodes"):
+    if rec["state"] == "pending":
+        result["note"] = "job %s was still pending: no process of it ever ran" % job
+    elif not here and rec.get("nodes"):
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
     report("done")
     if stages:

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import pytest
 
+from remote import slurm
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, Cluster
 from tui.state import view
@@ -153,7 +154,8 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     assert report["ok"] and report["gpus_free"] is True
 
 
-def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc) -> None:
+def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_cluster: Cluster,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     rec = launch(agent, "fails", "import sys\nprint('boom', flush=True)\nsys.exit(3)\n", gpus=1)
     done = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the failing job to end")
     assert done["exit_code"] == 3 and done["slurm_state"] == "FAILED", done
@@ -161,12 +163,22 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc) -> None:
     assert shown.state == "failed" and shown.exit == "3"
     assert shown.job == "job %s FAILED exit 3" % done["job_id"]
     say("failed: " + shown.job)
+    # Once squeue has forgotten the job (after MinJobAge) and there is no accounting
+    # (no slurmdbd here), the run dir's own exit record decides, and the record says so.
+    run_dir = str(agent.tmp / "runs" / rec["run_id"])  # type: ignore[attr-defined]
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    forgotten = slurm.record(run_dir, jobs={})
+    assert forgotten["state"] == "exited" and forgotten["exit_code"] == 3
+    assert forgotten["slurm_state"] is None
+    assert "accounting storage is disabled" in forgotten["slurm_note"], forgotten
+    say("gone from squeue, no sacct: " + forgotten["slurm_note"])
     # A job that can never run (more GPUs than the node has) stays pending; kill cancels it.
     never = launch(agent, "never", SLEEPER, gpus=2, sbatch_args=["--nodes=1", "--hold"])
     pend = wait_for(in_state(agent, never["run_id"], "pending"), 10, "the held job")
     assert pend["slurm_reason"] in ("JobHeldUser", "JobHeldAdmin"), pend
     report = agent.call("kill", {"run_id": never["run_id"], "graces": [1, 1]}, timeout=60)
     assert [s["signal"] for s in report["stages"]] == ["scancel"] and report["ok"], report
+    assert report["gpus_free"] is None and "still pending" in view.kill_verdict(report)
     assert wait_for(in_state(agent, never["run_id"], "killed"), 10, "the cancelled job")
 
 
@@ -239,7 +251,9 @@ def test_cli_launch_runs_kill_relaunch_on_slurm(agent: AgentProc, slurm_cluster:
     again = re.match(r"submitted run (\S+) as Slurm job (\d+)", out.stdout)
     assert again and again.group(1) != run_id and again.group(2) != job, out.stdout
     say("CLI relaunch: " + out.stdout.strip())
-    out = e3(slurm_cluster, tmp, "kill", again.group(1), "--yes")
+    run_id = again.group(1)
+    wait_for(listed, 60, "the resubmitted job to run")
+    out = e3(slurm_cluster, tmp, "kill", run_id, "--yes")
     assert out.returncode == 0 and "GPUs free" in out.stdout, out.stdout + out.stderr
 
 
