@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Siblings, shipped alongside (every remote/*.py is uploaded together).
+import atomicfile  # noqa: E402
 from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
@@ -304,12 +305,7 @@ class Agent:
                 pass
         try:
             os.makedirs(folder, 0o700, exist_ok=True)
-            tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(record, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomicfile.write_json(path, record, indent=None)
             cutoff = time.time() - ACTION_KEEP
             for name in os.listdir(folder):
                 old = os.path.join(folder, name)
@@ -491,8 +487,7 @@ class Agent:
 
         run_id = arg(args, "run_id", str)
         if self.slurm is not None and not run_id.startswith("ext-"):
-            run_dir = self.runner._run_dir(self._runs_dir(), run_id)
-            if self.slurm.is_slurm(run_dir):
+            if self.slurm.is_slurm_run(self._runs_dir(), run_id):
                 return self.slurm.kill(
                     self._runs_dir(), run_id, graces=tuple(graces),
                     gpu_wait=arg(args, "gpu_wait", (int, float), 30),

@@ -26,14 +26,18 @@ import time
 from typing import Any, Callable
 
 try:  # imported as remote.slurm (tests, client) or as a top-level module (host)
+    from . import atomicfile, procfs, rundir, shim
     from . import kill as killer
-    from . import procfs, runner
+    from .launch import _new_run_dir
 except ImportError:
+    import atomicfile  # type: ignore[no-redef]
     import kill as killer  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
-    import runner  # type: ignore[no-redef]
+    import rundir  # type: ignore[no-redef]
+    import shim  # type: ignore[no-redef]
+    from launch import _new_run_dir  # type: ignore[no-redef]
 
-RunnerError = runner.RunnerError
+RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
 SCRIPT = "job.sbatch"
 TIMEOUT = 30.0  # seconds any one Slurm command may take
@@ -62,6 +66,14 @@ def _line(text: str) -> str:
 
 def is_slurm(run_dir: str) -> bool:
     return os.path.isfile(os.path.join(run_dir, SLURM_FILE))
+
+
+def is_slurm_run(runs_dir: str, run_id: str) -> bool:
+    """Whether run_id names a run submitted through Slurm (never for an external id)."""
+    try:
+        return is_slurm(rundir.run_path(runs_dir, run_id))
+    except RunnerError:
+        return False
 
 
 def check_options(opts: Any) -> dict:
@@ -93,14 +105,14 @@ def check_options(opts: Any) -> dict:
 
 def _script(run_dir: str, python: str) -> str:
     """The batch script: the agent's Python running the shim in the foreground."""
-    here = os.path.dirname(os.path.abspath(runner.__file__))
+    here = os.path.dirname(os.path.abspath(shim.__file__))
     return "\n".join([
         "#!%s -u" % python,
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
         "import sys",
         "sys.path.insert(0, %r)" % here,
-        "import runner",
-        "sys.exit(runner.supervise(%r, detach=False))" % run_dir,
+        "import shim",
+        "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
         "",
     ])
 
@@ -109,22 +121,22 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
            opts: Any, patch_state: Any = None, log: str | None = None,
            python: str = sys.executable) -> dict:
     """Write the batch script and submit it with ``sbatch --parsable``; the run record."""
-    runner._validate(name, argv, cwd, env, patch_state)
+    rundir.validate(name, argv, cwd, env, patch_state)
     opts = check_options(opts)
     if log is not None and not isinstance(log, str):
         raise RunnerError("log must be a path or null")
-    name = name or runner._name_from_argv(argv)
+    name = name or rundir.name_from_argv(argv)
     cwd = os.path.abspath(cwd)
-    with runner._launch_lock(runs_dir, "another launch is in progress on this host"):
+    with rundir.launch_lock(runs_dir, "another launch is in progress on this host"):
         for rec in list_runs(runs_dir):
             if rec["state"] in ("running", "pending") and rec.get("name") == name:
                 raise RunnerError("run %s named %r is still %s (job %s)"
                                   % (rec["run_id"], name, rec["state"], rec.get("job_id")))
-        run_id, run_dir = runner._new_run_dir(runs_dir)
+        run_id, run_dir = _new_run_dir(runs_dir)
         request = {"run_id": run_id, "name": name, "argv": argv, "cwd": cwd, "env": env,
                    "patch_state": patch_state, "log": log, "launched_at": time.time(),
                    "scheduler": dict(opts, kind="slurm")}
-        runner._write_json_atomic(os.path.join(run_dir, "launch.json"), request)
+        atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
         script = os.path.join(run_dir, SCRIPT)
         with open(script, "w", encoding="utf-8") as f:
             f.write(_script(run_dir, python))
@@ -141,14 +153,14 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
         try:
             done = _run(sbatch)
         except RunnerError as e:
-            runner._write_error(run_dir, str(e))
+            rundir.write_error(run_dir, str(e))
             raise
         job = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not job.isdigit():
             why = "sbatch failed: %s" % _line(done.stderr or done.stdout)
-            runner._write_error(run_dir, why)
+            rundir.write_error(run_dir, why)
             raise RunnerError("run %s: %s" % (run_id, why))
-        runner._write_json_atomic(os.path.join(run_dir, SLURM_FILE),
+        atomicfile.write_json(os.path.join(run_dir, SLURM_FILE),
                                   {"job_id": job, "submitted_at": time.time(), "sbatch": sbatch})
         _SQUEUE.clear()
         return record(run_dir)
@@ -165,11 +177,11 @@ def _exit(value: Any) -> tuple[int | None, str | None]:
         sig_id = sig.get("id", sig.get("signal_id")) if isinstance(sig, dict) else None
         code = value.get("return_code")
         code = code.get("number") if isinstance(code, dict) else code
-        name = runner._signal_name(sig_id) if isinstance(sig_id, int) and sig_id > 0 else None
+        name = rundir.signal_name(sig_id) if isinstance(sig_id, int) and sig_id > 0 else None
         return (code if isinstance(code, int) else None), name
     if isinstance(value, int) and not isinstance(value, bool):
         if value & 0x7F:
-            return None, runner._signal_name(value & 0x7F)
+            return None, rundir.signal_name(value & 0x7F)
         return value >> 8, None
     return None, None
 
@@ -244,11 +256,11 @@ def accounting_note() -> str | None:
 def _base(run_dir: str) -> dict:
     """The run's record without Slurm: the shim's manifest when it wrote one, else the
     request (a pending job has no process yet)."""
-    rec = runner._record(run_dir, procfs.boot_time())
+    rec = rundir.record(run_dir, procfs.boot_time())
     if rec is not None:
         return rec
-    req = runner._read_json(os.path.join(run_dir, "launch.json")) or {}
-    rec = {key: None for key in runner._STARTED_ONLY}
+    req = rundir.read_json(os.path.join(run_dir, "launch.json")) or {}
+    rec = {key: None for key in rundir._STARTED_ONLY}
     for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
         rec[key] = req.get(key)
     rec.update(run_id=os.path.basename(run_dir), state="pending", exit_code=None, signal=None,
@@ -263,7 +275,7 @@ def _base(run_dir: str) -> dict:
 def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str | None = None) -> dict:
     """The run record of a Slurm run: the usual fields, `state` from Slurm (``pending``
     while queued), plus scheduler, job_id, slurm_state, slurm_reason, nodes."""
-    info = runner._read_json(os.path.join(run_dir, SLURM_FILE)) or {}
+    info = rundir.read_json(os.path.join(run_dir, SLURM_FILE)) or {}
     job = str(info.get("job_id") or "")
     rec = _base(run_dir)
     rec.update(scheduler="slurm", job_id=job or None, slurm_state=None, slurm_reason=None,
@@ -319,7 +331,7 @@ _FINAL: dict[str, dict] = {}  # run dir -> record of a Slurm run that has ended
 
 
 def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
-    """`runner.list_runs` output with every Slurm run's record from Slurm (pending
+    """`rundir.list_runs` output with every Slurm run's record from Slurm (pending
     runs, which have no manifest yet, added); newest first. squeue is asked only while
     some Slurm run has not ended."""
     dirs = _slurm_dirs(runs_dir)
@@ -346,7 +358,7 @@ def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
 
 
 def list_runs(runs_dir: str) -> list[dict]:
-    return overlay(runner.list_runs(runs_dir), runs_dir)
+    return overlay(rundir.list_runs(runs_dir), runs_dir)
 
 
 # ---------------------------------------------------------------- kill
@@ -358,14 +370,14 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     job to leave Slurm's active states; then SIGKILL whatever of the run is still on
     this node and wait until no GPU lists a process of it (the same proof as a local
     kill). Nodes other than this host get no proof here: `gpus_free` is None there."""
-    run_dir = runner._run_dir(runs_dir, run_id)
+    run_dir = rundir.run_path(runs_dir, run_id)
     if not is_slurm(run_dir):
         raise RunnerError("run %s is not a Slurm run" % run_id)
     g_term = sum(max(0.0, float(g)) for g in graces)
     t0 = time.monotonic()
     rec = record(run_dir, squeue(fresh=True))
     job = rec["job_id"]
-    manifest = runner._read_json(os.path.join(run_dir, "manifest.json"))
+    manifest = rundir.read_json(os.path.join(run_dir, "manifest.json"))
     here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
     finder = killer._Finder(run_id, manifest if here else None, None) if here else None
     if finder is not None:
@@ -440,7 +452,7 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     report("done")
     if stages:
         try:
-            runner._write_json_atomic(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
+            atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
         except OSError:
             pass
         _FINAL.pop(run_dir, None)
