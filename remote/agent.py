@@ -472,7 +472,8 @@ class Agent:
         if (older is not None and older < 0) or (keep is not None and keep < 0):
             raise BadRequest("prune needs older_than >= 0 and keep >= 0")
         return runner.prune_runs(self._runs_dir(), older, keep, arg(args, "env", dict, None),
-                                 bool(arg(args, "dry_run", bool, False)))
+                                 bool(arg(args, "dry_run", bool, False)),
+                                 lister=self.slurm.list_runs if self.slurm is not None else None)
 
     def op_kill(self, args: Dict[str, Any], rid: int) -> Any:
         self._need_runner()

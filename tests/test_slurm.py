@@ -176,6 +176,8 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_clu
     never = launch(agent, "never", SLEEPER, gpus=2, sbatch_args=["--nodes=1", "--hold"])
     pend = wait_for(in_state(agent, never["run_id"], "pending"), 10, "the held job")
     assert pend["slurm_reason"] in ("JobHeldUser", "JobHeldAdmin"), pend
+    pruned = agent.call("prune", {"older_than": 0, "dry_run": True})  # a queued job is live
+    assert [r["run_id"] for r in pruned["removed"]] == [rec["run_id"]], pruned
     report = agent.call("kill", {"run_id": never["run_id"], "graces": [1, 1]}, timeout=60)
     assert [s["signal"] for s in report["stages"]] == ["scancel"] and report["ok"], report
     assert report["gpus_free"] is None and "still pending" in view.kill_verdict(report)
