@@ -272,3 +272,47 @@ def test_bad_slurm_keys_are_one_line_exit_2(tmp_path: Path, key: str, value: str
                          timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert error in out.stderr, out.stderr
+
+
+# ---------------------------------------------------------------- the dashboard
+
+# Records of the shape the agent sends for Slurm runs (taken from the tier above), fed
+# to the real dashboard through the replay client: no cluster needed.
+SLURM_RUN = {"run_id": "20261201-080000-aa01", "name": "kimi", "state": "running",
+             "argv": ["python", "extract.py"], "pid": 4242, "launched_at": time.time() - 90,
+             "log": "/shared/runs/20261201-080000-aa01/output.log", "cwd": "/srv", "env": {},
+             "scheduler": "slurm", "job_id": "12", "slurm_state": "RUNNING",
+             "slurm_reason": None, "nodes": "gpu-node7"}
+SLURM_PENDING = dict(SLURM_RUN, run_id="20261201-080100-aa02", state="pending", pid=None,
+                     launched_at=time.time() - 30, job_id="13", slurm_state="PENDING",
+                     slurm_reason="Resources", nodes=None, name="kimi-2")
+
+
+async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
+    from tests.replay import ReplayClient, snapshot
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+    from tui.views.screens.confirm import ConfirmScreen
+    from tui.views.widgets.tables import RunsTable
+
+    cfg = parse_config('[run]\nname = "kimi"\ncommand = ["python", "extract.py"]\n'
+                       'scheduler = "slurm"\ngpus = 8\n')
+    client = ReplayClient([snapshot(2, runs=[SLURM_RUN, SLURM_PENDING])])
+    app = make_app(client, cfg, "login1")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.state.seq != 0:
+            await pilot.pause(0.02)
+        await pilot.press("a")  # show every run, the other config's pending one too
+        await pilot.pause(0.1)
+        table = app.query_one(RunsTable)
+        running = [str(c) for c in table.get_row(SLURM_RUN["run_id"])]
+        pending = [str(c) for c in table.get_row(SLURM_PENDING["run_id"])]
+        assert "running" in running and running[-1] == "job 12 RUNNING on gpu-node7", running
+        assert "pending" in pending and pending[-1] == "job 13 PENDING (Resources)", pending
+        await pilot.press("k")
+        for _ in range(100):
+            if isinstance(app.screen, ConfirmScreen):
+                break
+            await pilot.pause(0.02)
+        body = str(app.screen.query_one("#body").render())
+        assert "Slurm job 12: scancel --signal=TERM, then plain scancel after 20 s." in body, body
