@@ -278,7 +278,7 @@ def test_bad_slurm_keys_are_one_line_exit_2(tmp_path: Path, key: str, value: str
 
 # Records of the shape the agent sends for Slurm runs (taken from the tier above), fed
 # to the real dashboard through the replay client: no cluster needed.
-SLURM_RUN = {"run_id": "20261201-080000-aa01", "name": "kimi", "state": "running",
+SLURM_RUN: dict[str, object] = {"run_id": "20261201-080000-aa01", "name": "kimi", "state": "running",
              "argv": ["python", "extract.py"], "pid": 4242, "launched_at": time.time() - 90,
              "log": "/shared/runs/20261201-080000-aa01/output.log", "cwd": "/srv", "env": {},
              "scheduler": "slurm", "job_id": "12", "slurm_state": "RUNNING",
@@ -305,8 +305,8 @@ async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
         await pilot.press("a")  # show every run, the other config's pending one too
         await pilot.pause(0.1)
         table = app.query_one(RunsTable)
-        running = [str(c) for c in table.get_row(SLURM_RUN["run_id"])]
-        pending = [str(c) for c in table.get_row(SLURM_PENDING["run_id"])]
+        running = [str(c) for c in table.get_row(str(SLURM_RUN["run_id"]))]
+        pending = [str(c) for c in table.get_row(str(SLURM_PENDING["run_id"]))]
         assert "running" in running and running[-1] == "job 12 RUNNING on gpu-node7", running
         assert "pending" in pending and pending[-1] == "job 13 PENDING (Resources)", pending
         await pilot.press("k")
@@ -316,3 +316,12 @@ async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
             await pilot.pause(0.02)
         body = str(app.screen.query_one("#body").render())
         assert "Slurm job 12: scancel --signal=TERM, then plain scancel after 20 s." in body, body
+
+
+def test_slurm_keys_without_the_slurm_scheduler_are_a_warning() -> None:
+    from tui.services.config import parse_config
+
+    cfg = parse_config('[run]\ncommand = ["x"]\npartition = "gpu"\ngpus = 8\n')
+    assert cfg.run.scheduler == "local" and cfg.warnings == (
+        'eagle3.toml: run.partition, run.gpus ignored: only used with scheduler = "slurm"',)
+    assert parse_config('[run]\nscheduler = "slurm"\ngpus = 8\n').warnings == ()

@@ -35,6 +35,7 @@ Text = Annotated[str, Strict(), Field(min_length=1)]
 Argv = tuple[Annotated[str, Strict()], ...]
 
 
+SLURM_KEYS = ("partition", "gpus", "time", "sbatch_args")  # [run] keys that only sbatch uses
 SLURM_TIME = r"^([0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE)$"  # sbatch --time
 # Allowed ranges of the number settings, in seconds (the agent refuses intervals outside).
 RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0),
@@ -189,6 +190,12 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
                 sections[name] = WatchConfig(**asdict(sections[name]))
         except ValidationError as exc:
             raise ConfigError(f"{where}: " + _message(name, SECTIONS[name], exc.errors()[0])) from None
+    run = sections.get("run")
+    if run is not None and run.scheduler != "slurm":
+        unused = [k for k in SLURM_KEYS if k in raw.get("run", {})]
+        if unused:
+            warnings.append(f"{where}: run.{', run.'.join(unused)} ignored: only used with "
+                            'scheduler = "slurm"')
     return Config(**sections, warnings=tuple(warnings))
 
 
