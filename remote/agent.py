@@ -5,7 +5,8 @@ Run as `python3 -u agent.py [--runs-dir DIR]`. Standard library only (Python 3.9
 processes that matter), follows logs, reads/writes files atomically and hands run
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
 request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
-`proctable.py`, `follow.py` (logs), `fileops.py`, `runner.py` and `kill.py` (runs).
+`proctable.py`, `follow.py` (logs), `fileops.py`, `runner.py` and `kill.py` (runs),
+`slurm.py` (runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
