@@ -5,7 +5,8 @@ Run as `python3 -u agent.py [--runs-dir DIR]`. Standard library only (Python 3.9
 processes that matter), follows logs, reads/writes files atomically and hands run
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
 request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
-`proctable.py`, `follow.py` (logs), `fileops.py`, `runner.py` and `kill.py` (runs).
+`proctable.py`, `follow.py` (logs), `fileops.py`, `runner.py` and `kill.py` (runs),
+`slurm.py` (runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
@@ -102,6 +103,15 @@ def load_runner() -> Tuple[Any, Any, Optional[str]]:
         return None, None, "runner unavailable: %s" % one_line(exc)
 
 
+def load_slurm() -> Any:
+    """The sibling Slurm module (runs submitted with `sbatch`), or None if it is broken."""
+    try:
+        import slurm  # type: ignore
+        return slurm
+    except Exception:  # only Slurm runs need it; the agent must live on
+        return None
+
+
 class Agent:
     """Owns the state; the main loop in `run()` is the only thread that touches it,
     except workers, which only call runner/GPUs and `emit()`."""
@@ -113,6 +123,7 @@ class Agent:
 
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.runner_error = load_runner()
+        self.slurm = load_slurm() if self.runner is not None else None
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
         self.cli_runs_dir = user_path_or_none(runs_dir)
         self.runs_dir = self.cli_runs_dir
@@ -150,6 +161,8 @@ class Agent:
         if self.runner is None:
             return []
         runs = list(self.runner.list_runs(self._runs_dir()))
+        if self.slurm is not None:  # Slurm runs: state from the scheduler, pending ones added
+            runs = self.slurm.overlay(runs, self._runs_dir())
         if self.match and procs is not None:
             runs += self.runner.external_runs(self.match, procs)
         return runs
@@ -429,6 +442,16 @@ class Agent:
             raise BadRequest("argv must be a non-empty list of strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise BadRequest("env must map strings to strings")
+        scheduler = arg(args, "scheduler", dict, None)
+        if scheduler is not None and scheduler.get("kind", "local") != "local":
+            if scheduler.get("kind") != "slurm":
+                raise BadRequest("unknown scheduler %r" % scheduler.get("kind"))
+            if self.slurm is None:
+                raise BadRequest("the Slurm module of this agent is unavailable")
+            return self.slurm.submit(self._runs_dir(), arg(args, "name", str, None), argv,
+                                     user_path(arg(args, "cwd", str, "~")), env, scheduler,
+                                     patch_state=args.get("patch_state"),
+                                     log=arg(args, "log", str, None), python=sys.executable)
         return runner.launch(self._runs_dir(), arg(args, "name", str, None), argv,
                              user_path(arg(args, "cwd", str, "~")), env,
                              patch_state=args.get("patch_state"), log=arg(args, "log", str, None),
@@ -450,7 +473,8 @@ class Agent:
         if (older is not None and older < 0) or (keep is not None and keep < 0):
             raise BadRequest("prune needs older_than >= 0 and keep >= 0")
         return runner.prune_runs(self._runs_dir(), older, keep, arg(args, "env", dict, None),
-                                 bool(arg(args, "dry_run", bool, False)))
+                                 bool(arg(args, "dry_run", bool, False)),
+                                 lister=self.slurm.list_runs if self.slurm is not None else None)
 
     def op_kill(self, args: Dict[str, Any], rid: int) -> Any:
         self._need_runner()
@@ -463,8 +487,16 @@ class Agent:
             msg.update({"type": "kill_progress", "id": rid})
             emit(msg)
 
+        run_id = arg(args, "run_id", str)
+        if self.slurm is not None and not run_id.startswith("ext-"):
+            if self.slurm.is_slurm_run(self._runs_dir(), run_id):
+                return self.slurm.kill(
+                    self._runs_dir(), run_id, graces=tuple(graces),
+                    gpu_wait=arg(args, "gpu_wait", (int, float), 30),
+                    gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,
+                    progress=progress)
         return self.killer.kill(
-            self._runs_dir(), arg(args, "run_id", str), graces=tuple(graces),
+            self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
             gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,
             progress=progress, match=self.match)

@@ -21,7 +21,7 @@ import re
 import signal
 import stat
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 try:  # imported as remote.rundir (tests, client) or as a top-level module (host)
     from . import atomicfile, procfs
@@ -274,20 +274,22 @@ def launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
 
 
 def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None = None,
-               env: dict | None = None, dry_run: bool = False) -> dict:
+               env: dict | None = None, dry_run: bool = False,
+               lister: Callable[[str], list[dict]] | None = None) -> dict:
     """Remove ended runs' directories (records and logs together); never a live one.
 
     Selected: ended runs (not `running`) whose launch env holds every item of `env`
     (the demo marks its runs so), then of those, the ones that ended more than
     `older_than` seconds ago and are not among the `keep` newest. Only directories
     this runner made (a launch.json inside) are touched. Holds the launch lock, so
-    a launch in progress is never raced.
+    a launch in progress is never raced. `lister` lists the runs (default `list_runs`;
+    the agent passes Slurm's, whose queued and running jobs are live too).
     """
     import shutil
 
     with launch_lock(runs_dir, "a launch is in progress on this host; try again"):
         now = time.time()
-        ended = [r for r in list_runs(runs_dir) if r.get("state") != "running"
+        ended = [r for r in (lister or list_runs)(runs_dir) if r.get("state") not in ("running", "pending")
                  and os.path.isfile(os.path.join(runs_dir, r["run_id"], "launch.json"))
                  and all((r.get("env") or {}).get(k) == v for k, v in (env or {}).items())]
         chosen = ended[keep:] if keep else ended  # list_runs is newest first

@@ -5,6 +5,7 @@ writes ``manifest.json``, reaps the run and every orphan of it, and writes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -45,11 +46,21 @@ def _marked_pids(run_id: str, skip: int) -> list[int]:
     ]
 
 
-def supervise(run_dir: str) -> int:
-    """Body of ``shim.py supervise RUN_DIR``: run, record, wait, record the end."""
-    if os.fork():
-        os._exit(0)  # first stage: let launch() reap us; the child carries on
-    os.setsid()  # the shim leads its own session
+def _forward(group: list[int], num: int) -> None:
+    """Pass a signal on to the run's process group (group: [its pgid] once it exists)."""
+    if group:
+        with contextlib.suppress(OSError):
+            os.killpg(group[0], num)
+
+
+def supervise(run_dir: str, detach: bool = True) -> int:
+    """Body of ``shim.py supervise RUN_DIR``: run, record, wait, record the end.
+    ``detach=False`` (a Slurm batch job, slurm.py) stays in the foreground and returns
+    the run's exit code (128 + signal when a signal ended it): the job's end is the run's."""
+    if detach:
+        if os.fork():
+            os._exit(0)  # first stage: let launch() reap us; the child carries on
+        os.setsid()  # the shim leads its own session
     run_dir = os.path.abspath(run_dir)
     try:
         req = rundir.read_json(os.path.join(run_dir, "launch.json"))
@@ -60,8 +71,12 @@ def supervise(run_dir: str) -> int:
         subreaper = _become_subreaper()
         # A Python-level handler (not SIG_IGN) shields the shim while exec() resets
         # it to the default in the child; a SIG_IGN would be inherited by the run.
+        # In the foreground (a Slurm batch job) the handler passes the signal on to the
+        # run's process group instead: `scancel --signal` reaches only the batch script.
+        group: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
+            signal.signal(sig, (lambda *_: None) if detach else
+                          (lambda num, _f: _forward(group, num)))
         log = req.get("log") or os.path.join(run_dir, "output.log")
         log = os.path.join(req["cwd"], os.path.expanduser(log))
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -84,6 +99,7 @@ def supervise(run_dir: str) -> int:
             **kwargs,
         )
         os.close(log_fd)
+        group.append(child.pid)
     except Exception as e:  # top level of a detached process: report, never vanish
         rundir.write_error(run_dir, str(e) or type(e).__name__)
         return 1
@@ -150,7 +166,9 @@ def supervise(run_dir: str) -> int:
             "strays_outlived": bool(strays),
         },
     )
-    return 0
+    if detach:
+        return 0
+    return code if code is not None else 128 + (os.WTERMSIG(status) if status is not None else 0)
 
 
 def main(args: list[str]) -> int:

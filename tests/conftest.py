@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm import LINES as SLURM_LINES
+from tests.slurm import Cluster
+from tests.slurm import missing as slurm_missing
 from tests.sshd import Sshd, sshd_missing
 from tui.transport import AgentClient, LocalLink
 
@@ -30,3 +33,23 @@ async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
     await c.start()
     yield c
     await c.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A real single-node Slurm cluster (tests/slurm.py); fails with one line saying what
+    to install when slurm-wlm or munge is missing, never skips."""
+    why = slurm_missing()
+    if why:
+        pytest.fail(why, pytrace=False)
+    with Cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The Slurm tier's story (submit → pending reason → running → kill → GPUs free; a
+    failed job's exit code), printed in every run's summary so CI output shows it."""
+    if SLURM_LINES:
+        terminalreporter.section("Slurm tier")
+        for line in SLURM_LINES:
+            terminalreporter.write_line(line)

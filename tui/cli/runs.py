@@ -128,7 +128,7 @@ def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
     if as_json:
         print_json(record)
     else:
-        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}")
+        click.echo(view.launched_text(record))
 
 
 @click.command()
@@ -148,7 +148,7 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
         if run is not None and run.alive:
             if not kill_first:
                 raise ValueError(
-                    f"run {run.run_id} is still running (pid {run.pid}); use --kill to kill it first"
+                    f"run {run.run_id} is still {run.state} ({view.whose(run)}); use --kill to kill it first"
                 )
             if not yes and not click.confirm(f"kill run {run.run_id} first?", default=False):
                 raise ValueError("cancelled")
@@ -166,7 +166,7 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
     if as_json:
         print_json(record)
     else:
-        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
+        click.echo(view.launched_text(record))
 
 
 async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) -> Action:
@@ -211,7 +211,7 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
             return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
                     "message": view.already_ended(run)}
         if not yes:
-            prompt = f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, pid {run.pid})?"
+            prompt = f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?"
             confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
             if not confirmed:
                 raise ValueError("cancelled")

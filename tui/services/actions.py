@@ -63,8 +63,18 @@ async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
     return list((await client.request("runs")).get("runs") or [])
 
 
+def scheduler_args(cfg: Config) -> dict[str, Any]:
+    """`scheduler` of a launch request: Slurm's options under `[run] scheduler = "slurm"`,
+    nothing for a local launch (so an older agent sees the request it knows)."""
+    run = cfg.run
+    if run.scheduler != "slurm":
+        return {}
+    return {"scheduler": {"kind": "slurm", "partition": run.partition, "gpus": run.gpus,
+                          "time": run.time, "sbatch_args": list(run.sbatch_args)}}
+
+
 def _launch_args(cfg: Config, patch_state: Any, action: str | None = None) -> dict[str, Any]:
-    return {**({"action": action} if action else {}),
+    return {**({"action": action} if action else {}), **scheduler_args(cfg),
         "name": cfg.run.name,
         "argv": list(cfg.require_command()),
         "cwd": cfg.run.cwd,
@@ -88,15 +98,15 @@ async def relaunch(
     """Start again with the argv, cwd and env of `run` (or of the config's run)."""
     if run is None:
         return await launch(client, cfg, patch_state, action)
-    if run.get("state") == "running":
-        raise ValueError(
-            f"run {run.get('run_id')} is still running (pid {run.get('pid')}): kill it first"
-        )
+    if run.get("state") in ("running", "pending"):
+        what = f"Slurm job {run.get('job_id')}" if run.get("job_id") else f"pid {run.get('pid')}"
+        raise ValueError(f"run {run.get('run_id')} is still {run.get('state')} ({what}): kill it first")
     if run.get("external"):
         return await launch(client, cfg, patch_state, action)
     return await client.request(
         "launch",
         **({"action": action} if action else {}),
+        **scheduler_args(cfg),  # a Slurm run is resubmitted
         name=run.get("name") or cfg.run.name,
         argv=list(run.get("argv") or cfg.run.command),
         cwd=run.get("cwd") or cfg.run.cwd,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
@@ -36,6 +36,8 @@ Text = Annotated[str, Strict(), Field(min_length=1)]
 Argv = tuple[Annotated[str, Strict()], ...]
 
 
+SLURM_KEYS = ("partition", "gpus", "time", "sbatch_args")  # [run] keys that only sbatch uses
+SLURM_TIME = r"^([0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE)$"  # sbatch --time
 # Allowed ranges of the number settings, in seconds (the agent refuses intervals outside).
 RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0),
           "graces": (0.0, 3600.0), "gpu_wait": (0.0, 3600.0)}
@@ -80,6 +82,13 @@ class RunConfig:
     graces: tuple[Seconds("graces"), Seconds("graces")] = _key(  # type: ignore[valid-type]
         (10.0, 10.0), "two numbers of seconds [after SIGINT, after SIGTERM]")
     gpu_wait: Seconds("gpu_wait") = _key(30.0, "a number of seconds")  # type: ignore[valid-type]
+    # "slurm": launch submits a batch job with sbatch; kill is scancel (docs/architecture.md)
+    scheduler: Literal["local", "slurm"] = _key("local", '"local" or "slurm"')
+    partition: Text | None = _key(None)  # the keys below are sbatch's, used with slurm only
+    gpus: Annotated[int, Strict(), Field(ge=0)] | None = _key(None, "a whole number >= 0")
+    time: Annotated[str, Strict(), Field(pattern=SLURM_TIME)] | None = _key(
+        None, 'a Slurm time limit ("30", "2:00:00", "1-12")')
+    sbatch_args: Argv = _key((), "a list of strings (extra sbatch arguments)")
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,8 @@ def _message(section: str, cls: type, err: Mapping[str, Any]) -> str:
         text = "must be between {:g} and {:g}".format(*RANGES[key])
     elif kind in ("greater_than_equal", "less_than_equal"):
         text = f"must be {what}"
+    elif kind == "string_pattern_mismatch":
+        text = f"must be {what}, not {err.get('input')!r}"
     else:
         given = type(err.get("input")).__name__
         text = f"must be {what}" + (f", not {given}" if len(err["loc"]) == 1 else "")
@@ -180,6 +191,12 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
                 sections[name] = WatchConfig(**asdict(sections[name]))
         except ValidationError as exc:
             raise ConfigError(f"{where}: " + _message(name, SECTIONS[name], exc.errors()[0])) from None
+    run = sections.get("run")
+    if run is not None and run.scheduler != "slurm":
+        unused = [k for k in SLURM_KEYS if k in raw.get("run", {})]
+        if unused:
+            warnings.append(f"{where}: run.{', run.'.join(unused)} ignored: only used with "
+                            'scheduler = "slurm"')
     return Config(**sections, warnings=tuple(warnings))
 
 

@@ -24,6 +24,10 @@ def _int(value: Any) -> int | None:
     return int(v) if v is not None else None
 
 
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 @dataclass(frozen=True)
 class GpuProc:
     pid: int
@@ -148,10 +152,15 @@ class Run:
     env: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
+    job_id: str | None = None  # a Slurm run's job; the fields below are Slurm's word on it
+    slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
+    slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
+    nodes: str | None = None  # the node list Slurm allocated
 
     @property
     def alive(self) -> bool:
-        return self.state == "running"
+        """Running, or queued in Slurm: it may yet hold GPUs, so it is killable."""
+        return self.state in ("running", "pending")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Run:
@@ -174,6 +183,10 @@ class Run:
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
             error=d.get("error") if isinstance(d.get("error"), str) else None,
             log_note=d.get("log_note") if isinstance(d.get("log_note"), str) else None,
+            job_id=_str(d.get("job_id")),
+            slurm_state=_str(d.get("slurm_state")),
+            slurm_reason=_str(d.get("slurm_reason")),
+            nodes=_str(d.get("nodes")),
         )
 
 

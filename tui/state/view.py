@@ -80,6 +80,22 @@ def patch_label(run: Run) -> str:
     return str((ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-")
 
 
+def slurm_label(run: Run) -> str:
+    """A Slurm run's job and Slurm's state: `job 12 PENDING (Resources)`, `job 12 RUNNING
+    on node3`, `job 12 FAILED exit 3`; '' for a run not launched through Slurm."""
+    if run.job_id is None:
+        return ""
+    st = run.slurm_state or "state unknown"
+    text = f"job {run.job_id} {st}"
+    if run.slurm_reason and st == "PENDING":
+        text += f" ({run.slurm_reason})"
+    if run.nodes and st in ("RUNNING", "COMPLETING"):
+        text += f" on {run.nodes}"
+    if st not in ("PENDING", "RUNNING", "COMPLETING") and (run.exit_code or run.signal):
+        text += f" exit {exit_label(run)}"
+    return text
+
+
 @dataclass(frozen=True)
 class RunRow:
     run_id: str
@@ -91,6 +107,7 @@ class RunRow:
     patch: str
     note: str
     pid: str
+    job: str = ""  # slurm_label(): the job id and Slurm's state, '' for a local run
 
 
 def run_row(run: Run, note: str, now: float) -> RunRow:
@@ -100,10 +117,12 @@ def run_row(run: Run, note: str, now: float) -> RunRow:
         started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(run.launched_at))
     end = run.ended_at or (now if run.alive else None)
     dur = duration(end - run.launched_at) if end and run.launched_at else "N/A"
+    job = slurm_label(run)
     return RunRow(
         run_id=run.run_id, name=run.name or "", state=state_label(run), started=started,
-        duration=dur, exit=exit_label(run), patch=patch_label(run), note=note,
-        pid=str(run.pid) if run.pid is not None else "N/A",
+        duration=dur, exit=exit_label(run), patch=patch_label(run),
+        note="; ".join(x for x in (job, note) if x),  # the table and `runs` show the job first
+        pid=str(run.pid) if run.pid is not None else "N/A", job=job,
     )
 
 
@@ -208,7 +227,7 @@ def kill_verdict(report: dict[str, Any]) -> str:
     return {
         True: f"GPUs free after {took}",
         False: f"GPUs NOT free after {took}",
-        None: f"done in {took} (no GPU source to check memory)",
+        None: f"done in {took} (" + (report.get("note") or "no GPU source to check memory") + ")",
     }[free]
 
 
@@ -216,6 +235,9 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
     """Human lines for a kill report (CLI output and the banner)."""
     lines = []
     for st in report.get("stages") or []:
+        if st.get("job_id") is not None:  # a Slurm run: scancel, not signals to pids
+            lines.append(f"{st.get('signal')} {st.get('job_id')} at {st.get('at') or 0:.1f} s")
+            continue
         sent = st.get("sent_to") or []
         lines.append(f"{st.get('signal')}: sent to {len(sent)} process(es) {sent}")
     left = report.get("remaining") or []
@@ -235,6 +257,19 @@ def describe_kill(report: dict[str, Any]) -> list[str]:
     return [f"run {report.get('run_id')} killed, {kill_verdict(report)}"] + lines
 
 
+def launched_text(record: dict[str, Any]) -> str:
+    """What `launch` / `relaunch` print for the new run's record."""
+    if record.get("job_id"):
+        label = slurm_label(Run.from_dict(record))
+        return f"submitted run {record.get('run_id')} as Slurm {label}, log {record.get('log')}"
+    return f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}"
+
+
+def whose(run: Run) -> str:
+    """`pid 123` or `Slurm job 12`: what a confirmation names the run by."""
+    return f"Slurm job {run.job_id}" if run.job_id else f"pid {run.pid}"
+
+
 def already_ended(run: Run) -> str:
     """What `k` / `eagle3-tui kill` say for a run that is not running."""
     if run.state == "exited":
@@ -243,6 +278,8 @@ def already_ended(run: Run) -> str:
         return f"run {run.run_id} already killed" + (f" ({run.signal})" if run.signal else "")
     if run.state == "failed":
         return f"run {run.run_id} never started: {run.error or 'failed'}"
+    if run.job_id is not None and run.state == "lost":
+        return f"run {run.run_id} (Slurm job {run.job_id}) is gone from Slurm: nothing to cancel"
     return f"run {run.run_id} is {run.state}: no process to kill"
 
 
@@ -266,6 +303,8 @@ def action_text(act: Action) -> str:
             left = ", ".join(map(str, res.get("remaining") or [])) or "?"
             return f"run {rid} NOT killed: processes left {left}{after}"
         return f"run {rid} killed, {kill_verdict(res)}{after}"
+    if act.kind in ("launch", "relaunch") and res.get("job_id"):
+        return f"submitted run {res.get('run_id')} as Slurm job {res.get('job_id')}{after}"
     if act.kind in ("launch", "relaunch"):
         return f"launched run {res.get('run_id')} (pid {res.get('pid')}){after}"
     if act.kind == "push":
@@ -288,7 +327,9 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
         f"argv:   {clip(' '.join(run.argv), 70)}",
         f"PIDs:   {', '.join(map(str, pids[:16]))}" + (" …" if len(pids) > 16 else ""),
         "GPU memory at stake: " + (", ".join(per_gpu) if per_gpu else "none seen"),
-        f"Signals: SIGINT, then SIGTERM after {graces[0]:.0f} s, then SIGKILL after {graces[1]:.0f} s more.",
+        f"Signals: SIGINT, then SIGTERM after {graces[0]:.0f} s, then SIGKILL after {graces[1]:.0f} s more."
+        if run.job_id is None else
+        f"Slurm job {run.job_id}: scancel --signal=TERM, then plain scancel after {sum(graces):.0f} s.",
     ]
 
 

@@ -170,7 +170,7 @@ class ProcessTable(KeyedTable):
         )
 
 
-STATE_STYLE = {"running": "bold green", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
+STATE_STYLE = {"running": "bold green", "pending": "cyan", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
 
 
 class RunsTable(KeyedTable):

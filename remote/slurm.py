@@ -1,0 +1,459 @@
+"""Runs through Slurm: submit, state, cancel with escalation, GPU-free proof.
+
+Standard library only; Python 3.9+. A Slurm run lives in the same run dir as any
+other (``launch.json``, then the shim's ``manifest.json``, ``output.log``,
+``exit.json``) plus ``slurm.json`` (job id, the sbatch argv) and ``job.sbatch``, a
+Python batch script that runs the run under the same supervisor shim as a local
+launch, in the foreground (the job lasts as long as the run; its exit code is the
+run's). Every scheduler call is an argument list, never a shell line.
+
+State: ``squeue --json --states=all`` (PENDING + reason, RUNNING + nodes, ended jobs
+for MinJobAge), then ``sacct --json`` when accounting exists, else the run dir's own
+records (``exit.json``, ``killed.json``). Kill: ``scancel --signal=TERM --full``, a
+grace, plain ``scancel``, then on this node whatever of the run is left gets SIGKILL
+and the GPUs are polled until no process of the run holds memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+try:  # imported as remote.slurm (tests, client) or as a top-level module (host)
+    from . import atomicfile, procfs, rundir, shim
+    from . import kill as killer
+    from .launch import _new_run_dir
+except ImportError:
+    import atomicfile  # type: ignore[no-redef]
+    import kill as killer  # type: ignore[no-redef]
+    import procfs  # type: ignore[no-redef]
+    import rundir  # type: ignore[no-redef]
+    import shim  # type: ignore[no-redef]
+    from launch import _new_run_dir  # type: ignore[no-redef]
+
+RunnerError = rundir.RunnerError
+SLURM_FILE = "slurm.json"
+SCRIPT = "job.sbatch"
+TIMEOUT = 30.0  # seconds any one Slurm command may take
+SQUEUE_TTL = 2.0  # seconds one squeue reading serves every listing
+CANCEL_WAIT = 60.0  # seconds plain scancel may take (Slurm's KillWait, then SIGKILL)
+PENDING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
+ACTIVE = PENDING + ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
+                    "RESIZING")
+_TIME_RE = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE")
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise RunnerError("%s not found on this host: is Slurm installed here?" % argv[0]) from None
+    except subprocess.TimeoutExpired:
+        raise RunnerError("%s did not answer within %gs" % (argv[0], TIMEOUT)) from None
+
+
+def _line(text: str) -> str:
+    lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def is_slurm(run_dir: str) -> bool:
+    return os.path.isfile(os.path.join(run_dir, SLURM_FILE))
+
+
+def is_slurm_run(runs_dir: str, run_id: str) -> bool:
+    """Whether run_id names a run submitted through Slurm (never for an external id)."""
+    try:
+        return is_slurm(rundir.run_path(runs_dir, run_id))
+    except RunnerError:
+        return False
+
+
+def check_options(opts: Any) -> dict:
+    """The scheduler options of a launch request, checked: partition, gpus, time,
+    sbatch_args."""
+    if not isinstance(opts, dict):
+        raise RunnerError("scheduler must be an object")
+    out: dict = {}
+    for key in ("partition", "time"):
+        value = opts.get(key)
+        if value is not None and (not isinstance(value, str) or not value or "\0" in value):
+            raise RunnerError("slurm %s must be a non-empty string" % key)
+        out[key] = value
+    if out["time"] is not None and not _TIME_RE.fullmatch(out["time"]):
+        raise RunnerError("slurm time %r is not a Slurm time (minutes, H:MM:SS, D-HH)" % out["time"])
+    gpus = opts.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        raise RunnerError("slurm gpus must be a whole number >= 0")
+    out["gpus"] = gpus
+    extra = opts.get("sbatch_args") or []
+    if not isinstance(extra, list) or not all(isinstance(a, str) and "\0" not in a for a in extra):
+        raise RunnerError("slurm sbatch_args must be a list of strings")
+    out["sbatch_args"] = extra
+    return out
+
+
+# ---------------------------------------------------------------- submit
+
+
+def _script(run_dir: str, python: str) -> str:
+    """The batch script: the agent's Python running the shim in the foreground."""
+    here = os.path.dirname(os.path.abspath(shim.__file__))
+    return "\n".join([
+        "#!%s -u" % python,
+        "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
+        "import sys",
+        "sys.path.insert(0, %r)" % here,
+        "import shim",
+        "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
+        "",
+    ])
+
+
+def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict[str, str],
+           opts: Any, patch_state: Any = None, log: str | None = None,
+           python: str = sys.executable) -> dict:
+    """Write the batch script and submit it with ``sbatch --parsable``; the run record."""
+    rundir.validate(name, argv, cwd, env, patch_state)
+    opts = check_options(opts)
+    if log is not None and not isinstance(log, str):
+        raise RunnerError("log must be a path or null")
+    name = name or rundir.name_from_argv(argv)
+    cwd = os.path.abspath(cwd)
+    with rundir.launch_lock(runs_dir, "another launch is in progress on this host"):
+        for rec in list_runs(runs_dir):
+            if rec["state"] in ("running", "pending") and rec.get("name") == name:
+                raise RunnerError("run %s named %r is still %s (job %s)"
+                                  % (rec["run_id"], name, rec["state"], rec.get("job_id")))
+        run_id, run_dir = _new_run_dir(runs_dir)
+        request = {"run_id": run_id, "name": name, "argv": argv, "cwd": cwd, "env": env,
+                   "patch_state": patch_state, "log": log, "launched_at": time.time(),
+                   "scheduler": dict(opts, kind="slurm")}
+        atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
+        script = os.path.join(run_dir, SCRIPT)
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(_script(run_dir, python))
+        os.chmod(script, 0o700)
+        sbatch = ["sbatch", "--parsable", "--job-name=e3-%s" % name,
+                  "--output=%s" % os.path.join(run_dir, "slurm.out"), "--chdir=%s" % cwd]
+        if opts["partition"]:
+            sbatch.append("--partition=%s" % opts["partition"])
+        if opts["gpus"]:
+            sbatch.append("--gpus=%d" % opts["gpus"])
+        if opts["time"]:
+            sbatch.append("--time=%s" % opts["time"])
+        sbatch += opts["sbatch_args"] + [script]
+        try:
+            done = _run(sbatch)
+        except RunnerError as e:
+            rundir.write_error(run_dir, str(e))
+            raise
+        job = done.stdout.strip().split(";")[0]
+        if done.returncode != 0 or not job.isdigit():
+            why = "sbatch failed: %s" % _line(done.stderr or done.stdout)
+            rundir.write_error(run_dir, why)
+            raise RunnerError("run %s: %s" % (run_id, why))
+        atomicfile.write_json(os.path.join(run_dir, SLURM_FILE),
+                                  {"job_id": job, "submitted_at": time.time(), "sbatch": sbatch})
+        _SQUEUE.clear()
+        return record(run_dir)
+
+
+# ---------------------------------------------------------------- state
+
+
+def _exit(value: Any) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a Slurm exit_code: a wait status (22.05) or an
+    object with return_code / signal (23.02+)."""
+    if isinstance(value, dict):
+        sig = value.get("signal")
+        sig_id = sig.get("id", sig.get("signal_id")) if isinstance(sig, dict) else None
+        code = value.get("return_code")
+        code = code.get("number") if isinstance(code, dict) else code
+        name = rundir.signal_name(sig_id) if isinstance(sig_id, int) and sig_id > 0 else None
+        return (code if isinstance(code, int) else None), name
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value & 0x7F:
+            return None, rundir.signal_name(value & 0x7F)
+        return value >> 8, None
+    return None, None
+
+
+def _state_name(value: Any) -> str | None:
+    if isinstance(value, list):  # 23.02+: a list of flags, the base state first
+        value = value[0] if value else None
+    if isinstance(value, dict):  # sacct: {"current": ..., "reason": ...}
+        value = value.get("current")
+    return _state_name(value) if isinstance(value, list) else (value if isinstance(value, str) else None)
+
+
+_SQUEUE: dict[str, Any] = {}  # "at": monotonic time, "jobs": {job id: info}
+
+
+def squeue(fresh: bool = False) -> dict[str, dict]:
+    """Job id -> {state, reason, nodes, exit_code, signal} of every job squeue knows
+    (ended jobs stay for Slurm's MinJobAge); one reading serves SQUEUE_TTL seconds."""
+    now = time.monotonic()
+    if not fresh and _SQUEUE and now - _SQUEUE["at"] < SQUEUE_TTL:
+        return _SQUEUE["jobs"]
+    done = _run(["squeue", "--json", "--states=all"])
+    if done.returncode != 0:
+        raise RunnerError("squeue failed: %s" % _line(done.stderr))
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        raise RunnerError("squeue --json printed no JSON (Slurm older than 21.08?)") from None
+    jobs = {}
+    for j in data.get("jobs") or []:
+        code, sig = _exit(j.get("exit_code"))
+        jobs[str(j.get("job_id"))] = {"state": _state_name(j.get("job_state")),
+                                      "reason": j.get("state_reason"), "nodes": j.get("nodes") or None,
+                                      "exit_code": code, "signal": sig}
+    _SQUEUE.update(at=now, jobs=jobs)
+    return jobs
+
+
+_NO_ACCOUNTING: list[str] = []  # why sacct cannot answer here, once known
+
+
+def sacct(job: str) -> dict | None:
+    """The job's end as accounting recorded it, or None (no accounting: see
+    ``accounting_note()``)."""
+    if _NO_ACCOUNTING:
+        return None
+    try:
+        done = _run(["sacct", "--json", "--jobs=%s" % job])
+    except RunnerError as e:
+        _NO_ACCOUNTING.append(str(e))
+        return None
+    if done.returncode != 0:
+        _NO_ACCOUNTING.append("sacct: %s" % _line(done.stderr))
+        return None
+    try:
+        jobs = json.loads(done.stdout).get("jobs") or []
+    except (ValueError, AttributeError):
+        return None
+    for j in jobs:
+        if str(j.get("job_id")) == job:
+            code, sig = _exit(j.get("exit_code"))
+            return {"state": _state_name(j.get("state")), "reason": (j.get("state") or {}).get("reason")
+                    if isinstance(j.get("state"), dict) else None,
+                    "nodes": j.get("nodes") or None, "exit_code": code, "signal": sig}
+    return None
+
+
+def accounting_note() -> str | None:
+    return _NO_ACCOUNTING[0] if _NO_ACCOUNTING else None
+
+
+def _base(run_dir: str) -> dict:
+    """The run's record without Slurm: the shim's manifest when it wrote one, else the
+    request (a pending job has no process yet)."""
+    rec = rundir.record(run_dir, procfs.boot_time())
+    if rec is not None:
+        return rec
+    req = rundir.read_json(os.path.join(run_dir, "launch.json")) or {}
+    rec = {key: None for key in rundir._STARTED_ONLY}
+    for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
+        rec[key] = req.get(key)
+    rec.update(run_id=os.path.basename(run_dir), state="pending", exit_code=None, signal=None,
+               ended_at=None, duration=None, external=False, error=None)
+    # Where the shim will write it (as supervise() resolves it), so a client can follow
+    # the log from the moment the job starts.
+    log = rec.get("log") or os.path.join(run_dir, "output.log")
+    rec["log"] = os.path.abspath(os.path.join(rec.get("cwd") or run_dir, os.path.expanduser(log)))
+    return rec
+
+
+def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str | None = None) -> dict:
+    """The run record of a Slurm run: the usual fields, `state` from Slurm (``pending``
+    while queued), plus scheduler, job_id, slurm_state, slurm_reason, nodes."""
+    info = rundir.read_json(os.path.join(run_dir, SLURM_FILE)) or {}
+    job = str(info.get("job_id") or "")
+    rec = _base(run_dir)
+    rec.update(scheduler="slurm", job_id=job or None, slurm_state=None, slurm_reason=None,
+               nodes=None, slurm_note=None)
+    if rec["state"] == "failed" or not job:
+        return rec  # sbatch refused it: error.json says why
+    if jobs is None and squeue_error is None:
+        try:
+            jobs = squeue()
+        except RunnerError as e:
+            squeue_error = str(e)
+    if jobs is None:  # squeue failed: keep what the run dir says, and say why
+        rec["slurm_note"] = squeue_error
+        return rec
+    found = jobs.get(job)
+    if found is None:  # gone from squeue (after MinJobAge): accounting, if there is any
+        found = sacct(job)
+        if found is None:
+            rec["slurm_note"] = "job %s is gone from squeue; %s: state from the run dir" % (
+                job, accounting_note() or "sacct has no record")
+    killed = os.path.exists(os.path.join(run_dir, "killed.json"))
+    if found is not None:
+        st = found["state"]
+        rec.update(slurm_state=st, slurm_reason=None if found["reason"] in (None, "None") else found["reason"],
+                   nodes=found["nodes"])
+        if st in PENDING:
+            rec["state"] = "pending"
+        elif st in ACTIVE:
+            rec["state"] = "running"
+        elif killed or st == "CANCELLED":
+            rec["state"] = "killed"
+        else:
+            rec["state"] = "exited"
+        if rec["state"] in ("exited", "killed") and rec["exit_code"] is None and rec["signal"] is None:
+            rec["exit_code"], rec["signal"] = found["exit_code"], found["signal"]
+        if rec["state"] in ("exited", "killed") and rec["ended_at"] is None:
+            rec["ended_at"] = time.time()  # Slurm's end time is not in every version's JSON
+    elif rec["state"] == "pending":  # never started and Slurm forgot it
+        rec["state"] = "killed" if killed else "lost"
+    return rec
+
+
+def _slurm_dirs(runs_dir: str) -> list[str]:
+    try:
+        names = os.listdir(runs_dir)
+    except OSError:
+        return []
+    return [os.path.join(runs_dir, n) for n in names
+            if not n.startswith(".") and is_slurm(os.path.join(runs_dir, n))]
+
+
+_FINAL: dict[str, dict] = {}  # run dir -> record of a Slurm run that has ended
+
+
+def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
+    """`rundir.list_runs` output with every Slurm run's record from Slurm (pending
+    runs, which have no manifest yet, added); newest first. squeue is asked only while
+    some Slurm run has not ended."""
+    dirs = _slurm_dirs(runs_dir)
+    if not dirs:
+        return runs
+    jobs: dict[str, dict] | None = None
+    error: str | None = None
+    mine = {}
+    for d in dirs:
+        rec = _FINAL.get(d)
+        if rec is None:
+            if jobs is None and error is None:
+                try:
+                    jobs = squeue()
+                except RunnerError as e:
+                    error = str(e)
+            rec = record(d, jobs, error)
+            if rec["state"] in ("exited", "killed", "failed") and rec.get("slurm_state") not in ACTIVE:
+                _FINAL[d] = rec
+        mine[rec["run_id"]] = dict(rec)
+    out = [r for r in runs if r.get("run_id") not in mine] + list(mine.values())
+    out.sort(key=lambda r: (float(r.get("launched_at") or 0), r["run_id"]), reverse=True)
+    return out
+
+
+def list_runs(runs_dir: str) -> list[dict]:
+    return overlay(rundir.list_runs(runs_dir), runs_dir)
+
+
+# ---------------------------------------------------------------- kill
+
+
+def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float = 30.0,
+         gpu_query: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
+    """``scancel --signal=TERM --full``, wait the grace, plain ``scancel``, wait for the
+    job to leave Slurm's active states; then SIGKILL whatever of the run is still on
+    this node and wait until no GPU lists a process of it (the same proof as a local
+    kill). Nodes other than this host get no proof here: `gpus_free` is None there."""
+    run_dir = rundir.run_path(runs_dir, run_id)
+    if not is_slurm(run_dir):
+        raise RunnerError("run %s is not a Slurm run" % run_id)
+    g_term = sum(max(0.0, float(g)) for g in graces)
+    t0 = time.monotonic()
+    rec = record(run_dir, squeue(fresh=True))
+    job = rec["job_id"]
+    manifest = rundir.read_json(os.path.join(run_dir, "manifest.json"))
+    here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
+    finder = killer._Finder(run_id, manifest if here else None, None) if here else None
+    if finder is not None:
+        finder.scan()
+    before = killer._gpu_read(gpu_query) if here else None
+    stages: list[dict] = []
+
+    def elapsed() -> float:
+        return round(time.monotonic() - t0, 3)
+
+    def report(stage: str) -> None:
+        if progress is not None:
+            try:
+                progress({"run_id": run_id, "stage": stage, "job_id": job, "gpus": [],
+                          "alive": finder.alive() if finder else [], "elapsed": elapsed()})
+            except Exception:  # a broken progress sink must not abort a kill half-way
+                pass
+
+    def active() -> str | None:
+        st = (squeue(fresh=True).get(job) or {}).get("state")
+        return st if st in ACTIVE else None
+
+    if rec["state"] == "running":
+        stages.append({"signal": "scancel --signal=TERM", "at": elapsed(), "job_id": job})
+        done = _run(["scancel", "--signal=TERM", "--full", job])
+        if done.returncode != 0:
+            raise RunnerError("scancel --signal=TERM %s failed: %s" % (job, _line(done.stderr)))
+        report("scancel --signal=TERM")
+        end = time.monotonic() + g_term
+        while time.monotonic() < end and active() and (finder is None or finder.alive()):
+            time.sleep(0.2)
+    if active():
+        stages.append({"signal": "scancel", "at": elapsed(), "job_id": job})
+        done = _run(["scancel", job])
+        if done.returncode != 0:
+            raise RunnerError("scancel %s failed: %s" % (job, _line(done.stderr)))
+        report("scancel")
+        end = time.monotonic() + CANCEL_WAIT
+        while time.monotonic() < end and active():
+            time.sleep(0.2)
+    remaining: list[int] = []
+    if finder is not None:  # anything of the run Slurm did not track (escaped the job)
+        finder.scan()
+        for pid in finder.alive():
+            killer._send(pid, finder.tracked[pid], 9)
+        end = time.monotonic() + killer.KILL_WAIT
+        while finder.alive() and time.monotonic() < end:
+            time.sleep(0.1)
+        remaining = finder.alive()
+    pids = set(finder.tracked) if finder else set()
+    latest = killer._gpu_read(gpu_query) if here else None
+    if latest is not None and pids and not remaining:
+        report("waiting_gpu")
+        end = time.monotonic() + max(0.0, float(gpu_wait))
+        while any(killer._run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
+            if time.monotonic() >= end:
+                break
+            time.sleep(0.25)
+            latest = killer._gpu_read(gpu_query) or latest
+    gpus = killer._gpu_report(before, latest, pids)
+    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    still = active()
+    final = record(run_dir, squeue(fresh=True))
+    result = {"run_id": run_id, "job_id": job, "ok": not remaining and not still and gpus_free is not False,
+              "stages": stages, "remaining": remaining, "gpus": gpus, "gpus_free": gpus_free,
+              "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
+              "elapsed": elapsed()}
+    if rec["state"] == "pending":
+        result["note"] = "job %s was still pending: no process of it ever ran" % job
+    elif not here and rec.get("nodes"):
+        result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
+    report("done")
+    if stages:
+        try:
+            atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
+        except OSError:
+            pass
+        _FINAL.pop(run_dir, None)
+    return result

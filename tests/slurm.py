@@ -1,0 +1,197 @@
+"""A real single-node Slurm cluster for the tests, in a temp dir, torn down after.
+
+`Cluster(tmp)` starts its own munged (own key, socket, pid, log and seed files) and
+slurmctld + slurmd on 127.0.0.1 with free ports, as the current user (SlurmUser and
+SlurmdUser are whoever runs the tests), with a faked GRES of two GPUs (`Count=` in
+gres.conf: no device files). Commands talk to it through `SLURM_CONF` (`cluster.env`).
+Accounting is off (no slurmdbd), so `sacct` fails here and the code falls back.
+
+`missing()` names the Debian packages that are not installed ("" when all are): the
+tier fails with that line rather than skipping.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
+PACKAGES = {"slurm-wlm": ("slurmctld", "slurmd", "sbatch", "squeue", "scancel"), "munge": ("munged",)}
+SBIN = ("/usr/sbin", "/usr/bin", "/sbin")
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (os.path.join(d, name) for d in SBIN if os.access(os.path.join(d, name), os.X_OK)), None)
+
+
+def missing() -> str:
+    """'' when every program is installed, else one line saying what to install."""
+    need = [pkg for pkg, progs in PACKAGES.items() if not all(_which(p) for p in progs)]
+    if not need:
+        return ""
+    return ("the Slurm tier needs the Debian packages %s: sudo apt-get install %s (tests/run "
+            "installs them when run as root)" % (", ".join(need), " ".join(need)))
+
+
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the test process dies, even by SIGKILL,
+    so no cluster outlives its tests."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+CONF = """\
+ClusterName=e3test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser={user}
+SlurmdUser={user}
+AuthType=auth/munge
+AuthInfo=socket={d}/munge.sock
+CredType=cred/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/builtin
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MinJobAge=600
+KillWait=3
+InactiveLimit=0
+GresTypes=gpu
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd.log
+NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class Cluster:
+    """slurmctld + slurmd + munged in `tmp`; use as a context manager."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = Path(tmp)
+        self.node = "e3node"
+        self.procs: list[subprocess.Popen] = []
+        self.conf = self.dir / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+
+    def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
+        out = open(self.dir / "log" / (name + ".out"), "wb")
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+        out.close()
+        self.procs.append(p)
+        return p
+
+    def log_tail(self) -> str:
+        parts = []
+        for f in sorted((self.dir / "log").glob("*")):
+            lines = f.read_text(errors="replace").splitlines()[-6:]
+            parts.append("== %s\n%s" % (f.name, "\n".join(lines)))
+        return "\n".join(parts)
+
+    def start(self) -> Cluster:
+        why = missing()
+        if why:
+            raise ClusterError(why)
+        d = self.dir
+        for sub in ("log", "state", "spool"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        key = d / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        d.chmod(0o755)
+        munged = [_which("munged"), "--socket", str(d / "munge.sock"), "--key-file", str(key),
+                  "--pid-file", str(d / "munged.pid"), "--log-file", str(d / "log" / "munged.log"),
+                  "--seed-file", str(d / "munge.seed"), "--force", "--foreground"]
+        self._spawn([a for a in munged if a], "munged")
+        self._wait(lambda: (d / "munge.sock").exists(), 10, "munged's socket")
+        ctld_port, d_port = _free_ports(2)
+        self.conf.write_text(CONF.format(node=self.node, ctld_port=ctld_port, d_port=d_port,
+                                         user=getpass.getuser(), d=d,
+                                         host=socket.gethostname().split(".")[0], cpus=os.cpu_count() or 1))
+        # Two fake GPUs: gres/gpu wants one device file per GPU (Count= alone registers 0).
+        (d / "gres.conf").write_text("".join("NodeName=%s Name=gpu File=%s\n" % (self.node, dev)
+                                             for dev in ("/dev/null", "/dev/zero")))
+        self._spawn([_which("slurmctld") or "slurmctld", "-D", "-i", "-f", str(self.conf)], "ctld")
+        self._spawn([_which("slurmd") or "slurmd", "-D", "-N", self.node, "-f", str(self.conf)], "d")
+        self._wait(self._idle, 30, "the node to come up idle")
+        return self
+
+    def _idle(self) -> bool:
+        for p in self.procs:
+            if p.poll() is not None:
+                raise ClusterError("%r exited with %s\n%s" % (p.args, p.returncode, self.log_tail()))
+        r = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env, capture_output=True,
+                           text=True, timeout=10)
+        return r.returncode == 0 and r.stdout.strip() == "idle"
+
+    def _wait(self, cond, timeout: float, what: str) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if cond():
+                return
+            time.sleep(0.2)
+        raise ClusterError("timed out waiting for %s\n%s" % (what, self.log_tail()))
+
+    def stop(self) -> None:
+        if self.procs and all(p.poll() is None for p in self.procs):
+            try:  # jobs first, so slurmd's steps do not outlive the cluster
+                subprocess.run(["scancel", "--full", "--user", getpass.getuser()], env=self.env,
+                               capture_output=True, timeout=10, check=False)
+            except subprocess.TimeoutExpired:
+                pass
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+        self.procs.clear()
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,327 @@
+"""Slurm as the engine: a real single-node cluster (tests/slurm.py) driven through the
+real agent's ops — submit, pending with its reason, running on its node, kill with
+scancel escalation and the GPU-free proof, a failed job's exit code, resubmission.
+
+One stand-in: the GPU. Off the GPU machine a fake `nvidia-smi` (the agent's second GPU
+source) reports that every process started with HOLDS_GPU=1 in its environment holds
+1 GiB on GPU 0 while it lives, read from /proc, so the proof sees real processes go.
+Slurm's own GPUs are faked by gres.conf. Packages missing: the tier fails with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from remote import slurm
+from tests.agent_driver import AgentProc
+from tests.slurm import LINES, Cluster
+from tui.state import view
+from tui.state.model import Run
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+GIB = 1 << 30
+FAKE_SMI = """#!{python}
+import os, sys
+arg = sys.argv[1]
+if arg.startswith("--query-gpu="):
+    print("0, Stand-in GPU, GPU-standin-0, 0, 81920, 0, 30, 50.0, 700.0")
+elif arg.startswith("--query-compute-apps="):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
+            state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
+            print("GPU-standin-0, %s, 1024" % pid)
+"""
+# A run that ignores SIGTERM (a wedged worker): only plain scancel's SIGKILL ends it.
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)\n"
+SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+
+
+def say(line: str) -> None:
+    LINES.append(line)
+    print("slurm tier: " + line)
+
+
+T = TypeVar("T")
+
+
+def wait_for(pred: Callable[[], T | None], timeout: float, what: str) -> T:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("timed out after %gs waiting for %s" % (timeout, what))
+
+
+@pytest.fixture()
+def agent(slurm_cluster: Cluster, tmp_path: Path):
+    cluster = slurm_cluster
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable))
+    smi.chmod(0o755)
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi",
+               PATH="%s:%s" % (bindir, cluster.env.get("PATH", "/usr/bin:/bin")))
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        yield a
+
+
+def launch(a: AgentProc, name: str, script: str, gpus: int = 2, **extra: object) -> dict:
+    sched = {"kind": "slurm", "partition": "debug", "gpus": gpus, "time": "10", "sbatch_args": []}
+    sched.update(extra)
+    return a.call("launch", {"name": name, "argv": [sys.executable, "-u", "-c", script],
+                             "cwd": str(a.tmp), "env": {"HOLDS_GPU": "1"},  # type: ignore[attr-defined]
+                             "scheduler": sched})
+
+
+def run_of(a: AgentProc, run_id: str) -> dict:
+    return next(r for r in a.call("runs")["runs"] if r["run_id"] == run_id)
+
+
+def in_state(a: AgentProc, run_id: str, state: str) -> Callable[[], dict | None]:
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec["state"] == state else None
+    return check
+
+
+def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
+    first = launch(agent, "first", STUBBORN)
+    assert first["scheduler"] == "slurm" and first["job_id"].isdigit()
+    say("submit: run %s is job %s (sbatch --parsable)" % (first["run_id"], first["job_id"]))
+    second = launch(agent, "second", SLEEPER)  # wants the same 2 GPUs: must wait
+    a = wait_for(in_state(agent, first["run_id"], "running"), 30, "the first job to run")
+    assert a["slurm_state"] == "RUNNING" and a["nodes"] == "e3node"
+    def waits_for_resources() -> dict | None:
+        rec = run_of(agent, second["run_id"])
+        return rec if rec.get("slurm_reason") == "Resources" else None
+
+    b = wait_for(waits_for_resources, 30, "the second job to pend for Resources")
+    assert b["state"] == "pending" and b["slurm_state"] == "PENDING" and b["pid"] is None
+    # What the runs table and `eagle3-tui runs` show, from these very records.
+    assert view.slurm_label(Run.from_dict(b)) == "job %s PENDING (Resources)" % b["job_id"]
+    assert view.slurm_label(Run.from_dict(a)) == "job %s RUNNING on e3node" % a["job_id"]
+    assert Run.from_dict(b).alive and view.state_label(Run.from_dict(b)) == "pending"
+    say("pending: %s while job %s holds the node's GPUs"
+        % (view.slurm_label(Run.from_dict(b)), a["job_id"]))
+    say("running: " + view.slurm_label(Run.from_dict(a)))
+    wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up") or None,
+             20, "the run's first line")
+    snap = agent.call("snapshot")
+    held = [p for g in snap["gpus"] for p in g["processes"]]
+    assert any(p["pid"] == a["pid"] and p["mem"] == GIB for p in held), held
+
+    marks = agent.mark()
+    report = agent.call("kill", {"run_id": first["run_id"], "graces": [1, 1], "gpu_wait": 10},
+                        timeout=120)
+    stages = [s["signal"] for s in report["stages"]]
+    assert stages == ["scancel --signal=TERM", "scancel"], report  # it ignored SIGTERM
+    assert report["ok"] and report["remaining"] == [] and report["gpus_free"] is True
+    (gpu,) = report["gpus"]
+    assert gpu["run_mem_before"] == GIB and gpu["run_mem"] == 0 and gpu["freed"] == GIB
+    progress = [m["stage"] for m in agent.messages[marks:] if m.get("type") == "kill_progress"]
+    assert "scancel" in progress and progress[-1] == "done"
+    say("kill: job %s: %s, %.1fs" % (a["job_id"], " -> ".join(stages), report["elapsed"]))
+    say("GPUs free: GPU %d held %d MiB by the run before, %d after (stand-in nvidia-smi)"
+        % (gpu["index"], gpu["run_mem_before"] >> 20, gpu["run_mem"] >> 20))
+    gone = wait_for(in_state(agent, first["run_id"], "killed"), 20, "the killed run")
+    assert gone["slurm_state"] in ("CANCELLED", "FAILED", "COMPLETED")
+
+    b = wait_for(in_state(agent, second["run_id"], "running"), 30, "the second job to start")
+    say("the waiting job %s now RUNNING on %s" % (b["job_id"], b["nodes"]))
+    report = agent.call("kill", {"run_id": second["run_id"], "graces": [5, 5], "gpu_wait": 10},
+                        timeout=120)
+    assert [s["signal"] for s in report["stages"]] == ["scancel --signal=TERM"], report
+    assert report["ok"] and report["gpus_free"] is True
+
+
+def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_cluster: Cluster,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = launch(agent, "fails", "import sys\nprint('boom', flush=True)\nsys.exit(3)\n", gpus=1)
+    done = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the failing job to end")
+    assert done["exit_code"] == 3 and done["slurm_state"] == "FAILED", done
+    shown = view.run_row(Run.from_dict(done), "", time.time())
+    assert shown.state == "failed" and shown.exit == "3"
+    assert shown.job == "job %s FAILED exit 3" % done["job_id"]
+    say("failed: " + shown.job)
+    # Once squeue has forgotten the job (after MinJobAge) and there is no accounting
+    # (no slurmdbd here), the run dir's own exit record decides, and the record says so.
+    run_dir = str(agent.tmp / "runs" / rec["run_id"])  # type: ignore[attr-defined]
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    forgotten = slurm.record(run_dir, jobs={})
+    assert forgotten["state"] == "exited" and forgotten["exit_code"] == 3
+    assert forgotten["slurm_state"] is None
+    assert "accounting storage is disabled" in forgotten["slurm_note"], forgotten
+    say("gone from squeue, no sacct: " + forgotten["slurm_note"])
+    # A job that can never run (more GPUs than the node has) stays pending; kill cancels it.
+    never = launch(agent, "never", SLEEPER, gpus=2, sbatch_args=["--nodes=1", "--hold"])
+    pend = wait_for(in_state(agent, never["run_id"], "pending"), 10, "the held job")
+    assert pend["slurm_reason"] in ("JobHeldUser", "JobHeldAdmin"), pend
+    pruned = agent.call("prune", {"older_than": 0, "dry_run": True})  # a queued job is live
+    assert [r["run_id"] for r in pruned["removed"]] == [rec["run_id"]], pruned
+    report = agent.call("kill", {"run_id": never["run_id"], "graces": [1, 1]}, timeout=60)
+    assert [s["signal"] for s in report["stages"]] == ["scancel"] and report["ok"], report
+    assert report["gpus_free"] is None and "still pending" in view.kill_verdict(report)
+    assert wait_for(in_state(agent, never["run_id"], "killed"), 10, "the cancelled job")
+
+
+def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> None:
+    rec = launch(agent, "again", "print('once')\n", gpus=0)
+    first = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the job to end")
+    assert first["exit_code"] == 0 and first["slurm_state"] == "COMPLETED"
+    again = launch(agent, "again", "print('once')\n", gpus=0)
+    assert again["run_id"] != rec["run_id"] and again["job_id"] != rec["job_id"]
+    say("relaunch: run %s resubmitted as job %s (was job %s)"
+        % (again["run_id"], again["job_id"], rec["job_id"]))
+    with pytest.raises(Exception, match=r"sbatch failed: .*(partition|Partition)") as err:
+        launch(agent, "nowhere", SLEEPER, partition="nosuch")
+    assert "\n" not in str(err.value)
+    failed = [r for r in agent.call("runs")["runs"] if r["name"] == "nowhere"]
+    assert failed and failed[0]["state"] == "failed" and "sbatch failed" in failed[0]["error"]
+
+
+# ---------------------------------------------------------------- the CLI on `local`
+
+
+def e3(cluster: Cluster, tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    bindir = tmp / "bin"
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi", PYTHONPATH=PYTHONPATH,
+               PATH="%s:%s" % (bindir, cluster.env.get("PATH", "/usr/bin:/bin")))
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=tmp, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def slurm_config(tmp: Path, script: str, **keys: str) -> None:
+    (tmp / "job.py").write_text(script)
+    body = {"name": '"cli"', "command": json.dumps([sys.executable, "-u", str(tmp / "job.py")]),
+            "cwd": json.dumps(str(tmp)), "env": '{HOLDS_GPU = "1"}', "graces": "[0.5, 0.5]",
+            "gpu_wait": "10", "scheduler": '"slurm"', "partition": '"debug"', "gpus": "2",
+            "time": '"5"', "sbatch_args": '["--comment=eagle3-tui test"]'}
+    body.update(keys)
+    (tmp / "eagle3.toml").write_text(
+        '[host]\nruns_dir = %s\n[run]\n%s\n' % (json.dumps(str(tmp / "runs")),
+                                              "\n".join("%s = %s" % kv for kv in body.items())))
+
+
+def test_cli_launch_runs_kill_relaunch_on_slurm(agent: AgentProc, slurm_cluster: Cluster) -> None:
+    tmp: Path = agent.tmp  # type: ignore[attr-defined]  # its bin/ holds the nvidia-smi stand-in
+    slurm_config(tmp, STUBBORN)
+    out = e3(slurm_cluster, tmp, "launch", "local")
+    assert out.returncode == 0, out.stderr
+    m = re.fullmatch(r"submitted run (\S+) as Slurm job (\d+) PENDING.*, log (/\S+)\n", out.stdout)
+    assert m, out.stdout
+    run_id, job, log = m.groups()
+    assert log == str(tmp / "runs" / run_id / "output.log")
+
+    def listed() -> dict | None:
+        got = e3(slurm_cluster, tmp, "runs", "local", "--json")
+        runs = json.loads(got.stdout)["runs"] if got.returncode == 0 else []
+        rec = next((r for r in runs if r["run_id"] == run_id), None)
+        return rec if rec and rec["state"] == "running" else None
+
+    wait_for(listed, 60, "the job to run")
+    table = e3(slurm_cluster, tmp, "runs", "local").stdout
+    row = next(line for line in table.splitlines() if run_id in line)
+    assert row.startswith("*") and " running " in row and "job %s RUNNING on e3node" % job in row, table
+    say("CLI runs: " + " ".join(row.split()))
+    out = e3(slurm_cluster, tmp, "kill", "local", "--yes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "scancel --signal=TERM %s at" % job in out.stdout and "scancel %s at" % job in out.stdout
+    assert "GPUs free after" in out.stdout, out.stdout
+    say("CLI kill: " + out.stdout.splitlines()[0])
+    out = e3(slurm_cluster, tmp, "relaunch", "local")
+    assert out.returncode == 0, out.stderr
+    again = re.match(r"submitted run (\S+) as Slurm job (\d+)", out.stdout)
+    assert again and again.group(1) != run_id and again.group(2) != job, out.stdout
+    say("CLI relaunch: " + out.stdout.strip())
+    run_id = again.group(1)
+    wait_for(listed, 60, "the resubmitted job to run")
+    out = e3(slurm_cluster, tmp, "kill", run_id, "--yes")
+    assert out.returncode == 0 and "GPUs free" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("key, value, error", [
+    ("scheduler", '"pbs"', 'run.scheduler: must be "local" or "slurm"'),
+    ("gpus", "-1", "run.gpus: must be a whole number >= 0"),
+    ("time", '"soon"', "run.time: must be a Slurm time limit"),
+    ("sbatch_args", '"--exclusive"', "run.sbatch_args: must be a list of strings"),
+])
+def test_bad_slurm_keys_are_one_line_exit_2(tmp_path: Path, key: str, value: str, error: str) -> None:
+    slurm_config(tmp_path, SLEEPER, **{key: value})
+    out = subprocess.run([sys.executable, "-m", "tui.cli", "launch", "local"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONPATH=PYTHONPATH), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert error in out.stderr, out.stderr
+
+
+# ---------------------------------------------------------------- the dashboard
+
+# Records of the shape the agent sends for Slurm runs (taken from the tier above), fed
+# to the real dashboard through the replay client: no cluster needed.
+SLURM_RUN: dict[str, object] = {"run_id": "20261201-080000-aa01", "name": "kimi", "state": "running",
+             "argv": ["python", "extract.py"], "pid": 4242, "launched_at": time.time() - 90,
+             "log": "/shared/runs/20261201-080000-aa01/output.log", "cwd": "/srv", "env": {},
+             "scheduler": "slurm", "job_id": "12", "slurm_state": "RUNNING",
+             "slurm_reason": None, "nodes": "gpu-node7"}
+SLURM_PENDING = dict(SLURM_RUN, run_id="20261201-080100-aa02", state="pending", pid=None,
+                     launched_at=time.time() - 30, job_id="13", slurm_state="PENDING",
+                     slurm_reason="Resources", nodes=None, name="kimi-2")
+
+
+async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
+    from tests.replay import ReplayClient, snapshot
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+    from tui.views.screens.confirm import ConfirmScreen
+    from tui.views.widgets.tables import RunsTable
+
+    cfg = parse_config('[run]\nname = "kimi"\ncommand = ["python", "extract.py"]\n'
+                       'scheduler = "slurm"\ngpus = 8\n')
+    client = ReplayClient([snapshot(2, runs=[SLURM_RUN, SLURM_PENDING])])
+    app = make_app(client, cfg, "login1")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.state.seq != 0:
+            await pilot.pause(0.02)
+        await pilot.press("a")  # show every run, the other config's pending one too
+        await pilot.pause(0.1)
+        table = app.query_one(RunsTable)
+        running = [str(c) for c in table.get_row(str(SLURM_RUN["run_id"]))]
+        pending = [str(c) for c in table.get_row(str(SLURM_PENDING["run_id"]))]
+        assert "running" in running and running[-1] == "job 12 RUNNING on gpu-node7", running
+        assert "pending" in pending and pending[-1] == "job 13 PENDING (Resources)", pending
+        await pilot.press("k")
+        for _ in range(100):
+            if isinstance(app.screen, ConfirmScreen):
+                break
+            await pilot.pause(0.02)
+        body = str(app.screen.query_one("#body").render())
+        assert "Slurm job 12: scancel --signal=TERM, then plain scancel after 20 s." in body, body
+
+
+def test_slurm_keys_without_the_slurm_scheduler_are_a_warning() -> None:
+    from tui.services.config import parse_config
+
+    cfg = parse_config('[run]\ncommand = ["x"]\npartition = "gpu"\ngpus = 8\n')
+    assert cfg.run.scheduler == "local" and cfg.warnings == (
+        'eagle3.toml: run.partition, run.gpus ignored: only used with scheduler = "slurm"',)
+    assert parse_config('[run]\nscheduler = "slurm"\ngpus = 8\n').warnings == ()
