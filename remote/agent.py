@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
+from pace import attach as attach_pace  # noqa: E402
 from proctable import ProcTable  # noqa: E402
 from wire import CLIENT_GONE, BadRequest, b64, emit, one_line  # noqa: E402
 
@@ -151,6 +152,7 @@ class Agent:
         runs = list(self.runner.list_runs(self._runs_dir()))
         if self.match and procs is not None:
             runs += self.runner.external_runs(self.match, procs)
+        attach_pace(runs, self._runs_dir())
         return runs
 
     def hello(self) -> Dict[str, Any]:
@@ -186,6 +188,7 @@ class Agent:
                 runs += self.runner.external_runs(self.match, procs)
             except Exception as exc:
                 runs_error = one_line(exc)
+        attach_pace(runs, self._runs_dir())
         with self.lock:
             self.last_procs = procs
         return gpus, gpu_error, procs, runs, runs_error

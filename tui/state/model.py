@@ -148,6 +148,7 @@ class Run:
     env: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
+    pace: dict[str, Any] | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
 
     @property
     def alive(self) -> bool:
@@ -174,6 +175,7 @@ class Run:
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
             error=d.get("error") if isinstance(d.get("error"), str) else None,
             log_note=d.get("log_note") if isinstance(d.get("log_note"), str) else None,
+            pace=d.get("pace") if isinstance(d.get("pace"), dict) else None,
         )
 
 
