@@ -113,7 +113,8 @@ def _milestone_label(m: re.Match[str]) -> tuple[str, str]:
 _LIFECYCLE = re.compile(
     r"(?P<serving>Uvicorn running on|Application startup complete|Avg prompt throughput"
     r"|Starting vLLM API server|Received request|Added request|\"(?:GET|POST) /\S* HTTP/1\.[01]\" \d{3}"
-    r"|The server is fired up and ready to roll)"
+    r"|The server is fired up and ready to roll|^Processed prompts:)"
+    r"|(?P<load>^Load weight begin\b)"
     r"|(?P<capture>^Capturing (?:CUDA graphs?|cudagraphs|the model for CUDA graphs)|^Capture cuda graph begin"
     r"|^Graph capturing finished|Capture cuda graph failed|during (?:CUDA )?graph capture)"
     r"|(?P<compile>^Compiling a graph|^Dynamo bytecode transform|^torch\.compile takes|^Compiling model)"
@@ -124,7 +125,7 @@ _LIFECYCLE = re.compile(
 # Cheap first test for _LIFECYCLE: each of its alternatives contains one of these.
 _LIFECYCLE_WORDS = ("Uvicorn", "startup complete", "throughput", "API server", "request", "HTTP/1",
                     "aptur", "ompil", "Dynamo", "warm", "profiling", "KV cache", "GPU blocks",
-                    "instance can use", "Memory pool end", "Load weight end", "fired up")
+                    "instance can use", "Memory pool end", "Load weight", "fired up", "Processed prompts")
 
 
 def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None) -> LogAnalysis:
@@ -175,6 +176,9 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
             if b.get("phase") != "failed":
                 b.set("phase", _advance(b.get("phase"), "serving"))
             b.milestone("serving", line_no, "Serving requests")
+        elif lm.group("load"):  # SGLang's loader starting (vLLM says "Starting to load model")
+            b.set("phase", _advance(b.get("phase"), "loading"))
+            b.milestone("start", line_no, "Loading weights")
         else:
             kind = str(lm.lastgroup)
             b.stage(kind, line_no)
