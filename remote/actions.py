@@ -8,11 +8,15 @@ from here (``outcomes``). Stdlib only, Python >= 3.9.
 
 import json
 import os
-import threading
 import time
 from typing import Any, Dict, List
 
-from wire import BadRequest, emit, one_line
+try:
+    from . import atomicfile
+    from .wire import BadRequest, emit, one_line
+except ImportError:  # run as a script beside its siblings (the agent's upload directory)
+    import atomicfile  # type: ignore[no-redef]
+    from wire import BadRequest, emit, one_line  # type: ignore[no-redef]
 
 ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
 ACTION_KEEP = 3600.0  # seconds an action's outcome stays in RUNS_DIR/.actions/
@@ -51,12 +55,7 @@ def record_outcome(folder: str, action: str, record: Dict[str, Any]) -> None:
             pass
     try:
         os.makedirs(folder, 0o700, exist_ok=True)
-        tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomicfile.write_json(path, record, indent=None)
         cutoff = time.time() - ACTION_KEEP
         for name in os.listdir(folder):
             old = os.path.join(folder, name)

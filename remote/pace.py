@@ -21,6 +21,11 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+try:
+    from . import atomicfile
+except ImportError:  # run beside its siblings (the agent's upload directory)
+    import atomicfile  # type: ignore[no-redef]
+
 PACE_FILE = "pace.json"
 MAX_INTERVALS = 32  # intervals kept for the client's median
 READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not parsed
@@ -154,11 +159,7 @@ def load(run_dir: str) -> Optional[Dict[str, Any]]:
 
 def save(run_dir: str, record: Dict[str, Any]) -> None:
     """Atomically replace ``RUN_DIR/pace.json``."""
-    path = os.path.join(run_dir, PACE_FILE)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, path)
+    atomicfile.write_json(os.path.join(run_dir, PACE_FILE), record, indent=None)
 
 
 def from_mtime(log: Optional[str]) -> Optional[Dict[str, Any]]:
