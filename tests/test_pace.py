@@ -7,6 +7,9 @@ a fake one, so minutes pass in no time.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -191,3 +194,89 @@ def test_agent_reports_the_pace_of_an_adopted_run(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_agent_reports_the_pace_of_a_managed_run_from_its_shim(tmp_path: Path) -> None:
+    runs_dir = tmp_path / "runs"
+    log = tmp_path / "ext.log"
+    marker = "pace-marker-" + uuid.uuid4().hex
+    script = "import time; print('loading', flush=True); time.sleep(60)"
+    with log.open("w") as out:
+        child = subprocess.Popen([sys.executable, "-c", script, marker], stdout=out)
+    try:
+        with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none", "EAGLE3_TUI_PACE_S": "0.2"}) as agent:
+            agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(runs_dir)})
+            deadline = time.monotonic() + 10
+            while log.stat().st_size == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
+            assert ext["pace"]["source"] == "mtime" and ext["pace"]["grew_at"] == log.stat().st_mtime
+            rec = agent.call("launch", {"name": "paced", "argv": [sys.executable, "-c", script],
+                                        "cwd": str(tmp_path), "env": {}, "patch_state": None, "log": None})
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                (mine,) = [r for r in agent.call("runs")["runs"] if r["run_id"] == rec["run_id"]]
+                if (mine.get("pace") or {}).get("step") == "log line 1":
+                    break
+                time.sleep(0.2)
+            assert mine["pace"]["source"] == "shim" and mine["pace"]["phase"] == "starting", mine
+            snap = agent.call("snapshot")
+            assert {r["run_id"]: r["pace"]["source"] for r in snap["runs"]} == {
+                rec["run_id"]: "shim", ext["run_id"]: "mtime"}
+            agent.call("kill", {"run_id": rec["run_id"], "graces": [2, 2], "gpu_wait": 0})
+            ended = [r for r in agent.call("runs")["runs"] if r["run_id"] == rec["run_id"]]
+            assert "pace" not in ended[0]  # only live runs carry one
+    finally:
+        child.kill()
+        child.wait()
+
+
+JOB = """
+import sys, time
+for n in range(1, 5):
+    print("Loading safetensors checkpoint shards: %3d%% Completed | %d/8 [00:%02d<00:10, 1.0it/s]"
+          % (n * 100 // 8, n, n), flush=True)
+    time.sleep(0.3)
+time.sleep(120)  # stuck at shard 4/8
+"""
+
+
+def _e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2"))
+
+
+def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) -> None:
+    """A real run launched by one client prints four shard bars, then hangs; a later,
+    separate `eagle3-tui status --json` (which never saw the run move) says it stalled,
+    from the shim's pace.json and the config's [watch] thresholds (scaled down to seconds)."""
+    (tmp_path / "job.py").write_text(JOB)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "paced"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py")])}\n'
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
+        "[watch]\nfactor = 3.0\nstall_loading_s = 2.0\n")
+    launched = _e3("launch", "local", "--json", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    try:
+        deadline = time.monotonic() + 30
+        seen: dict = {}
+        while time.monotonic() < deadline:
+            res = _e3("status", "local", "--json", cwd=tmp_path)
+            assert res.returncode == 0, res.stderr
+            (rec,) = [r for r in json.loads(res.stdout)["runs"] if r["run_id"] == run_id]
+            seen = rec.get("watch") or {}
+            if seen.get("condition") == "stalled":
+                break
+            time.sleep(0.5)
+        assert seen.get("condition") == "stalled", rec
+        assert seen["source"] == "shim" and seen["last_step"] == "shard 4/8"
+        clock = time.strftime("%H:%M", time.localtime(seen["last_step_at"]))
+        assert re.fullmatch(rf"no progress for \d+ s \(last: shard 4/8 at {clock}\)", seen["message"]), seen
+        assert rec["pace"]["phase"] == "loading" and len(rec["pace"]["intervals"]) == 3
+        text = _e3("status", "local", cwd=tmp_path)  # the table's note says it too
+        assert "STALLED: no progress for" in text.stdout, text.stdout
+    finally:
+        _e3("kill", "local", run_id, "--yes", cwd=tmp_path)

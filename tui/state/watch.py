@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "observe", "seed", "update_state"]
+from tui.state.model import Run
+
+__all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
 MAX_STEPS = 64  # step times kept for the pace median
 MAX_EVENTS = 100
@@ -262,6 +264,18 @@ def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any
     if not ws.seeded:
         return None
     return observe(ws, run, None, 0, procs, gpus, now)
+
+
+def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any] | None:
+    """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
+    ``{"condition": "ok" | "stalled", "message", "last_step", "last_step_at", "source"}``,
+    or None for a run that is not live or has no pace."""
+    run = Run.from_dict(record)
+    ws = assess(run, config, now)
+    if ws is None:
+        return None
+    return {"condition": ws.condition, "message": ws.describe(now), "last_step": ws.last_step,
+            "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
 def _stall_limit(ws: WatchState, phase: str) -> float | None:
