@@ -118,6 +118,22 @@ def test_status_of_a_run_nobody_watched_says_stalled(writer: Writer) -> None:
     assert assess(_run(None), cfg, late) is None
 
 
+def test_an_adopted_run_falls_back_to_its_logs_mtime(tmp_path: Path) -> None:
+    log = tmp_path / "nohup.out"
+    log.write_text("INFO Starting to load model /models/x...\n")
+    pace = hostpace.from_mtime(str(log))
+    assert pace is not None and pace["source"] == "mtime" and pace["grew_at"] == log.stat().st_mtime
+    run = Run.from_dict({"run_id": "ext-4242-99", "name": "", "state": "running", "external": True,
+                         "log": str(log), "pace": pace})
+    grew = pace["grew_at"]
+    assert assess(run, WatchConfig(), grew + 899).condition == "ok"  # type: ignore[union-attr]
+    seen = assess(run, WatchConfig(), grew + 16 * 60)  # no phase known: the starting floor, 15 min
+    assert seen is not None and seen.condition == "stalled"
+    clock = time.strftime("%H:%M", time.localtime(grew))
+    assert seen.describe(grew + 16 * 60) == f"no progress for 16 min (last: log growth at {clock})"
+    assert hostpace.from_mtime(str(tmp_path / "gone.log")) is None and hostpace.from_mtime(None) is None
+
+
 def test_waiting_lines_are_not_progress_but_other_lines_are(writer: Writer) -> None:
     p = hostpace.Pace(str(writer.log))
     writer.do("line INFO Model loading took 3.1 GiB and 40.2 seconds")
