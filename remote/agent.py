@@ -5,8 +5,9 @@ Run as `python3 -u agent.py [--runs-dir DIR]`. Standard library only (Python 3.9
 processes that matter), follows logs, reads/writes files atomically and hands run
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
 request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
-`proctable.py`, `follow.py` (logs), `fileops.py`, `runner.py` and `kill.py` (runs),
-`slurm.py` (runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
+`proctable.py`, `follow.py` (logs), `fileops.py`, `actions.py` (action outcomes),
+`pace.py` (each live run's progress pace), `runner.py` and `kill.py` (runs), `slurm.py`
+(runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
@@ -41,53 +42,18 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Siblings, shipped alongside (every remote/*.py is uploaded together).
-import atomicfile  # noqa: E402
+from actions import ACTION_OPS, read_outcomes, record_outcome, valid_id  # noqa: E402
 from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
+from pace import attach as attach_pace  # noqa: E402
 from proctable import ProcTable  # noqa: E402
-from wire import CLIENT_GONE, BadRequest, b64, emit, one_line  # noqa: E402
+from wire import CLIENT_GONE, BadRequest, arg, b64, emit, one_line, user_path, user_path_or_none  # noqa: E402
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL = 1
 RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if runner is broken
 READ_RANGE_MAX = 4 * 1024 * 1024
-ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
-ACTION_KEEP = 3600.0  # seconds an action's outcome stays in RUNS_DIR/.actions/
-ACTION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
-
-
-def user_path(path: str) -> str:
-    """`~` and `~user` expanded; a relative path stays relative to the agent's cwd."""
-    return os.path.expanduser(path)
-
-
-def user_path_or_none(path: Optional[str]) -> Optional[str]:
-    return user_path(path) if path else path
-
-
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def arg(args: Dict[str, Any], name: str, kind: Any, default: Any = KeyError) -> Any:
-    """Fetch and type-check one request argument; a missing required one is a BadRequest."""
-    if name not in args or args[name] is None:
-        if default is KeyError:
-            raise BadRequest("missing argument %r" % name)
-        return default
-    value = args[name]
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise BadRequest("argument %r has the wrong type" % name)
-    return value
 
 
 # ---------------------------------------------------------------- the agent
@@ -165,6 +131,7 @@ class Agent:
             runs = self.slurm.overlay(runs, self._runs_dir())
         if self.match and procs is not None:
             runs += self.runner.external_runs(self.match, procs)
+        attach_pace(runs, self._runs_dir())
         return runs
 
     def hello(self) -> Dict[str, Any]:
@@ -200,6 +167,7 @@ class Agent:
                 runs += self.runner.external_runs(self.match, procs)
             except Exception as exc:
                 runs_error = one_line(exc)
+        attach_pace(runs, self._runs_dir())
         with self.lock:
             self.last_procs = procs
         return gpus, gpu_error, procs, runs, runs_error
@@ -247,8 +215,7 @@ class Agent:
             return
         action = args.get("action") if op in ACTION_OPS else None
         if action is not None:
-            if (not isinstance(action, str) or not 0 < len(action) <= 64
-                    or not set(action) <= ACTION_ID_CHARS):
+            if not valid_id(action) or len(action) > 64:
                 self.reply(rid, error="action must be 1-64 letters, digits, '-' or '_'")
                 return
             self._record_outcome(action, {"state": "running", "op": op, "started": time.time(),
@@ -284,56 +251,17 @@ class Agent:
             except Exception as exc:
                 emit({"type": "error", "message": "after %s: %s" % (fn.__name__, one_line(exc))})
 
-    # -- action outcomes: RUNS_DIR/.actions/<id>.json, kept ACTION_KEEP seconds. On disk,
-    # not in memory, because the agent that finishes a kill whose link dropped exits;
-    # the client's next agent (after the reconnect) reads the outcome from here.
+    # -- action outcomes: RUNS_DIR/.actions/<id>.json (remote/actions.py)
 
     def _actions_dir(self, runs_dir: Optional[str] = None) -> str:
         return os.path.join(user_path(runs_dir) if runs_dir else self._runs_dir(), ".actions")
 
     def _record_outcome(self, action: str, record: Dict[str, Any]) -> None:
-        folder = self._actions_dir()
-        path = os.path.join(folder, action + ".json")
-        record = dict(record, action=action, at=time.time())
-        if record.get("state") == "done":
-            try:
-                with open(path, "rb") as f:
-                    begun = json.loads(f.read().decode("utf-8"))
-                record.setdefault("op", begun.get("op"))
-                record.setdefault("run_id", begun.get("run_id"))
-                record.setdefault("started", begun.get("started"))
-            except (OSError, ValueError, AttributeError):
-                pass
-        try:
-            os.makedirs(folder, 0o700, exist_ok=True)
-            atomicfile.write_json(path, record, indent=None)
-            cutoff = time.time() - ACTION_KEEP
-            for name in os.listdir(folder):
-                old = os.path.join(folder, name)
-                if os.stat(old).st_mtime < cutoff:
-                    os.unlink(old)
-        except OSError as exc:
-            emit({"type": "error", "message": "cannot record action %s: %s" % (action, one_line(exc))})
+        record_outcome(self._actions_dir(), action, record)
 
     def op_outcomes(self, args: Dict[str, Any], rid: int) -> Any:
-        """Outcomes of actions by id: the record (state running | done), or null when
-        this host never received that action (or its record expired)."""
-        ids = arg(args, "ids", list)
-        folder = self._actions_dir(arg(args, "runs_dir", str, None))
-        out: Dict[str, Any] = {}
-        for action in ids:
-            if not isinstance(action, str) or not set(action) <= ACTION_ID_CHARS or not action:
-                raise BadRequest("ids must be action ids")
-            try:
-                with open(os.path.join(folder, action + ".json"), "rb") as f:
-                    rec = json.loads(f.read().decode("utf-8"))
-            except (OSError, ValueError):
-                rec = None
-            if isinstance(rec, dict) and rec.get("state") == "running" and not _pid_alive(rec.get("agent_pid")):
-                rec = dict(rec, state="done", ok=False,
-                           error="the agent that ran it ended before it finished")
-            out[action] = rec
-        return {"outcomes": out}
+        """Outcomes of actions by id (remote/actions.py)."""
+        return read_outcomes(self._actions_dir(arg(args, "runs_dir", str, None)), arg(args, "ids", list))
 
     @staticmethod
     def reply(rid: int, result: Any = None, error: Optional[str] = None) -> None:

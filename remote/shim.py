@@ -1,6 +1,7 @@
 """The supervisor shim of one run: ``python shim.py supervise RUN_DIR``, started
 detached by ``launch.py``. It starts the run's command with its log and run marker,
-writes ``manifest.json``, reaps the run and every orphan of it, and writes
+writes ``manifest.json``, keeps the run's pace in ``pace.json`` (a thread running
+``pace.follow`` over the run's log), reaps the run and every orphan of it, and writes
 ``exit.json`` when all are gone. Standard library only; Python 3.9+."""
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
 try:  # imported as remote.shim (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, rundir
+    from . import atomicfile, pace, procfs, rundir
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
+    import pace  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
     import rundir  # type: ignore[no-redef]
 
@@ -129,6 +132,10 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         "log": os.path.abspath(log),
     }
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
+    stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
+    tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
+    pacer = threading.Thread(target=pace.follow, args=(run_dir, manifest["log"], stop, tick), daemon=True)
+    pacer.start()
     status, main_ended = None, None
     strays: list[int] = []  # descendants still alive when the main process ended
     while True:  # reap the child and every orphan re-parented to us
@@ -149,6 +156,8 @@ def supervise(run_dir: str, detach: bool = True) -> int:
                 break
             strays.extend(p for p in left if p not in strays)
             time.sleep(1.0)
+    stop.set()
+    pacer.join(timeout=10.0)  # its last look, before the end is recorded
     code = sig_name = None
     if status is not None and os.WIFSIGNALED(status):
         sig_name = rundir.signal_name(os.WTERMSIG(status))

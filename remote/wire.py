@@ -1,4 +1,4 @@
-"""The agent's output line and its small shared helpers. Standard library only.
+"""The agent's output line, its request arguments and small shared helpers. Stdlib only.
 
 Every stdout line of the agent goes through `emit()`, which holds one lock, so
 worker threads never interleave half lines.
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 _OUT_LOCK = threading.Lock()
 # Set once stdout is broken (the client or the SSH link is gone): later lines are
@@ -44,3 +45,24 @@ def one_line(exc: BaseException) -> str:
 def b64(data: bytes) -> str:
     """Bytes as base64 text (log data and file contents travel this way)."""
     return base64.b64encode(data).decode("ascii")
+
+
+def user_path(path: str) -> str:
+    """`~` and `~user` expanded; a relative path stays relative to the agent's cwd."""
+    return os.path.expanduser(path)
+
+
+def user_path_or_none(path: Optional[str]) -> Optional[str]:
+    return user_path(path) if path else path
+
+
+def arg(args: Dict[str, Any], name: str, kind: Any, default: Any = KeyError) -> Any:
+    """Fetch and type-check one request argument; a missing required one is a BadRequest."""
+    if name not in args or args[name] is None:
+        if default is KeyError:
+            raise BadRequest("missing argument %r" % name)
+        return default
+    value = args[name]
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise BadRequest("argument %r has the wrong type" % name)
+    return value

@@ -196,8 +196,7 @@ def test_preflight_ships_with_the_agent() -> None:
 STANDIN = ROOT / "tests" / "standin_vllm" / "vllm"
 # Stand-in functions with no twin in vLLM 0.16.0, and why they exist.
 STANDIN_ONLY = {
-    "config/__init__.py:_Config.__init_subclass__": "builds the pydantic-like dataclass init",
-    "config/__init__.py:_Config.__init__": "the same (real: pydantic dataclasses)",
+    "config/__init__.py:_Config.__init__": "the pydantic-like dataclass init (real: pydantic dataclasses)",
     "config/__init__.py:_Config._post_init": "the same, the __post_init__ hook",
     "config/__init__.py:CacheConfig._post_init": "the same",
     "config/__init__.py:SchedulerConfig._post_init": "the same",
@@ -215,7 +214,6 @@ STANDIN_ONLY = {
     "model_executor/models/llama.py:LlamaModel.__init__": "toy model built from a layer count",
     "model_executor/models/llama.py:LlamaForCausalLM.__init__": "the same",
     "sampling_params.py:SamplingParams.__init__": "a msgspec.Struct in vLLM (fields, no __init__)",
-    "v1/core/sched/scheduler.py:Scheduler._allocate": "the stand-in's slice of KVCacheManager",
     "v1/worker/gpu_model_runner.py:GPUModelRunner._remove": "the stand-in's slice of InputBatch",
     "v1/worker/gpu_worker.py:make_worker": "builds the in-process workers",
 }

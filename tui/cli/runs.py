@@ -24,6 +24,7 @@ from tui.cli.common import (
 from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
+from tui.state import watch as watcher
 from tui.state.model import Action, AppState
 from tui.state.reducer import ActionEnded, ActionStarted, apply
 from tui.transport import AgentClient, AgentRequestError, LinkLost
@@ -38,6 +39,10 @@ def status(obj: Ctx, target: str | None, as_json: bool) -> None:
     snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
     snap = {k: v for k, v in snap.items() if k != "type"}
     if as_json:
+        now = time.time()
+        for r in snap.get("runs") or []:  # stalled? from the host's pace, [watch]'s thresholds
+            if isinstance(r, dict) and (seen := watcher.judge(r, obj.cfg.watch, now)) is not None:
+                r["watch"] = seen
         print_json(snap)
         return
     from tui.cli.report import format_status

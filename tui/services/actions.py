@@ -17,6 +17,7 @@ from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.model import AppState, Run, Settings
 from tui.state.reducer import ConfigRead, apply
+from tui.state.watch import WatchState
 from tui.transport import AgentClient, LinkLost, TransportError, make_link
 
 
@@ -140,7 +141,8 @@ def reread_config(cfg: Config) -> tuple[Config, str | None]:
 
 def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | None = None) -> AppState:
     """The AppState a one-shot CLI command sees: the same reducer, the same rule."""
-    state = apply(AppState(), ConfigRead(settings_of(cfg)), time.time())
+    # the config's [watch] thresholds: a live run's note says "STALLED" from its host pace
+    state = apply(AppState(watch=WatchState(config=cfg.watch)), ConfigRead(settings_of(cfg)), time.time())
     if snap is None:
         snap = {"seq": 0, "time": time.time(), "host": {}, "gpus": [], "processes": [], "runs": runs}
     event = p.Snapshot(

@@ -42,11 +42,13 @@ _WORKER = re.compile(
     r"\s*\((?:(?P<name>[A-Za-z][\w:.\-]*(?: [\w=\-]+)?) )?pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\) ?"
 )
 # What launchers, containers and other loggers put before (or instead of) vLLM's prefix:
-# ISO timestamps (bare or in brackets, SGLang's "[2025-03-07 23:50:27 TP0]"), docker
+# ISO timestamps (bare or in brackets, SGLang's "[2025-03-07 23:50:27 TP0]", or its older
+# time-only "[17:39:38 TP3]"), docker
 # compose's "vllm-1  | ", Python logging's " - name - LEVEL - ", "[Error]", "(Process)",
 # torch's "[rank0]:" and glog's "[W106 12:41:43.88 ProcessGroupNCCL.cpp:1553]".
 _FOREIGN = re.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?: [A-Z]{2,3}\d+)*\]?"
+    r"|\[\d\d:\d\d:\d\d(?: [A-Z]{2,3}\d+)+\]"  # older SGLang: "[17:39:38 TP3]"
     r"|[\w.\-]+ +\|(?= )"
     r"|- [\w.]+ - (?P<plevel>DEBUG|INFO|WARNING|ERROR|CRITICAL) -"
     r"|\[(?P<blevel>(?i:debug|info|warning|warn|error|critical))\]"

@@ -156,6 +156,7 @@ class Run:
     slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
     nodes: str | None = None  # the node list Slurm allocated
+    pace: dict[str, Any] | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
 
     @property
     def alive(self) -> bool:
@@ -187,6 +188,7 @@ class Run:
             slurm_state=_str(d.get("slurm_state")),
             slurm_reason=_str(d.get("slurm_reason")),
             nodes=_str(d.get("nodes")),
+            pace=d.get("pace") if isinstance(d.get("pace"), dict) else None,
         )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui.state import advice as advisor
+from tui.state import watch as watcher
 from tui.state.format import duration, gib, size
 from tui.state.model import Action, AppState, Run
 
@@ -134,8 +135,9 @@ def run_rows(state: AppState, now: float, runs: tuple[Run, ...] | None = None) -
 
 
 def run_notes(state: AppState) -> dict[str, str]:
-    """The FAILURE / NOTE column: root causes, runs that did not start, and live runs
-    made stale by a newer patch version applied since they were launched."""
+    """The FAILURE / NOTE column: root causes, runs that did not start, live runs that
+    stalled (the watched run's own watch, any other's pace as the host recorded it), and
+    live runs made stale by a newer patch version applied since they were launched."""
     notes = {  # a killed run's KeyboardInterrupt traceback is not its failure
         rid: s.failure_title
         for rid, s in state.summaries.items()
@@ -151,7 +153,14 @@ def run_notes(state: AppState) -> dict[str, str]:
         elif r.external and not r.log and r.alive:
             notes.setdefault(r.run_id, r.log_note or NO_LOG_NOTE)
     w = state.watch
-    if w is not None and w.run_id is not None and (what := w.describe(time.time())) is not None:
+    now = time.time()
+    cfg = w.config if w is not None else None
+    for r in state.live_runs():  # runs this client has not watched: the host's pace says
+        if w is None or r.run_id != w.run_id:
+            seen = watcher.assess(r, cfg, now)
+            if seen is not None and (what := seen.describe(now)) is not None:
+                notes.setdefault(r.run_id, f"{seen.condition.upper()}: {what}")
+    if w is not None and w.run_id is not None and (what := w.describe(now)) is not None:
         notes[w.run_id] = f"{w.condition.upper()}: {what}"
     order = ["pristine", *state.version_order]
     if state.applied_patch in order:

@@ -18,6 +18,12 @@ passes ``now``, so tests drive it with a fake one.
 
 Each event is recorded once in ``events`` (with a sequence number), so a notifier or
 ``eagle3-tui watch`` can act on the new ones only.
+
+The pace so far need not have been watched by this client: a live run's record carries
+the host's ``pace`` (remote/pace.py: the supervisor shim's last step, its time and the
+recent intervals, or an adopted run's log mtime). A watch that meets a run for the first
+time starts from it (``seed``), and ``assess`` judges a run from it alone, which is what
+``eagle3-tui status --json`` and the runs table show for runs nobody has been watching.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-__all__ = ["Event", "WatchConfig", "WatchState", "ending", "observe", "update_state"]
+from tui.state.model import Run
+
+__all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
 MAX_STEPS = 64  # step times kept for the pace median
 MAX_EVENTS = 100
@@ -37,6 +45,7 @@ MAX_EVENTS = 100
 _WAITING = ("No available shared memory broadcast block", "Waiting for output from",
             "Please wait for sglang server", "No available block found")
 _ENDED = ("exited", "killed", "failed", "lost")
+_PHASES = ("starting", "loading", "loaded", "serving", "extracting", "finished")
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class WatchState:
     events: tuple[Event, ...] = ()
     seq: int = 0
     _once: frozenset[str] = frozenset()
+    seeded: bool = False  # the pace so far came from the host; the next look continues it
 
     def stalled_for(self, now: float) -> float | None:
         return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
@@ -154,11 +164,12 @@ def observe(
         # that had already ended is history, not news
         ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, _once=ws._once,
                         condition="ended" if run.state in _ENDED else "ok")
+        ws = seed(ws, run)
     if ws.condition == "ended":
         return ws
     if run.state in _ENDED and ws.condition != "ending":
         return replace(ws, condition="ending")  # the log's last lines may still be on their way
-    phase = getattr(analysis, "phase", None) or "starting"
+    phase = getattr(analysis, "phase", None) or ws.phase or "starting"
     events: list[tuple[str, str, dict[str, Any]]] = []
 
     # failures the log already shows, and the run's end
@@ -182,7 +193,9 @@ def observe(
 
     # progress
     mark, label = _progress(phase, analysis, lines)
-    if phase != ws.phase:
+    if ws.seeded:  # the host's history stands: this look only learns what its marks look like
+        ws = replace(ws, seeded=False, phase=phase, mark=mark)
+    elif phase != ws.phase:
         ws = replace(ws, phase=phase, steps=(now,), last_step_t=now, last_step=label, mark=mark)
     elif mark != ws.mark and not (mark[0] == "lines" and _waiting_only(new_lines)):
         ws = replace(ws, steps=(ws.steps + (now,))[-MAX_STEPS:], last_step_t=now, last_step=label, mark=mark)
@@ -218,6 +231,52 @@ def observe(
             events.append(("stalled", ws.describe(now) or "stalled",
                            {"phase": phase, "last": ws.last_step, "last_t": ws.last_step_t, "limit_s": limit}))
     return _emit(ws, events, run.run_id, now)
+
+
+def seed(ws: WatchState, run: Any) -> WatchState:
+    """``ws`` (fresh for ``run``) with the pace the host recorded for it, if any."""
+    pace = getattr(run, "pace", None)
+    if not isinstance(pace, dict) or getattr(run, "state", None) != "running":
+        return ws
+    if pace.get("source") == "mtime":
+        grew = pace.get("grew_at")
+        if not isinstance(grew, (int, float)):
+            return ws
+        return replace(ws, last_step_t=float(grew), last_step="log growth", steps=(float(grew),), seeded=True)
+    at = pace.get("step_at")
+    if not isinstance(at, (int, float)):
+        return ws
+    times = [float(at)]
+    for gap in reversed([g for g in pace.get("intervals") or [] if isinstance(g, (int, float))][-MAX_STEPS:]):
+        times.insert(0, times[0] - float(gap))
+    phase = pace.get("phase") if pace.get("phase") in _PHASES else None
+    return replace(ws, phase=phase, steps=tuple(times), last_step_t=float(at),
+                   last_step=str(pace.get("step") or "start"), seeded=True)
+
+
+def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any] = (),
+           gpus: Sequence[Any] = ()) -> WatchState | None:
+    """One look at a live run from the host's pace alone (no log analysis, no history of
+    our own): a ``WatchState`` whose ``condition``/``describe`` say whether it is
+    stalled; None for a run that is not live or has no pace."""
+    if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
+        return None
+    ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
+    if not ws.seeded:
+        return None
+    return observe(ws, run, None, 0, procs, gpus, now)
+
+
+def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any] | None:
+    """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
+    ``{"condition": "ok" | "stalled", "message", "last_step", "last_step_at", "source"}``,
+    or None for a run that is not live or has no pace."""
+    run = Run.from_dict(record)
+    ws = assess(run, config, now)
+    if ws is None:
+        return None
+    return {"condition": ws.condition, "message": ws.describe(now), "last_step": ws.last_step,
+            "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
 def _stall_limit(ws: WatchState, phase: str) -> float | None:

@@ -18,7 +18,6 @@ Follows (vllm-0.16.0 wheel):
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -36,15 +35,6 @@ class _Config:
 
     FIELDS: ClassVar[dict[str, Any]] = {}
     INITVARS: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        # A pydantic dataclass's signature lists its fields (with defaults) and its
-        # InitVars (required here), which is what a preflight inspects.
-        super().__init_subclass__(**kwargs)
-        params = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in cls.INITVARS]
-        params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
-                   for k, v in cls.FIELDS.items()]
-        cls.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
 
     def __init__(self, **kwargs: Any) -> None:
         errors = [f"{k}\n  Field required [type=missing, input_value=ArgsKwargs((), "

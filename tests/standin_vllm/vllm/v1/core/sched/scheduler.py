@@ -7,12 +7,11 @@ Follows (vllm-0.16.0 wheel):
   budget (max_num_batched_tokens) and max_num_seqs; :656-665 without chunked prefill a
   prompt that does not fit the remaining budget stops scheduling, with it the prompt
   is cut to the budget.
-- v1/core/kv_cache_manager.py:206,483 allocate_slots caches full blocks only with
-  prefix caching on -> BlockPool.cache_full_blocks assertion (see block_pool.py).
 - :860-873 finished_req_ids of the output = requests finished since the last step;
   :933 num_computed_tokens advances at schedule time; :950-952 the set is then reset.
 - :1664-1726 finish_requests(ids, status) frees the request and records its id.
-Not modelled: decode steps (prompts only), preemption, priorities, encoders.
+Not modelled: decode steps (prompts only), preemption, priorities, encoders, the KV-cache
+manager and its prefix-caching assertion (the real tier shows that one).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.request import Request, RequestStatus
 
@@ -32,25 +30,14 @@ class Scheduler:
         self.scheduler_config = vllm_config.scheduler_config
         self.cache_config = vllm_config.cache_config
         self.block_size = block_size
-        self.block_pool = BlockPool(kv_cache_config.num_blocks,
-                                    bool(self.cache_config.enable_prefix_caching), block_size)
         self.requests: dict[str, Request] = {}
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
-        self._cached_blocks: dict[str, int] = {}
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
         self.requests[request.request_id] = request
-
-    def _allocate(self, request: Request, num_new_tokens: int) -> None:
-        if not self.block_pool.enable_caching:
-            return
-        full = (request.num_computed_tokens + num_new_tokens) // self.block_size
-        cached = self._cached_blocks.get(request.request_id, 0)
-        self.block_pool.cache_full_blocks(request, [], cached, full, self.block_size, 0)
-        self._cached_blocks[request.request_id] = full
 
     def schedule(self) -> SchedulerOutput:
         cfg = self.scheduler_config
@@ -63,7 +50,6 @@ class Scheduler:
             if left <= 0 or budget <= 0:
                 continue
             n = min(left, budget)
-            self._allocate(req, n)
             num_scheduled[req.request_id] = n
             cached.req_ids.append(req.request_id)
             cached.num_computed_tokens.append(req.num_computed_tokens)
@@ -74,7 +60,6 @@ class Scheduler:
             if not cfg.enable_chunked_prefill and n > budget:
                 break
             n = min(n, budget)
-            self._allocate(req, n)
             self.waiting.pop(0)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -99,7 +84,6 @@ class Scheduler:
             (self.running if req in self.running else self.waiting).remove(req)
             req.status = finished_status
             self.finished_req_ids.add(rid)
-            self._cached_blocks.pop(rid, None)
             del self.requests[rid]
 
     def get_num_unfinished_requests(self) -> int:

@@ -1,0 +1,202 @@
+"""A run's progress pace, kept on the host so a client can tell a stall without having watched.
+
+``Pace(log)`` reads what a run's log gained since its last look (``update(now)``) and
+keeps what a stall needs: when the log last grew, the last progress step (the target
+model's shard bar, the extractor's batches, else the log's line count) and when it
+came, the recent intervals between steps in the current phase, and that phase as far
+as the markers tell (starting, loading, loaded, extracting, serving, finished). The
+supervisor shim runs one in a thread for the run's whole life and writes it to
+``RUN_DIR/pace.json``; the agent puts that record (``source: "shim"``) into each live
+run's ``pace``, or for a run without one (adopted, or launched by an older shim) only
+the log's mtime (``source: "mtime"``). The thresholds stay with the client
+(``[watch]`` in eagle3.toml, ``tui/state/watch.py``).
+
+Stdlib only, Python >= 3.9. ``now`` is always passed in, so tests use a fake clock.
+"""
+
+import json
+import os
+import re
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+try:
+    from . import atomicfile
+except ImportError:  # run beside its siblings (the agent's upload directory)
+    import atomicfile  # type: ignore[no-redef]
+
+PACE_FILE = "pace.json"
+MAX_INTERVALS = 32  # intervals kept for the client's median
+READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not parsed
+TICK_S = 5.0  # the shim's look interval
+
+# The target model's weight-loading bar: vLLM's "Loading safetensors checkpoint shards:
+# 59% Completed | 38/64 [...]" or tqdm's "desc:  59%|█████▉    | 38/64 [...]".
+_BAR = re.compile(
+    r"(?P<desc>[^:\r\n]{0,120}(?i:shards|safetensors|checkpoint)[^:\r\n]{0,60}):\s*\d{1,3}%"
+    r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d+)/(?P<total>\d+)\s*\["
+)
+_BATCH = re.compile(r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+)")
+_DONE = re.compile(r"\[extract\] done: ")
+_SERVING = re.compile(r"Uvicorn running on|Application startup complete|The server is fired up")
+_LOADED = re.compile(r"Model loading took|Loading (?:model )?weights took")
+# Lines that say "still waiting", not progress (the client's list, tui/state/watch.py).
+_WAITING = (b"No available shared memory broadcast block", b"Waiting for output from",
+            b"Please wait for sglang server", b"No available block found")
+
+
+class Pace:
+    """What one log has shown of its run's progress so far."""
+
+    def __init__(self, log: str, record: Optional[Dict[str, Any]] = None) -> None:
+        self.log = log
+        r = record if isinstance(record, dict) and record.get("log") == log else {}
+        self.offset = int(r.get("size") or 0)
+        self.inode = r.get("inode")
+        self.lines = int(r.get("lines") or 0)
+        self.grew_at = r.get("grew_at")
+        self.phase = str(r.get("phase") or "starting")
+        self.step = r.get("step")
+        self.step_at = r.get("step_at")
+        self.intervals = [float(x) for x in r.get("intervals") or []][-MAX_INTERVALS:]
+        self.target = r.get("target")  # the first loader bar's description
+        self.mark = r.get("mark")
+        self._tail = b""
+
+    def record(self) -> Dict[str, Any]:
+        return {"source": "shim", "log": self.log, "size": self.offset, "inode": self.inode,
+                "lines": self.lines, "grew_at": self.grew_at, "phase": self.phase, "step": self.step,
+                "step_at": self.step_at, "intervals": list(self.intervals), "target": self.target,
+                "mark": self.mark}
+
+    def update(self, now: float) -> bool:
+        """Read the log's new bytes; True when anything changed."""
+        try:
+            st = os.stat(self.log)
+        except OSError:
+            return False
+        if st.st_ino != self.inode or st.st_size < self.offset:  # a new or truncated file
+            self.inode, self.offset, self._tail = st.st_ino, 0, b""
+        if st.st_size == self.offset:
+            return False
+        start = max(self.offset, st.st_size - READ_MAX)
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(start)
+                data = f.read(st.st_size - start)
+        except OSError:
+            return False
+        if start > self.offset:
+            self._tail = b""
+        self.offset = start + len(data)
+        self.grew_at = now
+        self._feed(self._tail + data, now)
+        return True
+
+    def _feed(self, data: bytes, now: float) -> None:
+        # tqdm redraws a bar with "\r"; every segment is a line for the markers
+        parts = re.split(rb"[\r\n]", data)
+        self._tail = parts.pop()[-4096:]
+        newlines = data.count(b"\n")
+        self.lines += newlines
+        waiting_only = bool(parts) and all(any(w in p for w in _WAITING) for p in parts if p.strip())
+        moved = False
+        for raw in parts:
+            moved = self._marker(raw.decode("utf-8", "replace"), now) or moved
+        if not moved and newlines and not waiting_only and self.phase in ("starting", "loaded", "serving"):
+            self._step(("lines", self.lines), "log line %d" % self.lines, now)
+
+    def _marker(self, line: str, now: float) -> bool:
+        """One line's progress marker, if any; True when it was a step."""
+        m = _BAR.search(line)
+        if m:
+            desc = m.group("desc").strip()
+            if self.target is None:
+                self.target = desc
+            if desc != self.target or self.phase not in ("starting", "loading"):
+                return False  # another loader's bar, or a re-read after the load
+            n, total = int(m.group("n")), int(m.group("total"))
+            self._enter("loading" if n < total else "loaded", now)
+            return self._step(("shard", n, total), "shard %d/%d" % (n, total), now)
+        m = _BATCH.search(line)
+        if m:
+            self._enter("extracting", now)
+            return self._step(("batch", int(m.group("b"))), "batch %s/%s" % (m.group("b"), m.group("bs")), now)
+        if _DONE.search(line):
+            self._enter("finished", now)
+            return True
+        if _SERVING.search(line):
+            self._enter("serving", now)
+        elif _LOADED.search(line) and self.phase in ("starting", "loading"):
+            self._enter("loaded", now)
+        return False
+
+    def _enter(self, phase: str, now: float) -> None:
+        if phase != self.phase:
+            self.phase, self.intervals, self.mark = phase, [], None
+            self.step_at = now
+
+    def _step(self, mark: Any, label: str, now: float) -> bool:
+        mark = list(mark)
+        if mark == self.mark:
+            return False
+        if self.step_at is not None and self.mark is not None:
+            self.intervals = (self.intervals + [round(now - self.step_at, 3)])[-MAX_INTERVALS:]
+        self.mark, self.step, self.step_at = mark, label, now
+        return True
+
+
+def load(run_dir: str) -> Optional[Dict[str, Any]]:
+    """``RUN_DIR/pace.json``, or None."""
+    try:
+        with open(os.path.join(run_dir, PACE_FILE)) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def save(run_dir: str, record: Dict[str, Any]) -> None:
+    """Atomically replace ``RUN_DIR/pace.json``."""
+    atomicfile.write_json(os.path.join(run_dir, PACE_FILE), record, indent=None)
+
+
+def from_mtime(log: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The fallback for a run nobody paced: when its log last changed."""
+    if not log:
+        return None
+    try:
+        st = os.stat(log)
+    except OSError:
+        return None
+    return {"source": "mtime", "log": log, "size": st.st_size, "grew_at": st.st_mtime}
+
+
+def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S) -> None:
+    """The shim's pace thread: look every ``tick`` seconds until ``stop``, once more at
+    the end, and write ``pace.json`` whenever it changed. Never raises."""
+    try:
+        pace = Pace(log, load(run_dir))
+        if pace.step_at is None:
+            pace.step_at = time.time()  # the run's start is where "no progress since" counts from
+        save(run_dir, pace.record())
+        while True:
+            ended = stop.wait(tick)
+            if pace.update(time.time()):
+                save(run_dir, pace.record())
+            if ended:
+                return
+    except Exception:  # a pace thread must never take the shim down
+        return
+
+
+def attach(runs: List[Dict[str, Any]], runs_dir: str) -> None:
+    """Give each live run record its ``pace``: the shim's record, else the log's mtime."""
+    for r in runs:
+        if r.get("state") != "running" or "pace" in r:
+            continue
+        rec = None
+        if not r.get("external") and r.get("run_id"):
+            rec = load(os.path.join(runs_dir, str(r["run_id"])))
+        r["pace"] = rec or from_mtime(r.get("log"))

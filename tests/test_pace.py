@@ -1,0 +1,298 @@
+"""The host keeps each run's pace (remote/pace.py), so a client that never watched the
+run can still say it stalled (tui/state/watch.py ``assess`` / ``seed``).
+
+Real processes write real logs; the clock passed to ``Pace.update`` and ``assess`` is
+a fake one, so minutes pass in no time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remote import pace as hostpace
+from tests.agent_driver import AgentProc
+from tui.state import logparse
+from tui.state.model import Run
+from tui.state.watch import WatchConfig, WatchState, assess, observe
+
+T0 = 1_764_460_000.0
+BAR = "Loading safetensors checkpoint shards: {pct:3d}% Completed | {n}/8 [00:{n:02d}<00:10, 1.0it/s]"
+
+# A real writer: each line on its stdin is a command: "bar N", "line TEXT" or "quit".
+WRITER = r"""
+import sys
+log = open(sys.argv[1], "a")
+for cmd in sys.stdin:
+    cmd = cmd.rstrip("\n")
+    if cmd == "quit":
+        break
+    kind, _, arg = cmd.partition(" ")
+    if kind == "bar":
+        n = int(arg)
+        log.write("Loading safetensors checkpoint shards: %3d%% Completed | %d/8 [00:%02d<00:10, 1.0it/s]\r"
+                  % (n * 100 // 8, n, n))
+    else:
+        log.write(arg + "\n")
+    log.flush()
+    print("ok", flush=True)
+"""
+
+
+class Writer:
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(log)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def do(self, cmd: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == "ok\n"  # written and flushed
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[Writer]:
+    w = Writer(tmp_path / "output.log")
+    yield w
+    w.close()
+
+
+def _run(pace: dict | None, state: str = "running") -> Run:
+    return Run.from_dict({"run_id": "20261130-015500-ab12", "name": "x", "state": state, "pace": pace})
+
+
+def test_shard_steps_and_their_intervals_are_recorded(writer: Writer, tmp_path: Path) -> None:
+    p = hostpace.Pace(str(writer.log))
+    writer.do("line INFO Starting to load model /models/x...")
+    assert p.update(T0) and p.phase == "starting" and p.step == "log line 1"
+    for i, n in enumerate((1, 2, 3)):
+        writer.do(f"bar {n}")
+        assert p.update(T0 + 60 + 60 * i)
+    assert not p.update(T0 + 500)  # nothing new: nothing changes
+    rec = p.record()
+    assert rec["phase"] == "loading" and rec["step"] == "shard 3/8"
+    assert rec["step_at"] == T0 + 180 and rec["grew_at"] == T0 + 180
+    assert rec["intervals"] == [60.0, 60.0]  # steps within the loading phase
+    # a new tracker resumes from the saved record (a restarted shim keeps the history)
+    hostpace.save(str(tmp_path), rec)
+    again = hostpace.Pace(str(writer.log), hostpace.load(str(tmp_path)))
+    writer.do("bar 4")
+    assert again.update(T0 + 240) and again.record()["intervals"] == [60.0, 60.0, 60.0]
+
+
+def test_status_of_a_run_nobody_watched_says_stalled(writer: Writer) -> None:
+    p = hostpace.Pace(str(writer.log))
+    for i, n in enumerate((1, 2, 3, 4)):
+        writer.do(f"bar {n}")
+        p.update(T0 + 30 * i)
+    run = _run(p.record())
+    cfg = WatchConfig()  # 5 × the median 30 s, at least 120 s while loading
+    ok = assess(run, cfg, T0 + 90 + 119)
+    assert ok is not None and ok.condition == "ok" and ok.describe(T0 + 209) is None
+    late = T0 + 90 + 14 * 60
+    seen = assess(run, cfg, late)
+    assert seen is not None and seen.condition == "stalled"
+    clock = time.strftime("%H:%M", time.localtime(T0 + 90))
+    assert seen.describe(late) == f"no progress for 14 min (last: shard 4/8 at {clock})"
+    slower = WatchConfig(stall_loading_s=1800.0)  # the same [watch] thresholds as the dashboard
+    assert assess(run, slower, late).condition == "ok"  # type: ignore[union-attr]
+    assert assess(_run(p.record(), state="exited"), cfg, late) is None
+    assert assess(_run(None), cfg, late) is None
+
+
+def test_an_adopted_run_falls_back_to_its_logs_mtime(tmp_path: Path) -> None:
+    log = tmp_path / "nohup.out"
+    log.write_text("INFO Starting to load model /models/x...\n")
+    pace = hostpace.from_mtime(str(log))
+    assert pace is not None and pace["source"] == "mtime" and pace["grew_at"] == log.stat().st_mtime
+    run = Run.from_dict({"run_id": "ext-4242-99", "name": "", "state": "running", "external": True,
+                         "log": str(log), "pace": pace})
+    grew = pace["grew_at"]
+    assert assess(run, WatchConfig(), grew + 899).condition == "ok"  # type: ignore[union-attr]
+    seen = assess(run, WatchConfig(), grew + 16 * 60)  # no phase known: the starting floor, 15 min
+    assert seen is not None and seen.condition == "stalled"
+    clock = time.strftime("%H:%M", time.localtime(grew))
+    assert seen.describe(grew + 16 * 60) == f"no progress for 16 min (last: log growth at {clock})"
+    assert hostpace.from_mtime(str(tmp_path / "gone.log")) is None and hostpace.from_mtime(None) is None
+
+
+def test_waiting_lines_are_not_progress_but_other_lines_are(writer: Writer) -> None:
+    p = hostpace.Pace(str(writer.log))
+    writer.do("line INFO Model loading took 3.1 GiB and 40.2 seconds")
+    p.update(T0)
+    assert p.phase == "loaded"
+    at = p.step_at
+    writer.do("line INFO No available shared memory broadcast block found in 60 second.")
+    p.update(T0 + 60)
+    assert p.step_at == at and p.grew_at == T0 + 60  # grew, but no progress
+    writer.do("line INFO Memory profiling takes 5.2 seconds")
+    p.update(T0 + 90)
+    assert p.step_at == T0 + 90 and p.step == "log line 3"
+
+
+def test_other_loaders_bars_and_the_extractor(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(BAR.format(pct=100, n=8) + "\n")
+    p = hostpace.Pace(str(log))
+    p.update(T0)
+    assert p.phase == "loaded" and p.step == "shard 8/8"
+    with log.open("a") as f:  # a drafter's bar after the load is not the target's progress
+        f.write("Loading pt checkpoint shards:  50% Completed | 1/2 [00:01<00:01, 1.0it/s]\n")
+    p.update(T0 + 10)  # after the load any line is progress, but the bar is not a shard step
+    assert p.phase == "loaded" and p.step == "log line 2" and p.target == "Loading safetensors checkpoint shards"
+    with log.open("a") as f:
+        f.write("[extract] batch 1/16 | seqs 2/32 | tokens 512/8192 | 900.0 tok/s | elapsed 0:00:01 | eta 0:00:15\n")
+        f.write("[extract] batch 2/16 | seqs 4/32 | tokens 1024/8192 | 900.0 tok/s | elapsed 0:00:02 | eta 0:00:14\n")
+    p.update(T0 + 20)
+    assert p.phase == "extracting" and p.step == "batch 2/16"
+    log.write_text("")  # truncated: read again from the start
+    p.update(T0 + 30)
+    assert p.offset == 0
+
+
+def test_a_fresh_dashboard_continues_the_hosts_history(writer: Writer) -> None:
+    p = hostpace.Pace(str(writer.log))
+    for i, n in enumerate((1, 2, 3)):
+        writer.do(f"bar {n}")
+        p.update(T0 + 60 * i)
+    run = _run(p.record())
+    a = logparse.LogAnalysis()
+    done, partial = logparse.split_lines(b"", writer.log.read_bytes())
+    lines = done + logparse.finish_lines(partial)  # the bar's latest redraw
+    for no, line in enumerate(lines, 1):
+        a = logparse.step(a, line, no)
+    assert a.phase == "loading" and a.shard is not None and a.shard.done == 3
+    now = T0 + 120 + 400  # the client opens 400 s after the last shard: 5 × 60 = 300 s
+    ws = observe(WatchState(), run, a, len(lines), (), (), now)
+    assert ws.condition == "stalled" and ws.last_step == "shard 3/8" and ws.last_step_t == T0 + 120
+    assert [e.kind for e in ws.events] == ["stalled"]
+    writer.do("bar 4")
+    a = logparse.step(a, logparse.finish_lines(writer.log.read_bytes())[0], len(lines) + 1)
+    ws = observe(ws, run, a, len(lines) + 1, (), (), now + 5)
+    assert ws.condition == "ok" and ws.last_step == "shard 4/8"
+
+
+def test_agent_reports_the_pace_of_an_adopted_run(tmp_path: Path) -> None:
+    log = tmp_path / "ext.log"
+    marker = "pace-marker-" + uuid.uuid4().hex
+    script = "import time; print('loading', flush=True); time.sleep(60)"
+    with log.open("w") as out:
+        child = subprocess.Popen([sys.executable, "-c", script, marker], stdout=out)
+    try:
+        with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
+            agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(tmp_path / "runs")})
+            deadline = time.monotonic() + 10
+            while log.stat().st_size == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
+            assert ext["pace"] == {"source": "mtime", "log": str(log), "size": log.stat().st_size,
+                                   "grew_at": log.stat().st_mtime}
+            (snapped,) = agent.call("snapshot")["runs"]
+            assert snapped["pace"]["source"] == "mtime"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_agent_reports_the_pace_of_a_managed_run_from_its_shim(tmp_path: Path) -> None:
+    runs_dir = tmp_path / "runs"
+    log = tmp_path / "ext.log"
+    marker = "pace-marker-" + uuid.uuid4().hex
+    script = "import time; print('loading', flush=True); time.sleep(60)"
+    with log.open("w") as out:
+        child = subprocess.Popen([sys.executable, "-c", script, marker], stdout=out)
+    try:
+        with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none", "EAGLE3_TUI_PACE_S": "0.2"}) as agent:
+            agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(runs_dir)})
+            deadline = time.monotonic() + 10
+            while log.stat().st_size == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
+            assert ext["pace"]["source"] == "mtime" and ext["pace"]["grew_at"] == log.stat().st_mtime
+            rec = agent.call("launch", {"name": "paced", "argv": [sys.executable, "-c", script],
+                                        "cwd": str(tmp_path), "env": {}, "patch_state": None, "log": None})
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                (mine,) = [r for r in agent.call("runs")["runs"] if r["run_id"] == rec["run_id"]]
+                if (mine.get("pace") or {}).get("step") == "log line 1":
+                    break
+                time.sleep(0.2)
+            assert mine["pace"]["source"] == "shim" and mine["pace"]["phase"] == "starting", mine
+            snap = agent.call("snapshot")
+            assert {r["run_id"]: r["pace"]["source"] for r in snap["runs"]} == {
+                rec["run_id"]: "shim", ext["run_id"]: "mtime"}
+            agent.call("kill", {"run_id": rec["run_id"], "graces": [2, 2], "gpu_wait": 0})
+            ended = [r for r in agent.call("runs")["runs"] if r["run_id"] == rec["run_id"]]
+            assert "pace" not in ended[0]  # only live runs carry one
+    finally:
+        child.kill()
+        child.wait()
+
+
+JOB = """
+import sys, time
+for n in range(1, 5):
+    print("Loading safetensors checkpoint shards: %3d%% Completed | %d/8 [00:%02d<00:10, 1.0it/s]"
+          % (n * 100 // 8, n, n), flush=True)
+    time.sleep(0.3)
+time.sleep(120)  # stuck at shard 4/8
+"""
+
+
+def _e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2"))
+
+
+def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) -> None:
+    """A real run launched by one client prints four shard bars, then hangs; a later,
+    separate `eagle3-tui status --json` (which never saw the run move) says it stalled,
+    from the shim's pace.json and the config's [watch] thresholds (scaled down to seconds)."""
+    (tmp_path / "job.py").write_text(JOB)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "paced"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py")])}\n'
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
+        "[watch]\nfactor = 3.0\nstall_loading_s = 2.0\n")
+    launched = _e3("launch", "local", "--json", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    try:
+        deadline = time.monotonic() + 30
+        seen: dict = {}
+        while time.monotonic() < deadline:
+            res = _e3("status", "local", "--json", cwd=tmp_path)
+            assert res.returncode == 0, res.stderr
+            (rec,) = [r for r in json.loads(res.stdout)["runs"] if r["run_id"] == run_id]
+            seen = rec.get("watch") or {}
+            if seen.get("condition") == "stalled":
+                break
+            time.sleep(0.5)
+        assert seen.get("condition") == "stalled", rec
+        assert seen["source"] == "shim" and seen["last_step"] == "shard 4/8"
+        clock = time.strftime("%H:%M", time.localtime(seen["last_step_at"]))
+        assert re.fullmatch(rf"no progress for \d+ s \(last: shard 4/8 at {clock}\)", seen["message"]), seen
+        assert rec["pace"]["phase"] == "loading" and len(rec["pace"]["intervals"]) == 3
+        text = _e3("status", "local", cwd=tmp_path)  # the table's note says it too
+        assert "STALLED: no progress for" in text.stdout, text.stdout
+    finally:
+        _e3("kill", "local", run_id, "--yes", cwd=tmp_path)
