@@ -56,26 +56,19 @@ RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if 
 READ_RANGE_MAX = 4 * 1024 * 1024
 
 
-# ---------------------------------------------------------------- the agent
-
-
-def load_runner() -> Tuple[Any, Any, Optional[str]]:
-    """Import the sibling run modules: (runner, kill, None), or (None, None, reason)."""
+def load_runner() -> Tuple[Any, Any, Any, Optional[str]]:
+    """Import the sibling run modules: (runner, kill, slurm, None), or (None, None, None,
+    reason). A broken slurm.py only costs Slurm runs (slurm is None then)."""
     try:
         import kill  # type: ignore
         import runner  # type: ignore
-        return runner, kill, None
     except Exception as exc:  # SyntaxError, ImportError, anything: the agent must live on
-        return None, None, "runner unavailable: %s" % one_line(exc)
-
-
-def load_slurm() -> Any:
-    """The sibling Slurm module (runs submitted with `sbatch`), or None if it is broken."""
+        return None, None, None, "runner unavailable: %s" % one_line(exc)
     try:
         import slurm  # type: ignore
-        return slurm
-    except Exception:  # only Slurm runs need it; the agent must live on
-        return None
+    except Exception:
+        slurm = None
+    return runner, kill, slurm, None
 
 
 class Agent:
@@ -88,8 +81,7 @@ class Agent:
     FINISH_ON_EOF = ("launch", "kill")
 
     def __init__(self, runs_dir: Optional[str]) -> None:
-        self.runner, self.killer, self.runner_error = load_runner()
-        self.slurm = load_slurm() if self.runner is not None else None
+        self.runner, self.killer, self.slurm, self.runner_error = load_runner()
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
         self.cli_runs_dir = user_path_or_none(runs_dir)
         self.runs_dir = self.cli_runs_dir
@@ -364,26 +356,19 @@ class Agent:
 
     def op_launch(self, args: Dict[str, Any], rid: int) -> Any:
         runner = self._need_runner()
-        argv = arg(args, "argv", list)
-        env = arg(args, "env", dict, {})
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise BadRequest("argv must be a non-empty list of strings")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise BadRequest("env must map strings to strings")
         scheduler = arg(args, "scheduler", dict, None)
+        # argv, env and cwd are checked by rundir.validate on both paths
+        where = (self._runs_dir(), arg(args, "name", str, None), arg(args, "argv", list),
+                 user_path(arg(args, "cwd", str, "~")), arg(args, "env", dict, {}))
+        extra = {"patch_state": args.get("patch_state"), "log": arg(args, "log", str, None),
+                 "python": sys.executable}
         if scheduler is not None and scheduler.get("kind", "local") != "local":
             if scheduler.get("kind") != "slurm":
                 raise BadRequest("unknown scheduler %r" % scheduler.get("kind"))
             if self.slurm is None:
                 raise BadRequest("the Slurm module of this agent is unavailable")
-            return self.slurm.submit(self._runs_dir(), arg(args, "name", str, None), argv,
-                                     user_path(arg(args, "cwd", str, "~")), env, scheduler,
-                                     patch_state=args.get("patch_state"),
-                                     log=arg(args, "log", str, None), python=sys.executable)
-        return runner.launch(self._runs_dir(), arg(args, "name", str, None), argv,
-                             user_path(arg(args, "cwd", str, "~")), env,
-                             patch_state=args.get("patch_state"), log=arg(args, "log", str, None),
-                             python=sys.executable)
+            return self.slurm.submit(*where, scheduler, **extra)
+        return runner.launch(*where, **extra)
 
     def op_runs(self, args: Dict[str, Any], rid: int) -> Any:
         self._need_runner()
@@ -416,18 +401,14 @@ class Agent:
             emit(msg)
 
         run_id = arg(args, "run_id", str)
-        if self.slurm is not None and not run_id.startswith("ext-"):
-            if self.slurm.is_slurm_run(self._runs_dir(), run_id):
-                return self.slurm.kill(
-                    self._runs_dir(), run_id, graces=tuple(graces),
-                    gpu_wait=arg(args, "gpu_wait", (int, float), 30),
-                    gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,
-                    progress=progress)
-        return self.killer.kill(
+        slurm_run = (self.slurm is not None and not run_id.startswith("ext-")
+                     and self.slurm.is_slurm_run(self._runs_dir(), run_id))
+        how = {} if slurm_run else {"match": self.match}  # scancel, or signals to processes
+        return (self.slurm if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
             gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,
-            progress=progress, match=self.match)
+            progress=progress, **how)
 
     # -- loop
 

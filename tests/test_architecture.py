@@ -22,8 +22,6 @@ OVER_SIZE_ALLOWED = {
     "tui/views/app.py": "f18 turns the dashboard into a Screen",
     "tui/views/screens/logviewer.py": "b12 (log viewer)",
     "tui/state/logindex.py": "b12 (log viewer)",
-    "tui/state/logparse.py": "b15",
-    "remote/agent.py": "b15",
 }
 
 
