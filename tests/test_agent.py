@@ -199,6 +199,17 @@ def busy_idle() -> Iterator[tuple[str, int, int]]:
             k.wait()
 
 
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(now, CPU seconds the kernel charged pid): the truth an agent reading is held to."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return time.monotonic(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Percent of one core between two _cpu_seconds readings."""
+    return 100 * (after[1] - before[1]) / (after[0] - before[0])
+
+
 def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
                                                 busy_idle: tuple[str, int, int]) -> None:
     """Snapshots every 50 ms: far closer together than the CPU window."""
@@ -207,10 +218,14 @@ def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
     marker, busy, idle = busy_idle
     mark = plain.mark()
     plain.call("configure", {"interval": 0.05, "match": marker})
-    first = _snapshot_where(plain, mark, lambda ps: len(ps) == 2)
-    assert {p["pid"]: p["cpu"] for p in first["processes"]} == {busy: None, idle: None}
+    # Only these two pids count: on a shared machine other runs' processes show too.
+    first = _snapshot_where(plain, mark, lambda ps: {busy, idle} <= {p["pid"] for p in ps})
+    truth0 = _cpu_seconds(busy)
+    got0 = {p["pid"]: p["cpu"] for p in first["processes"]}
+    assert (got0[busy], got0[idle]) == (None, None), got0
     last = plain.wait_for(lambda m: m["type"] == "snapshot" and m["time"] > first["time"] + 1.2,
                           since=mark, timeout=10)
+    truth = _share(truth0, _cpu_seconds(busy))
     readings = []  # (seconds since the first sample, busy, idle)
     for m in plain.since(mark):
         if m["type"] == "snapshot" and first["seq"] < m["seq"] <= last["seq"]:
@@ -221,10 +236,11 @@ def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
     assert all(r[1] is None and r[2] is None for r in early), readings
     values = [r for r in readings if r[1] is not None]
     assert len(values) >= len(readings) // 2, readings
-    # Every reading is sane; the busy loop's typical one is most of a core (the median,
-    # since other work on a shared 2-core box can starve a single 0.2 s window).
+    # Every reading is sane; the busy loop's typical one (the median: a loaded box can
+    # starve a single 0.2 s window) is what the kernel charged it over the same time.
     assert all(0 <= b <= 110 and i is not None and 0 <= i < 5 for _, b, i in values), readings
-    assert 50 <= statistics.median(b for _, b, _ in values) <= 110, readings
+    assert truth > 20, f"the busy loop got {truth:.0f} % of a core: machine too loaded to judge"
+    assert abs(statistics.median(b for _, b, _ in values) - truth) <= 20, (truth, readings)
 
 
 def test_cpu_base_of_a_reused_pid_is_never_used(busy_idle: tuple[str, int, int]) -> None:
@@ -245,15 +261,18 @@ def test_snapshot_right_after_configure_reads_real_cpu(plain: AgentProc,
     """`status`: configure (its snapshot is the first sample) then at once a snapshot."""
     marker, busy, idle = busy_idle
     busy_cpu = []
+    truth0 = _cpu_seconds(busy)
     for _ in range(3):
         plain.call("configure", {"interval": 3600, "match": marker})
         snap = plain.call("snapshot")
         got = {p["pid"]: p["cpu"] for p in snap["processes"]}
-        assert set(got) == {busy, idle}
+        assert {busy, idle} <= set(got)  # a shared machine's other runs may show too
         assert got[busy] is not None and 0 <= got[busy] <= 110, got
         assert got[idle] is not None and 0 <= got[idle] < 5, got
         busy_cpu.append(got[busy])
-    assert 50 <= statistics.median(busy_cpu) <= 110, busy_cpu
+    truth = _share(truth0, _cpu_seconds(busy))  # what the kernel charged it meanwhile
+    assert truth > 20, f"the busy loop got {truth:.0f} % of a core: machine too loaded to judge"
+    assert abs(statistics.median(busy_cpu) - truth) <= 25, (truth, busy_cpu)
 
 
 def test_agent_excludes_itself_from_match(plain: AgentProc) -> None:
