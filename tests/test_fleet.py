@@ -175,3 +175,16 @@ async def test_silent_refusing_and_unknown_key_hosts_never_delay_the_others(
     fast = max(settled[h] for h in ("h01", "h02", "h03", "refusing", "newkey"))
     assert fast < timeout - 1, settled  # nobody waited for the silent host
     assert settled["silent"] >= timeout - 0.5, settled
+
+
+def test_plain_text_fleet_and_runs_across_hosts() -> None:
+    ok = snap_state([gpu(0, 70 * GiB, 97, procs=1)], [run("20261130-010000-aaaa", "running")])
+    rows = [fleet.host_row("node1", ok, NOW), fleet.host_row("node2", AppState(), NOW, error="node2: refused")]
+    text = fleet.format_table(rows).splitlines()
+    assert text[0].split() == ["HOST", "LINK", "GPUS", "MEM", "GiB", "RUNS", "RUN", "FAILURES"]
+    assert text[1].startswith("node1") and "1/1" in text[1] and "20261130-010000-aaaa running" in text[1]
+    assert text[2].startswith("node2") and "node2: refused" in text[2]
+    runs = fleet.format_runs({"node1": ok, "node2": AppState()}, NOW).splitlines()
+    assert runs[0].split()[:3] == ["HOST", "RUN", "STATE"]
+    assert len(runs) == 2 and runs[1].split()[:4] == ["*", "node1", "20261130-010000-aaaa", "running"]
+    assert fleet.format_runs({"node2": AppState()}, NOW) == "no runs"

@@ -162,3 +162,26 @@ def cells(row: HostRow) -> tuple[str, ...]:
 
 
 COLUMNS = ("HOST", "LINK", "GPUS", "MEM GiB", "RUNS", "RUN", "FAILURES")
+
+
+def format_table(rows: list[HostRow]) -> str:
+    """The fleet as plain text (`eagle3-tui status h1 h2 …`): aligned columns."""
+    table = [COLUMNS, *(cells(r) for r in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
+
+
+def format_runs(states: dict[str, AppState], now: float) -> str:
+    """Every run of every host, newest first within each host, with a HOST column
+    (`eagle3-tui runs h1 h2 …`); `*` marks each host's selected run."""
+    head = ("", "HOST", "RUN", "STATE", "PID", "DURATION", "EXIT", "PATCH", "NAME", "NOTE")
+    table: list[tuple[str, ...]] = [head]
+    for host, state in states.items():
+        chosen = view.select_run(state)
+        for r in view.run_rows(state, now, state.runs):
+            mark = "*" if chosen is not None and r.run_id == chosen.run_id else ""
+            table.append((mark, host, r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch, r.name, r.note))
+    if len(table) == 1:
+        return "no runs"
+    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
