@@ -188,3 +188,23 @@ def test_plain_text_fleet_and_runs_across_hosts() -> None:
     assert runs[0].split()[:3] == ["HOST", "RUN", "STATE"]
     assert len(runs) == 2 and runs[1].split()[:4] == ["*", "node1", "20261130-010000-aaaa", "running"]
     assert fleet.format_runs({"node2": AppState()}, NOW) == "no runs"
+
+
+def test_config_hosts_list_fleet_table_and_hosts_file(tmp_path: Path) -> None:
+    from tui.cli.fleet import hosts_of
+    from tui.services.config import ConfigError as ConfigFileError
+    from tui.services.config import load_config, parse_config
+
+    cfg = parse_config('hosts = ["a", "b"]\n[fleet]\nhosts = ["c"]\nconnect_limit = 4\n')
+    assert cfg.fleet.hosts == ("a", "b", "c") and cfg.fleet.connect_limit == 4
+    (tmp_path / "nodes.txt").write_text("# nodes\nd\ne\n")
+    (tmp_path / "eagle3.toml").write_text('[fleet]\nhosts = ["a"]\nhosts_file = "nodes.txt"\n')
+    cfg = load_config(tmp_path / "eagle3.toml")
+    assert hosts_of(cfg, (), None) == ["a", "d", "e"]  # the file is relative to eagle3.toml
+    assert hosts_of(cfg, ("x", "a"), None) == ["x", "a"]  # the command line wins
+    (tmp_path / "more").write_text("y\nx\n")
+    assert hosts_of(cfg, ("x",), str(tmp_path / "more")) == ["x", "y"]
+    for bad, why in [('hosts = "a"\n', "hosts: must be a list"), ("[fleet]\nconnect_limit = 0\n", "connect_limit"),
+                     ('[fleet]\nhosts = [""]\n', "fleet.hosts")]:
+        with pytest.raises(ConfigFileError, match=why):
+            parse_config(bad)

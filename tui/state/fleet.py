@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tui.format import gib
 from tui.state import view
+from tui.state.format import gib
 from tui.state.model import AppState, Gpu, Run
 
 BUSY_UTIL = 5.0  # % utilisation above which a GPU with no listed process counts as busy
