@@ -60,7 +60,7 @@ def test_row_counts_busy_gpus_memory_runs_and_failures() -> None:
     assert row.mem_used == 73 * GiB and row.mem_total == 420 * GiB
     assert (row.live, row.runs, row.failures) == (1, 3, 1)
     assert row.run_text.startswith("20261130-010000-aaaa")  # the newest live run is followed
-    assert "20261130-000000-bbbb" in row.failure_text and "1" in row.failure_text
+    assert row.failure_text == "failed 1 (000000-bbbb)"  # the newest failure, its id's unique tail
     assert fleet.cells(row)[2:5] == ("2/3", "73.0/420.0", "1 live / 3")
 
 

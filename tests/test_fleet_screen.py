@@ -127,6 +127,10 @@ def test_status_json_and_runs_across_hosts(fleet_hosts: FleetHosts, tmp_path: Pa
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith("HOST") and [ln.split()[0] for ln in lines[1:]] == ["h01", "h03"]
+    table = e3(*pre, "status", "h02", "refusing", cwd=tmp_path)
+    assert table.returncode == 3 and table.stderr.startswith("eagle3-tui: refusing: ")
+    refused = table.stdout.splitlines()[2].split()
+    assert refused[0] == "refusing" and refused[-2:] == ["-", "-"]  # no GPUs or runs known
     launched = e3(*pre, "launch", "h01", "--json", cwd=tmp_path)
     assert launched.returncode == 0, launched.stderr
     run_id = json.loads(launched.stdout)["run_id"]

@@ -22,6 +22,7 @@ from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, Ctx, fail, pri
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError
 from tui.state import fleet
+from tui.state.model import AppState
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TargetError
 from tui.transport.fleet import read_hosts_file, unique
@@ -99,7 +100,7 @@ def summarise(cfg: Config, answers: list[dict[str, Any]]) -> list[fleet.HostRow]
     rows = []
     for a in answers:
         if not a["ok"]:
-            rows.append(fleet.host_row(a["host"], services.state_of(cfg, []), now, error=a["error"]))
+            rows.append(fleet.host_row(a["host"], AppState(), now, error=a["error"]))
             continue
         snap = a["snapshot"]
         state = services.state_of(cfg, list(snap.get("runs") or []), snap)

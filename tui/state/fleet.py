@@ -107,7 +107,7 @@ def host_row(host: str, state: AppState, now: float, error: str | None = None) -
         failure_text = str(root.title)
     elif failed:
         last = view.newest_first(failed)[0]
-        failure_text = f"{last.run_id} {view.state_label(last)} {view.exit_label(last)}".rstrip()
+        failure_text = f"{view.state_label(last)} {view.exit_label(last)}".rstrip() + f" ({last.run_id[-11:]})"
     w = state.watch
     stalled = w.condition if w is not None and w.condition in ("stalled", "hung") else ""
     return HostRow(
@@ -158,7 +158,8 @@ def cells(row: HostRow) -> tuple[str, ...]:
     fail = row.stalled.upper() if row.stalled else ""
     if row.failures:
         fail = ", ".join(x for x in (fail, f"{row.failures}: {row.failure_text}") if x)
-    return (row.host, view.clip(row.link_text, 60), gpus, mem, runs, row.run_text, fail)
+    return (row.host, view.clip(row.link_text, 60), gpus, mem, runs, view.clip(row.run_text, 40),
+            view.clip(fail, 40))
 
 
 COLUMNS = ("HOST", "LINK", "GPUS", "MEM GiB", "RUNS", "RUN", "FAILURES")

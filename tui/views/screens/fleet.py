@@ -32,10 +32,10 @@ LINK_STYLE = {"ok": "green", "connecting": "dim", "stale": "yellow", "lost": "bo
 class FleetTable(KeyedTable):
     COLUMNS = (("host", "HOST"), ("link", "LINK"), ("gpus", "GPUS"), ("mem", "MEM GiB"),
                ("runs", "RUNS"), ("run", "RUN"), ("fail", "FAILURES / STALLS"))
-    DROP = ("mem", "runs")
+    DROP = ("runs",)  # below ~100 columns; LINK (an error's text) takes what is left
     FLEX = "link"
-    FLEX_MIN = 12
-    FLEX_WANT = 40
+    FLEX_MIN = 16
+    FLEX_WANT = 16
     SHORT_LABELS = {"fail": "FAILURES"}
 
     def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
@@ -48,7 +48,10 @@ class FleetTable(KeyedTable):
 class FleetScreen(Screen[None]):
     """Every host of the fleet, one row each: enter opens its dashboard, s sorts."""
 
+    # `q` and `?` first, as on the dashboard; enter is the table's own (RowSelected).
     BINDINGS = [
+        Binding("q", "app.quit", "Quit"),
+        Binding("question_mark", "app.help", "Help", key_display="?"),
         Binding("enter", "open_host", "Open host"),
         Binding("s", "sort", "Sort"),
     ]
@@ -91,7 +94,8 @@ class FleetScreen(Screen[None]):
         counts = {k: sum(1 for r in rows if r.link == k) for k in ("ok", "stale", "lost", "error", "connecting")}
         summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
         set_content(self.query_one("#fleet-title", Static),
-                    f" eagle3-tui fleet: {len(rows)} hosts ({summary}) · sorted by {self.sort_key} (s)")
+                    f" eagle3-tui fleet: {len(rows)} hosts ({summary}) · sorted by {self.sort_key} (s)"
+                    " · enter opens a host")
         self.frames += 1
         settled = all(r.link == "error" or (r.link != "connecting" and r.gpus_total is not None) for r in rows)
         if self.first_full_frame is None and settled:  # every host shown with its first snapshot
