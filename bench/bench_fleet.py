@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -145,6 +146,7 @@ def main() -> None:
     finally:
         for s in servers:
             s.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
