@@ -139,9 +139,11 @@ def main() -> None:
         lo, hi = min(sizes), max(sizes)
         if lo != hi:
             a, b = results[lo], results[hi]
-            print(f"growth {lo} -> {hi} hosts (x{hi / lo:g}): first frame x{b['first'] / a['first']:.2f}, "
-                  f"client CPU x{b['client'] / max(a['client'], 1e-9):.2f}, "
-                  f"agent CPU per host x{b['agent'] / max(a['agent'], 1e-9):.2f}")
+            def ratio(key: str) -> str:  # CPU moves in 10 ms ticks: a zero is below resolution
+                return f"x{b[key] / a[key]:.2f}" if a[key] > 0 else "n/a (below the tick resolution)"
+
+            print(f"growth {lo} -> {hi} hosts (x{hi / lo:g}): first frame {ratio('first')}, "
+                  f"client CPU {ratio('client')}, agent CPU per host {ratio('agent')}")
         print(f"load average after: {loadavg()}")
     finally:
         for s in servers:
