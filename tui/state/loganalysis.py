@@ -243,9 +243,9 @@ class _Builder:
     def _since(self) -> float | None:
         ts0, t0 = self.get("phase_ts"), self.get("phase_t")
         if ts0 is not None and self.ts is not None and self.ts >= ts0:
-            return self.ts - ts0
+            return float(self.ts - ts0)
         if t0 is not None and self.t is not None:
-            return max(0.0, self.t - t0)
+            return max(0.0, float(self.t - t0))
         return None
 
     def requote(self, old_line_no: int, line: str, line_no: int, better: Failure | None = None) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 
 from tui.state.lines import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
@@ -94,7 +95,7 @@ def _milestone_label(m: re.Match[str]) -> tuple[str, str]:
         if m.group(k) is not None:
             kind = k
             break
-    labels = {
+    labels: dict[str, Callable[[], str]] = {
         "start": lambda: f"Starting to load model {m['model']}",
         "weights": lambda: (f"Weights loaded in {float(m['wsec']):.1f} s" if m["wunit"] == "seconds"
                             else f"Weights loaded: {m['wsec']} {m['wunit']}"),
