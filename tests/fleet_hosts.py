@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from tests.sshd import Sshd, free_port
 
@@ -82,3 +85,19 @@ class FleetHosts:
     def close(self) -> None:
         for s in self.silent:
             s.close()
+
+
+@pytest.fixture
+def fleet_hosts(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetHosts]:
+    """Three aliases onto the test sshd, then a refusing, an unknown-key and a silent one."""
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)  # only the test's own key is offered
+    other = Sshd(tmp_path / "other").start()  # its key is never trusted
+    hosts = FleetHosts(tmp_path / "fleet")
+    hosts.add_sshd(sshd, 3)
+    hosts.add_refusing()
+    hosts.add_unknown_key(other)
+    hosts.add_silent()
+    hosts.write()
+    yield hosts
+    hosts.close()
+    other.stop()

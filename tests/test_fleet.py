@@ -7,12 +7,11 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from tests.fleet_hosts import FleetHosts
-from tests.sshd import Sshd
+from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
 from tui import protocol as p
 from tui.state import fleet
 from tui.state.model import AppState
@@ -129,20 +128,6 @@ async def test_start_all_holds_at_most_limit_in_flight() -> None:
     assert _Gated.peak == 3 and len(done) == 20 and all(v is None for v in done.values())
     with pytest.raises(ConfigError):
         await start_all({}, limit=0)
-
-
-@pytest.fixture
-def fleet_hosts(sshd: Sshd, tmp_path: Path) -> Iterator[FleetHosts]:
-    other = Sshd(tmp_path / "other").start()  # its key is never trusted
-    hosts = FleetHosts(tmp_path / "fleet")
-    hosts.add_sshd(sshd, 3)
-    hosts.add_refusing()
-    hosts.add_unknown_key(other)
-    hosts.add_silent()
-    hosts.write()
-    yield hosts
-    hosts.close()
-    other.stop()
 
 
 @pytest.mark.ssh

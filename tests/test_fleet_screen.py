@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from tests.fleet_hosts import FleetHosts
-from tests.sshd import Sshd
+from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
 from tui.services.actions import new_client
 from tui.services.config import parse_config
 from tui.views.app import make_fleet_app
@@ -24,21 +23,6 @@ from tui.views.screens.fleet import FleetScreen
 pytestmark = pytest.mark.ssh
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 4.0  # [host] connect_timeout: how long the silent host holds its slot
-
-
-@pytest.fixture
-def fleet_hosts(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetHosts]:
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    other = Sshd(tmp_path / "other").start()  # its key is never trusted
-    hosts = FleetHosts(tmp_path / "fleet")
-    hosts.add_sshd(sshd, 3)
-    hosts.add_refusing()
-    hosts.add_unknown_key(other)
-    hosts.add_silent()
-    hosts.write()
-    yield hosts
-    hosts.close()
-    other.stop()
 
 
 def config_text(tmp: Path) -> str:
