@@ -22,6 +22,7 @@ from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, Ctx, fail, pri
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError
 from tui.state import fleet
+from tui.state import watch as watcher
 from tui.state.model import AppState
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TargetError
@@ -135,6 +136,10 @@ def status_many(obj: Ctx, hosts: list[str], as_json: bool) -> None:
     answers = _ask(obj, hosts, "status")
     rows = summarise(obj.cfg, answers)
     if as_json:
+        now = time.time()  # each run's watch, as `status --json` gives it for one host
+        for a in answers:
+            if isinstance(a.get("snapshot"), dict):
+                watcher.annotate(a["snapshot"], obj.cfg.watch, now)
         print_json([dict(a, summary=r.as_dict()) for a, r in zip(answers, rows)])
     else:
         click.echo(fleet.format_table(rows))

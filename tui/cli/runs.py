@@ -50,11 +50,7 @@ def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: 
     snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
     snap = {k: v for k, v in snap.items() if k != "type"}
     if as_json:
-        now = time.time()
-        for r in snap.get("runs") or []:  # stalled? from the host's pace, [watch]'s thresholds
-            if isinstance(r, dict) and (seen := watcher.judge(r, obj.cfg.watch, now)) is not None:
-                r["watch"] = seen
-        print_json(snap)
+        print_json(watcher.annotate(snap, obj.cfg.watch, time.time()))  # stalled? host's pace
         return
     from tui.cli.report import format_status
 

@@ -279,6 +279,14 @@ def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dic
             "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
+def annotate(snapshot: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any]:
+    """The snapshot with each live, paced run carrying its ``judge`` as ``watch``."""
+    for r in snapshot.get("runs") or []:
+        if isinstance(r, dict) and (seen := judge(r, config, now)) is not None:
+            r["watch"] = seen
+    return snapshot
+
+
 def _stall_limit(ws: WatchState, phase: str) -> float | None:
     """factor × the median step interval, at least the phase's floor; None = off."""
     floor = ws.config.floor(phase)
