@@ -7,6 +7,7 @@ line to stderr and exit non-zero; tracebacks are for bugs only.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import re
 import sys
@@ -107,9 +108,21 @@ def need_terminal(command: str) -> None:
                  EXIT_USAGE)
 
 
-def run_app(app: Any) -> None:
-    """Run the dashboard; a fatal error ends it with its one line and exit code."""
-    app.run()
+def run_app(make: Callable[[], Any], client: AgentClient) -> None:
+    """Run the dashboard `make()` builds; a fatal error ends it with its one line and
+    exit code. The client starts connecting while Textual is imported (in a thread), so
+    the agent's hello is often there before the first frame (the dashboard reports a
+    failure of this early start as its own)."""
+
+    async def main() -> Any:
+        early = asyncio.ensure_future(client.start())
+        early.add_done_callback(lambda f: f.cancelled() or f.exception())  # reported by the app
+        await asyncio.to_thread(importlib.import_module, "tui.app")
+        app = make()
+        await app.run_async()
+        return app
+
+    app = asyncio.run(main())
     if app.fatal_error:
         fail(app.fatal_error, app.return_code or EXIT_CONNECT)
 
@@ -155,9 +168,12 @@ def connect(obj: Ctx, target: str | None) -> None:
         client = obj.client(name, reconnect=True)
     except TransportError as exc:  # a malformed target or SSH config
         fail(str(exc), EXIT_USAGE)
-    from tui.app import make_app  # Textual is imported only for the dashboard
+    def make() -> Any:
+        from tui.app import make_app  # Textual is imported only for the dashboard
 
-    run_app(make_app(client, cfg, name))
+        return make_app(client, cfg, name)
+
+    run_app(make, client)
 
 
 @main.command()
@@ -195,10 +211,14 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     if headless:
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:
-        from tui.app import make_app
+        client = services.new_client("local", cfg, reconnect=True)
 
-        run_app(make_app(services.new_client("local", cfg, reconnect=True), cfg, "local",
-                         launch=not paths.busy))
+        def make() -> Any:
+            from tui.app import make_app
+
+            return make_app(client, cfg, "local", launch=not paths.busy)
+
+        run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
         run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
     from tui.headless import describe_end, succeeded
