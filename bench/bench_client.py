@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SIZE = (160, 50)
-HELP_NEEDLE = "watches one run on one host"  # first line of the help screen (tui/screens/help.py)
+HELP_NEEDLE = "watches one run on one host"  # first line of the help screen (tui/views/screens/help.py)
 
 
 # ---- processes ------------------------------------------------------------------------

@@ -4,7 +4,7 @@
                                   [--seq-len 512] [--batch-size 32] [--dir /tmp/bench-extract]
                                   [--old OLD_EXTRACT.py]
 
-Builds a random Llama-style model with tui.demo (bf16 on the GPU), then times, on the
+Builds a random Llama-style model with tui.services.demo (bf16 on the GPU), then times, on the
 same batches of the same data:
 
   bare   the forward pass with forward hooks on the same decoder layers as extract.py
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui.demo import build_demo  # noqa: E402
+from tui.services.demo import build_demo  # noqa: E402
 
 EXTRACT = ROOT / "remote" / "extract.py"
 DONE = re.compile(r"^\[extract\] done: .* \((?P<rate>[\d.]+) tok/s\) -> ", re.M)

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from textual.app import App
 from textual.widgets import Input
 
-from tui.screens.logviewer import LogViewerScreen
 from tui.transport import AgentClient, LocalLink
+from tui.views.screens.logviewer import LogViewerScreen
 
 NEEDLE = "FATAL needle-0xC0FFEE: NCCL watchdog timeout"
 _LINES = [

@@ -45,7 +45,7 @@ python3 bench/bench_gpu_monitors.py --seconds ${MON_S:-20} 2>&1 | tail -6
 [ -n "${SKIP_HF:-}" ] && exit 0
 echo "== 5. hf backend on GPU"; python3 - <<PY
 from pathlib import Path
-from tui.demo import build_demo
+from tui.services.demo import build_demo
 p = build_demo(Path("/tmp/g"), layers=16, hidden=1024, sequences=512, seq_len=512, shard_delay=0.0)
 print(p.config)
 PY

@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Siblings, shipped alongside (every remote/*.py is uploaded together).
+import atomicfile  # noqa: E402
 from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
@@ -292,12 +293,7 @@ class Agent:
                 pass
         try:
             os.makedirs(folder, 0o700, exist_ok=True)
-            tmp = "%s.tmp-%d-%d" % (path, os.getpid(), threading.get_ident())
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(record, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomicfile.write_json(path, record, indent=None)
             cutoff = time.time() - ACTION_KEEP
             for name in os.listdir(folder):
                 old = os.path.join(folder, name)

@@ -8,12 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from typing import Any, Dict, List, Optional
 
 try:  # imported as remote.fileops (tests) or as a top-level module (host)
+    from . import atomicfile
     from .wire import BadRequest, b64
 except ImportError:
+    import atomicfile  # type: ignore[no-redef]
     from wire import BadRequest, b64  # type: ignore[no-redef]
 
 FILE_READ_MAX = 16 * 1024 * 1024
@@ -110,39 +111,6 @@ def file_read(path: str) -> Dict[str, Any]:
             "mode": st.st_mode & 0o7777, "b64": b64(data)}
 
 
-def _atomic_write(path: str, data: bytes, like: Optional[os.stat_result]) -> None:
-    """Temp file in the same dir, fsync, os.replace, fsync the dir; mode/owner of `like`."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if like is not None:
-                os.fchmod(f.fileno(), like.st_mode & 0o7777)
-                try:
-                    os.fchown(f.fileno(), like.st_uid, like.st_gid)
-                except OSError:
-                    pass  # not root: the file becomes ours, the mode is still kept
-            else:
-                umask = os.umask(0)
-                os.umask(umask)
-                os.fchmod(f.fileno(), 0o666 & ~umask)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def file_write(path: str, data: bytes, expect: Optional[str], backup: Optional[str]) -> Dict:
     """Write `data` to `path` atomically if the file's hash is still `expect`."""
     try:
@@ -157,6 +125,6 @@ def file_write(path: str, data: bytes, expect: Optional[str], backup: Optional[s
             path, cur_sha[:12] if cur_sha else "none (missing)",
             expect[:12] if expect else "none (must not exist)"))
     if backup and current is not None and not os.path.exists(backup):
-        _atomic_write(backup, current, st)
-    _atomic_write(path, data, st)
+        atomicfile.write_bytes(backup, current, st)
+    atomicfile.write_bytes(path, data, st)
     return {"sha256": sha256_file(path)}

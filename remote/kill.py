@@ -18,15 +18,14 @@ import time
 from collections.abc import Callable, Iterable
 
 try:  # imported as remote.kill (tests) or as a top-level module (host)
-    from . import procfs, runner
+    from . import adopt, atomicfile, procfs, rundir
 except ImportError:
+    import adopt  # type: ignore[no-redef]
+    import atomicfile  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
-    import runner  # type: ignore[no-redef]
+    import rundir  # type: ignore[no-redef]
 
-# The run-directory helpers and names this module shares with runner.py.
-_EXT_ID_RE, RUN_ENV, RunnerError = runner._EXT_ID_RE, runner.RUN_ENV, runner.RunnerError
-_alive, _read_json, _run_dir = runner._alive, runner._read_json, runner._run_dir
-_write_json_atomic = runner._write_json_atomic
+RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
 KILL_WAIT = 10.0  # seconds to wait after SIGKILL (processes in D state die late)
 POLL = 0.1
@@ -53,7 +52,7 @@ def _send(pid: int, ticks: int, sig: int) -> bool:
         except OSError:
             fd = None  # kernel older than 5.3: fall back to kill()
     try:
-        if not _alive(pid, ticks):
+        if not rundir.pid_alive(pid, ticks):
             return False
         if fd is not None:
             signal.pidfd_send_signal(fd, sig)
@@ -201,7 +200,7 @@ class _Finder:
         return new
 
     def alive(self) -> list[int]:
-        return sorted(p for p, t in self.tracked.items() if _alive(p, t))
+        return sorted(p for p, t in self.tracked.items() if rundir.pid_alive(p, t))
 
 
 def _gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
@@ -255,7 +254,7 @@ def _ext_root(run_id: str, match: str | None) -> tuple[int, int] | None:
     """(pid, start_ticks) of an external run's process; None when it has ended (its
     pid is gone or now names a process that started at another time). Refuses
     unless the process's command line still contains `match`."""
-    m = _EXT_ID_RE.fullmatch(run_id)
+    m = adopt.EXT_ID_RE.fullmatch(run_id)
     if m is None:
         raise RunnerError("no run %s" % json.dumps(run_id[:80]))
     if not match:
@@ -305,8 +304,8 @@ def kill(
         if root and finder and root[0] in finder.never:
             raise RunnerError("refusing to kill %s: it runs the agent itself" % run_id)
     else:
-        run_dir = _run_dir(runs_dir, run_id)
-        manifest = _read_json(os.path.join(run_dir, "manifest.json"))
+        run_dir = rundir.run_path(runs_dir, run_id)
+        manifest = rundir.read_json(os.path.join(run_dir, "manifest.json"))
         if not isinstance(manifest, dict):
             if not os.path.isfile(os.path.join(run_dir, "launch.json")):
                 raise RunnerError("no run %s" % run_id)
@@ -402,7 +401,7 @@ def kill(
     report("done")
     if run_dir is not None and stages:
         try:
-            _write_json_atomic(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
+            atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
         except OSError:
             pass  # the processes are gone; a read-only run dir must not turn that into an error
     return result

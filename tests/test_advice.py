@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tui.inspect import inspect_log
+from tui.services.inspect import inspect_log
 from tui.state.advice import Advice, RunSummary, advise, format_minutes, summarize
 from tui.state.logparse import LogAnalysis, finish_lines, split_lines, step
 from tui.state.model import Run

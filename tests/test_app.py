@@ -10,13 +10,13 @@ import pytest
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
-from tui.app import EagleApp, make_app
-from tui.config import parse_config
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.help import HelpScreen
+from tui.services.config import parse_config
 from tui.state.reducer import LedgerRead
-from tui.widgets.gpus import GpuPanel
-from tui.widgets.tables import ProcessTable, RunsTable
+from tui.views.app import EagleApp, make_app
+from tui.views.screens.confirm import ConfirmScreen
+from tui.views.screens.help import HelpScreen
+from tui.views.widgets.gpus import GpuPanel
+from tui.views.widgets.tables import ProcessTable, RunsTable
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
 RUN = {"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python", "02_extract.py"],
@@ -210,7 +210,7 @@ async def test_stale_run_is_marked_and_bannered() -> None:
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.seq == 0)
-        # What the patch probe reports (tui.patch_service.status, tested against the real agent).
+        # What the patch probe reports (tui.services.patches.status, tested against the real agent).
         await pilot.pause(0.2)  # the first ledger refresh (no patch set: no probe) is done
         app._apply(LedgerRead(app.state.summaries, "v5", ("v1", "v2", "v3", "v4", "v5")))
         client.push(snapshot(1, seq=1, runs=[dict(RUN, patch_state=v4)]))

@@ -180,7 +180,7 @@ def test_patch_status_push_rollback_over_ssh(tmp_path: Path, sshd: Sshd, monkeyp
     """The patch commands through sshd, on a real speculators 0.3.0 in a venv on the 'host'."""
     from tests import spec_wheel
     from tests.patch_fixtures import GEN
-    from tui.demo import ensure_speculators_venv
+    from tui.services.demo import ensure_speculators_venv
 
     wheel = spec_wheel.wheel_path()  # skips, or fails under CI, when it cannot be had
     monkeypatch.setenv("PIP_NO_INDEX", "1")

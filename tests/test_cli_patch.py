@@ -17,17 +17,18 @@ from hypothesis import strategies as st
 
 from tests import spec_wheel
 from tests.patch_fixtures import GEN, HAND_EDIT, SET, WORKER, hand_edit, pkg, site  # noqa: F401
-from tui import patch_service as S
 from tui.cli import Ctx, main
-from tui.cli_patch import patch, plan_lines, shorten_left
+from tui.cli.patch import patch
+from tui.services import patches as S
 from tui.state import patches as P
+from tui.state.patchtext import plan_lines, shorten_left
 
 REPO = Path(__file__).resolve().parents[1]
-# Until tui/cli.py registers the group itself; then this is a no-op.
+# Until tui/cli/ registers the group itself; then this is a no-op.
 if "patch" not in main.commands:
     main.add_command(patch)
 # The `eagle3-tui` entry point, as a real process (the group registered the same way).
-ENTRY = ("import sys; from tui.cli import main; from tui.cli_patch import patch\n"
+ENTRY = ("import sys; from tui.cli import main; from tui.cli.patch import patch\n"
          "if 'patch' not in main.commands: main.add_command(patch)\n"
          "sys.argv[0] = 'eagle3-tui'; main()")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.config import ConfigError, load_config, parse_config
+from tui.services.config import ConfigError, load_config, parse_config
 
 EXAMPLE = """
 [host]

@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # the client supports 3.10, where tomli is the same parser
     import tomli as tomllib
 
-from tui.inspect import inspect_log
+from tui.services.inspect import inspect_log
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 GOAL = 0.95

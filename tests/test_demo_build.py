@@ -1,4 +1,4 @@
-"""tui/demo.py: the tiny offline demo model, dataset and eagle3.toml, and that they run."""
+"""tui/services/demo.py: the tiny offline demo model, dataset and eagle3.toml, and that they run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.config import parse_config
-from tui.demo import MISSING_DEPS, build_demo
+from tui.services.config import parse_config
+from tui.services.demo import MISSING_DEPS, build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,7 +121,7 @@ def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
 
 
 def test_import_is_light() -> None:
-    code = ("import sys, tui.demo; heavy = [m for m in ('textual', 'rich', 'torch', 'transformers')"
+    code = ("import sys, tui.services.demo; heavy = [m for m in ('textual', 'rich', 'torch', 'transformers')"
             " if m in sys.modules]; print(heavy)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False,
                           capture_output=True, text=True, timeout=60)
@@ -131,7 +131,7 @@ def test_import_is_light() -> None:
 
 def test_missing_torch_is_one_clear_error(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['torch'] = None\n"  # makes `import torch` raise ImportError
-            "from pathlib import Path\nfrom tui.demo import build_demo, DemoError\n"
+            "from pathlib import Path\nfrom tui.services.demo import build_demo, DemoError\n"
             "try:\n    build_demo(Path(sys.argv[1]))\nexcept DemoError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], cwd=ROOT,
                           check=False, capture_output=True, text=True, timeout=60)

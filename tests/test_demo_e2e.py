@@ -17,11 +17,11 @@ import pytest
 pytest.importorskip("torch", reason="the demo needs torch (pip install 'eagle3-tui[demo]')")
 pytest.importorskip("transformers", reason="the demo needs transformers")
 
-from tui import services  # noqa: E402
-from tui.app import make_app  # noqa: E402
-from tui.config import load_config  # noqa: E402
-from tui.demo import build_demo  # noqa: E402
-from tui.screens.confirm import ConfirmScreen  # noqa: E402
+from tui.services import actions as services  # noqa: E402
+from tui.services.config import load_config  # noqa: E402
+from tui.services.demo import build_demo  # noqa: E402
+from tui.views.app import make_app  # noqa: E402
+from tui.views.screens.confirm import ConfirmScreen  # noqa: E402
 
 
 async def until(pilot: Any, cond: Callable[[], bool], timeout: float, what: str) -> None:

@@ -21,8 +21,8 @@ import pytest
 from tests import spec_wheel
 from tests.patch_fixtures import GEN, SET, WORKER
 from tests.test_demo_build import need_ml
-from tui.config import parse_config
-from tui.demo import PATCH_SET, VENV_MARKER, DemoPaths, build_demo
+from tui.services.config import parse_config
+from tui.services.demo import PATCH_SET, VENV_MARKER, DemoPaths, build_demo
 from tui.state import patches as P
 
 ROOT = Path(__file__).resolve().parent.parent

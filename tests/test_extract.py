@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         raise  # CI installs the demo extra: a missing one is a failure there
     pytest.skip(f"needs torch, transformers, safetensors ({exc})", allow_module_level=True)
 
-from tui.demo import build_demo
+from tui.services.demo import build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRACT = ROOT / "remote" / "extract.py"

@@ -28,13 +28,13 @@ import pytest
 
 from tests.sshd import Sshd
 from tests.test_cli_e2e import alive  # a live, non-zombie pid
-from tui import services
-from tui.app import make_app
-from tui.config import parse_config
-from tui.screens.confirm import ConfirmScreen
+from tui.services import actions as services
+from tui.services.config import parse_config
 from tui.transport import AgentClient, LocalLink
 from tui.transport.ssh import SshLink
-from tui.widgets.status import StatusBar
+from tui.views.app import make_app
+from tui.views.screens.confirm import ConfirmScreen
+from tui.views.widgets.status import StatusBar
 
 STUBBORN = """
 import os, signal, sys, time

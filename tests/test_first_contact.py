@@ -230,7 +230,7 @@ def test_demo_venv_sees_the_users_packages_and_its_own_speculators(
     pip in it): the demo's job interpreter imports what the user installed in *their*
     environment, and its own speculators 0.3.0 (the copy the patch screen patches)."""
     from tests import spec_wheel
-    from tui.demo import ensure_speculators_venv, job_imports_missing
+    from tui.services.demo import ensure_speculators_venv, job_imports_missing
 
     wheel = spec_wheel.wheel_path()
     for var, value in (("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", str(wheel.parent)),
@@ -268,7 +268,7 @@ def test_demo_venv_sees_the_users_packages_and_its_own_speculators(
 
 def test_demo_exits_non_zero_when_its_run_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests import spec_wheel
-    from tui.demo import build_demo
+    from tui.services.demo import build_demo
 
     wheel = spec_wheel.wheel_path()
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheel.parent),

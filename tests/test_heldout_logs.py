@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # the client supports 3.10, where tomli is the same parser
     import tomli as tomllib
 
-from tui.inspect import inspect_log
+from tui.services.inspect import inspect_log
 
 HELDOUT = Path(__file__).parent / "fixtures" / "heldout"
 

@@ -9,20 +9,20 @@ import pytest
 
 DOMAIN = [
     "tui.protocol",
-    "tui.config",
+    "tui.services.config",
     "tui.transport",
     "tui.state.model",
     "tui.state.reducer",
     "tui.state.view",
     "tui.state.logparse",
-    "tui.services",
-    "tui.inspect",
+    "tui.services.actions",
+    "tui.services.inspect",
     "tui.state.advice",
     "tui.state.patches",
-    "tui.ledger",
+    "tui.services.ledger",
     "tui.state.watch",
-    "tui.notify",
-    "tui.watch_cmd",
+    "tui.services.notify",
+    "tui.cli.watch",
 ]
 
 

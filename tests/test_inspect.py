@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.inspect import format_report, inspect_log
+from tui.services.inspect import format_report, inspect_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 KEYS = {"phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line",

@@ -1,4 +1,4 @@
-"""The run ledger (tui/ledger.py) against the real agent: real runs, real log files."""
+"""The run ledger (tui/services/ledger.py) against the real agent: real runs, real log files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tui.ledger import fetch_summaries, read_tail
+from tui.services.ledger import fetch_summaries, read_tail
 from tui.state.model import Run
 from tui.transport import AgentClient, AgentRequestError
 

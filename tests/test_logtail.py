@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tui.widgets.logtail import style_line
+from tui.views.widgets.logtail import style_line
 
 
 def test_long_lines_are_coloured_quickly_and_shown_cut() -> None:

@@ -18,9 +18,9 @@ from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from tui.screens.logviewer import LogViewerScreen
 from tui.state.logindex import LogDocument, RootCause
 from tui.transport import AgentClient
+from tui.views.screens.logviewer import LogViewerScreen
 
 N = 5000  # lines in the test log
 ERRORS = {1234: "ERROR worker.py:88] CUDA out of memory", 4321: "ValueError: bad shard index"}
@@ -76,7 +76,7 @@ class ViewerApp(App[None]):
 
 def make(client: AgentClient, log: Path, **kw: object) -> tuple[ViewerApp, LogViewerScreen]:
     # Small blocks and index spacing, so a 5000-line file crosses many boundaries.
-    from tui.screens.logviewer import agent_fetch
+    from tui.views.screens.logviewer import agent_fetch
 
     doc = LogDocument(agent_fetch(client, str(log)), block=16384, max_blocks=4, every=256, scan_chunk=32768)
     screen = LogViewerScreen(client=client, path=str(log), doc=doc, poll_s=0.05, **kw)  # type: ignore[arg-type]

@@ -23,9 +23,9 @@ from textual.widgets import DataTable
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
-from tui.app import make_app
-from tui.config import parse_config
-from tui.widgets.logtail import TailLog
+from tui.services.config import parse_config
+from tui.views.app import make_app
+from tui.views.widgets.logtail import TailLog
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
 TOTAL, WARM, MID = 10_000, 2_000, 6_000

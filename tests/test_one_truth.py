@@ -24,17 +24,17 @@ from hypothesis import strategies as st
 from tests.replay import ReplayClient, snapshot
 from tests.test_app import CFG, RUN, serve_file
 from tui import protocol as p
-from tui import services
-from tui.app import EagleApp, make_app
-from tui.config import load_config, parse_config
-from tui.screens.help import HelpScreen
-from tui.screens.logviewer import LogViewerScreen
+from tui.services import actions as services
+from tui.services.config import load_config, parse_config
 from tui.state import logparse, view
 from tui.state.model import AppState
 from tui.state.reducer import ConfigRead, CursorMoved, apply
 from tui.transport import AgentClient, LocalLink
-from tui.widgets.logtail import LogPane
-from tui.widgets.tables import RunsTable
+from tui.views.app import EagleApp, make_app
+from tui.views.screens.help import HelpScreen
+from tui.views.screens.logviewer import LogViewerScreen
+from tui.views.widgets.logtail import LogPane
+from tui.views.widgets.tables import RunsTable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXLOGS = Path(__file__).parent / "fixtures" / "logs"

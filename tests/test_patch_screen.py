@@ -17,11 +17,11 @@ from textual.widgets import DataTable, Static
 
 from tests import spec_wheel
 from tests.patch_fixtures import GEN, HAND_EDIT, PY, SET, WORKER, client, hand_edit, pkg, site  # noqa: F401
-from tui import patch_service as S
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.patches import APPLIED, RELAUNCH, PatchScreen
+from tui.services import patches as S
 from tui.state import patches as P
 from tui.transport import AgentClient, LinkLost
+from tui.views.screens.confirm import ConfirmScreen
+from tui.views.screens.patches import APPLIED, RELAUNCH, PatchScreen
 
 
 class Host(App[None]):

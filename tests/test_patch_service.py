@@ -1,4 +1,4 @@
-"""tui/patch_service.py against the REAL agent (remote/agent.py over LocalLink) and a real
+"""tui/services/patches.py against the REAL agent (remote/agent.py over LocalLink) and a real
 file tree: a temp site-packages holding the real speculators 0.3.0 wheel, found by the
 host Python (sys.executable) through PYTHONPATH."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from tests import spec_wheel
 from tests.agent_driver import AgentProc
-from tui import patch_service as S
+from tui.services import patches as S
 from tui.state import patches as P
 from tui.transport import AgentClient, LinkLost
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
-from tui.app import make_app
-from tui.config import parse_config
+from tui.services.config import parse_config
+from tui.views.app import make_app
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
 T0 = 1764460000.0  # fixed times: an ended run renders the same on every run of the test

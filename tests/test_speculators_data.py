@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from tests import spec_wheel
 from tests.spec_train_env import train_python
-from tui.demo import build_demo
+from tui.services.demo import build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRACT = ROOT / "remote" / "extract.py"
@@ -211,7 +211,7 @@ def test_real_speculators_trains_an_eagle3_drafter_on_it(extracted) -> None:
 
 def test_a_demo_run_loads_in_the_real_loader(spec_train, tmp_path: Path) -> None:
     """The demo's own eagle3.toml command, as launched: its output is training data."""
-    from tui.config import parse_config
+    from tui.services.config import parse_config
 
     data, _, _ = spec_train
     paths = build_demo(tmp_path / "demo", shards=8, layers=8, hidden=32, sequences=12,

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from tui import services
-from tui.config import load_config
-from tui.notify import Notifier, terminal_alert
+from tui.services import actions as services
+from tui.services.config import load_config
+from tui.services.notify import Notifier, terminal_alert
 from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
 from tui.state.watch import WatchConfig, WatchState
@@ -176,7 +176,7 @@ async def test_notifier_sends_the_osc_sequence_and_the_hook_json_once(tmp_path: 
 
 
 async def test_a_hook_that_hangs_or_is_missing_does_not_block(tmp_path: Path) -> None:
-    from tui.notify import run_hook
+    from tui.services.notify import run_hook
 
     t0 = time.monotonic()
     th = run_hook([sys.executable, "-c", "import time; time.sleep(60)"], {"event": "x"}, timeout=0.5)
@@ -254,8 +254,8 @@ def test_watch_cli_usage_errors(tmp_path: Path) -> None:
 
 
 async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_path: Path) -> None:
-    from tui.app import make_app
-    from tui.widgets.progress import RunProgress
+    from tui.views.app import make_app
+    from tui.views.widgets.progress import RunProgress
 
     cfg = load_config(write_config(tmp_path, "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n"))
     app = make_app(services.new_client("local", cfg, reconnect=False), cfg, "local", launch=True)

@@ -10,7 +10,7 @@ Two warnings, shown as the dashboard's banner:
   will most likely spend the whole load and then fail the same way.
 
 Past runs are condensed into ``RunSummary`` by ``summarize`` (from a run record and an
-``inspect_log`` result); ``tui/ledger.py`` fetches them from the host.
+``inspect_log`` result); ``tui/services/ledger.py`` fetches them from the host.
 
 Time estimates (all in seconds from launch; documented because the log gives no
 absolute clock the client can trust -- vLLM's timestamps carry neither year nor zone):

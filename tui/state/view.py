@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tui.format import duration, gib, size
 from tui.state import advice as advisor
+from tui.state.format import duration, gib, size
 from tui.state.model import Action, AppState, Run
 
 NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"

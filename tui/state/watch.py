@@ -41,7 +41,7 @@ _ENDED = ("exited", "killed", "failed", "lost")
 
 @dataclass(frozen=True)
 class WatchConfig:
-    """Thresholds; ``[watch]`` in eagle3.toml overrides them (see tui/config.py)."""
+    """Thresholds; ``[watch]`` in eagle3.toml overrides them (see tui/services/config.py)."""
 
     factor: float = 5.0  # × the median interval between progress steps
     stall_starting_s: float = 900.0  # floors per phase; 0 = never stalled in that phase

@@ -17,8 +17,9 @@ from .errors import (
     LinkLost,
     TransportError,
 )
+from .links import make_link
 from .local import AgentStream, Link, LocalLink
-from .targets import Target, make_link, parse_target
+from .targets import Target, parse_target
 
 
 def __getattr__(name: str) -> object:

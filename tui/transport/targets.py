@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import ConfigError
-from .local import LocalLink
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9_.%:\-]+$")
 
@@ -58,28 +56,3 @@ def parse_target(s: str) -> Target:
             raise ConfigError(f"bad port in target {text!r}: {port_text!r}")
         port = int(port_text)
     return Target("ssh", user, host, port)
-
-
-def make_link(
-    target: str,
-    *,
-    ssh_config: str | None = None,
-    accept_new_host_key: bool = False,
-    python: str | None = None,
-    runs_dir: str | None = None,
-    **ssh_options: Any,
-) -> Any:
-    """A LocalLink for "local", else an SshLink (extra keywords go to SshLink)."""
-    parsed = parse_target(target)
-    if parsed.kind == "local":
-        return LocalLink(**({"python": python} if python else {}), runs_dir=runs_dir)
-    from .ssh import SshLink  # imported here: ssh.py imports this module
-
-    return SshLink(
-        target,
-        ssh_config=ssh_config,
-        accept_new_host_key=accept_new_host_key,
-        python=python,
-        runs_dir=runs_dir,
-        **ssh_options,
-    )

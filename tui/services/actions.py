@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 from tui import protocol as p
-from tui.config import Config, ConfigError, load_config
+from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.model import AppState, Run, Settings
 from tui.state.reducer import ConfigRead, apply
@@ -154,7 +154,7 @@ def new_action_id() -> str:
 async def prune(client: AgentClient, cfg: Config, *, older_than: float | None,
                 keep: int | None, demo: bool, dry_run: bool) -> dict[str, Any]:
     """Remove ended runs (directory and record together) from the host's runs dir."""
-    from tui.demo import DEMO_ENV
+    from tui.services.demo import DEMO_ENV
 
     await configure(client, cfg)
     return await client.request("prune", older_than=older_than, keep=keep, dry_run=dry_run,
@@ -227,7 +227,7 @@ async def patch_state(client: AgentClient, cfg: Config) -> Any:
     """The patch state a run is launched with (None when no patch set is configured)."""
     if not cfg.patches.set:
         return None
-    from tui import patch_service
+    from tui.services import patches as patch_service
 
     try:
         st = await patch_service.status(client, cfg.patches.set, cfg.host.python)

@@ -25,12 +25,10 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui import ledger, notify, services
 from tui import protocol as p
-from tui.config import Config
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.help import HelpScreen
-from tui.screens.logviewer import LogViewerScreen
+from tui.services import actions as services
+from tui.services import ledger, notify
+from tui.services.config import Config
 from tui.state import logparse, view
 from tui.state.logindex import RootCause
 from tui.state.model import AppState, Run
@@ -49,12 +47,15 @@ from tui.state.reducer import (
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, LinkLost, TransportError
 from tui.transport import ConfigError as TransportConfigError
-from tui.widgets.gpus import GpuPanel
-from tui.widgets.logtail import BUSY_S, LogPane
-from tui.widgets.progress import RunProgress
-from tui.widgets.render import set_content, set_title
-from tui.widgets.status import StatusBar
-from tui.widgets.tables import ProcessTable, RunsTable
+from tui.views.screens.confirm import ConfirmScreen
+from tui.views.screens.help import HelpScreen
+from tui.views.screens.logviewer import LogViewerScreen
+from tui.views.widgets.gpus import GpuPanel
+from tui.views.widgets.logtail import BUSY_S, LogPane
+from tui.views.widgets.progress import RunProgress
+from tui.views.widgets.render import set_content, set_title
+from tui.views.widgets.status import StatusBar
+from tui.views.widgets.tables import ProcessTable, RunsTable
 
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
@@ -171,7 +172,7 @@ class EagleApp(App[None]):
         summaries = await ledger.fetch_summaries(self.client, self.state.runs)
         applied, order = None, self.state.version_order
         if self.cfg.patches.set:
-            from tui import patch_service
+            from tui.services import patches as patch_service
             from tui.state import patches as patchsets
 
             try:
@@ -413,7 +414,7 @@ class EagleApp(App[None]):
 
     def action_patches(self) -> None:
         """Open the patch screen for `[patches] set`; relaunch when it asks to."""
-        from tui.screens.patches import RELAUNCH, PatchScreen
+        from tui.views.screens.patches import RELAUNCH, PatchScreen
 
         if not self.cfg.patches.set:
             self.notify("no [patches] set in eagle3.toml", severity="warning")

@@ -1,7 +1,7 @@
 """`p`: the patch screen -- the set's versions, which one the host has, a diff preview,
 and push / rollback through a confirmation.
 
-It runs `tui.patch_service`, the same code as `eagle3-tui patch …`. After a push or
+It runs `tui.services.patches`, the same code as `eagle3-tui patch …`. After a push or
 rollback the header says what the host has now and, when `can_relaunch()` allows, offers
 `R`: the screen is then dismissed with "relaunch" (the app acts on it), else with None.
 No dialog ever opens on its own, so a key typed right after a push cannot land in one.
@@ -22,11 +22,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui import patch_service as S
-from tui.cli_patch import describe_state, plan_lines
-from tui.screens.confirm import ConfirmScreen
+from tui.services import patches as S
 from tui.state import patches as P
+from tui.state.patchtext import describe_state, plan_lines
 from tui.transport import AgentRequestError, TransportError
+from tui.views.screens.confirm import ConfirmScreen
 
 APPLIED = "●"
 RELAUNCH = "relaunch"

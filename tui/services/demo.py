@@ -27,7 +27,9 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-EXTRACT_SCRIPT = Path(__file__).resolve().parent.parent / "remote" / "extract.py"
+from tui.services.files import atomic_write
+
+EXTRACT_SCRIPT = Path(__file__).resolve().parents[2] / "remote" / "extract.py"
 MARKER = ".demo-complete"
 # The one line for a package the demo (or its job) cannot import.
 MISSING_DEPS = "the demo needs {module} in {python}: install it with: {python} -m pip install {module}"
@@ -77,15 +79,6 @@ class DemoPaths:
     python: str = ""  # the config's [host] python (the venv's, when patches are on)
     patch_set: str | None = None  # the config's [patches] set, or None
     patches_note: str | None = None  # why the demo has no patches, when they were asked for
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _toml_str(s: str) -> str:
@@ -172,12 +165,12 @@ def _write_model(model_dir: Path, spec: DemoSpec) -> None:
     weight_map: dict[str, str] = {}
     for n, group in enumerate(groups, 1):
         fname = f"model-{n:05d}-of-{spec.shards:05d}.safetensors"
-        _atomic_write(model_dir / fname, save({k: state[k] for k in group}, {"format": "pt"}))
+        atomic_write(model_dir / fname, save({k: state[k] for k in group}, {"format": "pt"}))
         weight_map.update({k: fname for k in group})
     index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
-    _atomic_write(model_dir / "model.safetensors.index.json",
+    atomic_write(model_dir / "model.safetensors.index.json",
                   (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
-    _atomic_write(model_dir / "config.json", (config.to_json_string() + "\n").encode())
+    atomic_write(model_dir / "config.json", (config.to_json_string() + "\n").encode())
 
 
 def _write_data(path: Path, spec: DemoSpec) -> None:
@@ -186,7 +179,7 @@ def _write_data(path: Path, spec: DemoSpec) -> None:
     for _ in range(spec.sequences):
         ids = [1] + [rng.randrange(3, spec.vocab) for _ in range(spec.seq_len - 1)]
         lines.append(json.dumps({"input_ids": ids}))
-    _atomic_write(path, ("\n".join(lines) + "\n").encode())
+    atomic_write(path, ("\n".join(lines) + "\n").encode())
 
 
 def build_demo(
@@ -246,10 +239,10 @@ def build_demo(
             paths = replace(paths, python=venv_python, patch_set=PATCH_SET,
                             command=demo_command(root, venv_python, spec))
     # Always rewritten: it holds this checkout's paths and this interpreter.
-    _atomic_write(paths.config,
+    atomic_write(paths.config,
                   _config_text(root, paths.python, paths.command, paths.patch_set).encode())
     if not complete:
-        _atomic_write(marker, want.encode())
+        atomic_write(marker, want.encode())
     if paths.out.exists() and _out_in_use(paths.out):
         return replace(paths, busy=True)  # never delete what a live run is writing
     if clear_out and paths.out.exists():
@@ -286,7 +279,7 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
     if not own:
         return None, f"cannot find the site-packages of {venv}"
     lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
-    _atomic_write(Path(own[0]) / PTH_NAME, lines.encode())
+    atomic_write(Path(own[0]) / PTH_NAME, lines.encode())
     # --ignore-installed: a speculators the user already has must not satisfy this, or
     # the patch screen would rewrite the user's files instead of the venv's.
     args = ["install", "--no-deps", "--quiet", "--ignore-installed", "--retries", "1",
@@ -302,7 +295,7 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
         return None, f"cannot install {SPECULATORS} ({why})"
     if not _venv_has_speculators(venv):
         return None, f"{SPECULATORS} did not land in {venv}"
-    _atomic_write(marker, want.encode())
+    atomic_write(marker, want.encode())
     return str(venv_python), None
 
 

@@ -9,9 +9,9 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tui.format import gib, num
+from tui.state.format import gib, num
 from tui.state.model import AppState, Gpu
-from tui.widgets.render import bar, sparkline
+from tui.views.widgets.render import bar, sparkline
 
 
 class GpuPanel(Static):

@@ -1,7 +1,7 @@
 """The run ledger: summaries of ended runs, read from their logs through the agent.
 
 ``fetch_summaries`` reads the tail of each ended run's log with the agent's
-``read_range`` op, analyses it with ``tui.inspect.inspect_log`` (in a worker thread,
+``read_range`` op, analyses it with ``tui.services.inspect.inspect_log`` (in a worker thread,
 so a 2 MiB log does not stall the event loop) and condenses it with
 ``tui.state.advice.summarize``. An ended run never changes, so its summary is cached
 (a log the agent reports as gone is cached as "nothing to say", a lost link is not).
@@ -14,7 +14,7 @@ import base64
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from tui.inspect import inspect_log
+from tui.services.inspect import inspect_log
 from tui.state.advice import RunSummary, summarize
 from tui.transport import AgentRequestError
 

@@ -12,10 +12,10 @@ from textual.cache import LRUCache
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from tui.format import duration, gib, num
+from tui.state.format import duration, gib, num
 from tui.state.model import AppState, Proc, Run
 from tui.state.view import run_row
-from tui.widgets.render import set_title
+from tui.views.widgets.render import set_title
 
 
 class KeyedTable(DataTable):

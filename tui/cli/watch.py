@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from tui import protocol as p
-from tui import services
-from tui.notify import Notifier
+from tui.services import actions as services
+from tui.services.notify import Notifier
 from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
 from tui.state.watch import Event, WatchState, ending
@@ -106,7 +106,7 @@ def watch(obj: Any, target: str | None, run_id: str | None, as_json: bool, alert
     Events: failed, stalled, hung, resumed, finished, killed. Exit code: 0 finished,
     1 failed, killed or lost (2 usage, 3 host unreachable).
     """
-    from tui.cli import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, fail
+    from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, fail
     from tui.transport import AgentRequestError, TransportError
     from tui.transport import ConfigError as TargetError
 

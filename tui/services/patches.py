@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import posixpath
-import tempfile
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tui.services.files import atomic_write
 from tui.state import patches as P
 
 BACKUP_SUFFIX = ".eagle3-pristine"
@@ -344,14 +343,7 @@ async def capture(client: AgentLike, set_name: str, python: str, new_version: st
 def _write_local(path: Path, text: str) -> None:
     """Atomic write of a local text file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text.encode("utf-8"))
 
 
 __all__ = ["BACKUP_SUFFIX", "PatchServiceError", "capture", "push", "rollback", "status",

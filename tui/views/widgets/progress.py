@@ -8,9 +8,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.format import duration, num
+from tui.state.format import duration, num
 from tui.state.model import AppState
-from tui.widgets.render import bar, set_content
+from tui.views.widgets.render import bar, set_content
 
 PHASE_STYLE = {
     "starting": "yellow",

@@ -34,8 +34,8 @@ from textual.widgets import Footer, Input, Static
 
 from tui.state.logindex import MATCH_MAX, Chunk, FileChanged, Line, LogDocument, RootCause
 from tui.transport import AgentRequestError, TransportError
-from tui.widgets.logtail import _ERROR as ERROR_PATTERN
-from tui.widgets.logtail import style_line
+from tui.views.widgets.logtail import _ERROR as ERROR_PATTERN
+from tui.views.widgets.logtail import style_line
 
 CONTEXT = 3  # lines shown above a search hit
 POLL_S = 0.5  # follow-mode tail poll

@@ -1,6 +1,6 @@
 """`eagle3-tui patch status|push|rollback|capture`: versioned patch sets on a host.
 
-The work is `tui.patch_service` (the same code the TUI's patch screen runs); this
+The work is `tui.services.patches` (the same code the TUI's patch screen runs); this
 module parses arguments, asks before writing, and turns every expected failure into
 one line on stderr with the CLI's exit codes (0 ok, 1 refused/failed, 2 usage/config,
 3 cannot reach the host).
@@ -10,92 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import re
-import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from tui import patch_service as S
-from tui.config import ConfigError
+from tui.cli.common import EXIT_USAGE, Ctx, fail, print_json, run_on_host
+from tui.services import patches as S
+from tui.services.config import ConfigError
 from tui.state import patches as P
+from tui.state.patchtext import STATE_WORDS, describe_state, plan_lines
 
 if TYPE_CHECKING:
-    from tui.cli import Ctx
     from tui.transport import AgentClient
 
-# tui.cli registers this group, so tui.cli is imported lazily here: a module-level
-# import would be circular when tui.cli runs as __main__ (`python -m tui.cli`).
-EXIT_USAGE = 2
-
-STATE_WORDS = {P.UNKNOWN: "unknown (edited by hand)", P.MISSING: "missing"}
-
-
-def describe_state(st: dict[str, Any]) -> str:
-    """The one-word (or short) state of a status dict: `pristine`, `v3`, `unknown (...)`."""
-    state = str(st.get("state"))
-    return STATE_WORDS.get(state, state)
-
-
-def changing_files(st: dict[str, Any], target: str) -> list[str]:
-    """Absolute paths of the files a move to `target` rewrites, from a status dict."""
-    return [f["abs_path"] for f in st["files"].values()
-            if target not in str(f.get("state", "")).split(",")]
-
-
-def shorten_left(path: str, width: int) -> str:
-    """`path` if it fits in `width` columns, else `…` and its end, cut just before a `/`
-    when that still keeps the whole file name (`…/data_generation/worker.py`)."""
-    if len(path) <= width:
-        return path
-    tail = path[len(path) - max(width - 1, 1):]
-    slash = tail.find("/")
-    if 0 <= slash < tail.rfind("/") + 1 and slash < len(tail) - 1:
-        tail = tail[slash:]
-    return "…" + tail
-
-
-LABEL = 9  # width of "files:   ", the column the values of plan_lines start at
-
-
-def plan_lines(st: dict[str, Any], target: str, title: str, host: str,
-               width: int | None = None) -> list[str]:
-    """What a push/rollback will do, for the confirmation prompt (CLI and TUI).
-
-    With `width` (the dialog's text width) no line is longer: long values wrap under
-    their value column and each file path, on its own line, is shortened from the left.
-    Without it (the CLI) paths stay whole, so they can be copied.
-    """
-    files = changing_files(st, target)
-    have = st.get("distribution_version") or "unknown version"
-    head = [f"host:    {host}",
-            f"set:     {st.get('set')} ({st.get('target')}, host has {have})",
-            f"state:   {describe_state(st)} → {target}" + (f"  {title}" if title else ""),
-            "files:   " + (f"{len(files)} to rewrite" if files else "none (already there)")]
-    if width is not None:
-        head = [wrapped for line in head
-                for wrapped in textwrap.wrap(line, width, subsequent_indent=" " * LABEL,
-                                             break_on_hyphens=False)]
-    return head + ["  " + (f if width is None else shorten_left(f, width - 2)) for f in files]
-
-
 def _fail(message: str, code: int) -> NoReturn:
-    from tui.cli import fail
-
     fail(message, code)
     raise AssertionError("unreachable")
 
 
 def _run(obj: Ctx, target: str | None, body: Any) -> Any:
-    from tui.cli import run_on_host
-
     return run_on_host(obj, target, body)
 
 
 def _print_json(obj: Any) -> None:
-    from tui.cli import print_json
-
     print_json(obj)
 
 
@@ -198,11 +137,7 @@ def _set_on_ctx(attr: str) -> Any:
             return  # not given here: keep what `eagle3-tui --config …` set
         obj = ctx.obj
         if obj is None:  # the group invoked on its own (tests); `main` normally made it
-            from tui.cli import Ctx
-
             obj = ctx.ensure_object(Ctx)
-        # ctx.obj rather than ensure_object(Ctx) first: under `python -m tui.cli` the lazily
-        # imported tui.cli is a second module, and its Ctx is not the class of ctx.obj.
         setattr(obj, attr, value)
 
     return store
@@ -322,4 +257,3 @@ def capture_cmd(obj: Ctx, name: str, target: str | None, title: str, notes: str,
         click.echo(f"  diff  {rep['diff_file']}")
 
 
-__all__ = ["changing_files", "describe_state", "patch", "plan_lines", "shorten_left"]

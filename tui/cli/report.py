@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tui.format import num, size
 from tui.state import view
+from tui.state.format import num, size
 from tui.state.model import AppState
 
 

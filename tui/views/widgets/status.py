@@ -7,10 +7,10 @@ import time
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.format import gib
+from tui.state.format import gib
 from tui.state.model import AppState
 from tui.state.view import link_text
-from tui.widgets.render import set_content
+from tui.views.widgets.render import set_content
 
 
 class StatusBar(Static):

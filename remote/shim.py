@@ -1,0 +1,165 @@
+"""The supervisor shim of one run: ``python shim.py supervise RUN_DIR``, started
+detached by ``launch.py``. It starts the run's command with its log and run marker,
+writes ``manifest.json``, reaps the run and every orphan of it, and writes
+``exit.json`` when all are gone. Standard library only; Python 3.9+."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+try:  # imported as remote.shim (tests, client) or as a top-level module (host)
+    from . import atomicfile, procfs, rundir
+except ImportError:
+    import atomicfile  # type: ignore[no-redef]
+    import procfs  # type: ignore[no-redef]
+    import rundir  # type: ignore[no-redef]
+
+RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Adopt orphaned descendants (double-forked workers) so they stay findable."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except Exception:  # no libc / no prctl: degrade to marker-only finding
+        return False
+
+
+def _marked_pids(run_id: str, skip: int) -> list[int]:
+    return [
+        pid
+        for pid in procfs.list_pids()
+        if pid != skip
+        and procfs.read_environ_var(pid, RUN_ENV) == run_id
+        and (procfs.read_stat(pid) or {}).get("state") not in (None, "Z", "X")
+    ]
+
+
+def supervise(run_dir: str) -> int:
+    """Body of ``shim.py supervise RUN_DIR``: run, record, wait, record the end."""
+    if os.fork():
+        os._exit(0)  # first stage: let launch() reap us; the child carries on
+    os.setsid()  # the shim leads its own session
+    run_dir = os.path.abspath(run_dir)
+    try:
+        req = rundir.read_json(os.path.join(run_dir, "launch.json"))
+        if not isinstance(req, dict):
+            raise RunnerError("launch.json is missing or unreadable")
+        rundir.validate(req.get("name"), req.get("argv"), req.get("cwd"), req.get("env"), None)
+        run_id = os.path.basename(run_dir)
+        subreaper = _become_subreaper()
+        # A Python-level handler (not SIG_IGN) shields the shim while exec() resets
+        # it to the default in the child; a SIG_IGN would be inherited by the run.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)
+        log = req.get("log") or os.path.join(run_dir, "output.log")
+        log = os.path.join(req["cwd"], os.path.expanduser(log))
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        env = dict(os.environ)
+        env.update(req["env"])
+        env[RUN_ENV] = run_id
+        kwargs: dict[str, Any] = {}
+        if sys.version_info >= (3, 11):
+            kwargs["process_group"] = 0
+        else:
+            kwargs["preexec_fn"] = lambda: os.setpgid(0, 0)
+        child = subprocess.Popen(
+            req["argv"],
+            cwd=req["cwd"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            **kwargs,
+        )
+        os.close(log_fd)
+    except Exception as e:  # top level of a detached process: report, never vanish
+        rundir.write_error(run_dir, str(e) or type(e).__name__)
+        return 1
+    btime = procfs.boot_time()
+    # The child is not reaped yet, so its stat is readable even if it already exited.
+    st = procfs.read_stat(child.pid) or {}
+    me = procfs.read_stat(os.getpid()) or {}
+    manifest = {
+        "run_id": run_id,
+        "name": req.get("name"),
+        "argv": req["argv"],
+        "cwd": req["cwd"],
+        "env": req["env"],
+        "host": socket.gethostname(),
+        "user": rundir.user_name(),
+        "pid": child.pid,
+        "pgid": st.get("pgid", child.pid),
+        "sid": st.get("sid", os.getsid(0)),
+        "start_ticks": st.get("start_ticks"),
+        "start_time": procfs.start_time(st, btime) if st else time.time(),
+        "shim_pid": os.getpid(),
+        "shim_start_ticks": me.get("start_ticks"),
+        "boot_time": btime,
+        "subreaper": subreaper,
+        "launched_at": req.get("launched_at"),
+        "patch_state": req.get("patch_state"),
+        "log": os.path.abspath(log),
+    }
+    atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
+    status, main_ended = None, None
+    strays: list[int] = []  # descendants still alive when the main process ended
+    while True:  # reap the child and every orphan re-parented to us
+        try:
+            pid, st_ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            status, main_ended = st_, time.time()
+            # Reaped here, not by Popen: tell Popen so it never waits on a stale pid.
+            child.returncode = os.waitstatus_to_exitcode(st_)
+        elif main_ended is not None:
+            strays.append(pid)
+    if not subreaper:  # orphans went to init: wait for them by their marker instead
+        while True:
+            left = _marked_pids(run_id, os.getpid())
+            if not left:
+                break
+            strays.extend(p for p in left if p not in strays)
+            time.sleep(1.0)
+    code = sig_name = None
+    if status is not None and os.WIFSIGNALED(status):
+        sig_name = rundir.signal_name(os.WTERMSIG(status))
+    elif status is not None:
+        code = os.WEXITSTATUS(status)
+    ended = time.time()
+    atomicfile.write_json(
+        os.path.join(run_dir, "exit.json"),
+        {
+            "exit_code": code,
+            "signal": sig_name,
+            "ended_at": ended,
+            "main_ended_at": main_ended,
+            "strays": strays,
+            "strays_outlived": bool(strays),
+        },
+    )
+    return 0
+
+
+def main(args: list[str]) -> int:
+    """Command line: ``shim.py supervise RUN_DIR`` (used by launch)."""
+    if len(args) == 2 and args[0] == "supervise":
+        return supervise(args[1])
+    sys.stderr.write("usage: shim.py supervise RUN_DIR\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

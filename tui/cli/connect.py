@@ -1,0 +1,117 @@
+"""`eagle3-tui connect` (the live dashboard) and `eagle3-tui demo` (the embedded tiny run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tui.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    Ctx,
+    fail,
+    need_terminal,
+    run_app,
+    run_on_host,
+    target_arg,
+)
+from tui.services import actions as services
+from tui.services.config import Config, ConfigError, load_config
+from tui.transport import AgentClient, TransportError
+
+
+@click.command()
+@target_arg
+@click.pass_obj
+def connect(obj: Ctx, target: str | None) -> None:
+    """Open the live dashboard."""
+    need_terminal("connect")
+    try:
+        cfg = obj.cfg
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    name = obj.target(target)
+    try:
+        client = obj.client(name, reconnect=True)
+    except TransportError as exc:  # a malformed target or SSH config
+        fail(str(exc), EXIT_USAGE)
+    def make() -> Any:
+        from tui.views.app import make_app  # Textual is imported only for the dashboard
+
+        return make_app(client, cfg, name)
+
+    run_app(make, client)
+
+
+@click.command()
+@click.option(
+    "--dir", "demo_dir", default="eagle3-demo", show_default=True, metavar="DIR",
+    help="Where to build the demo model, dataset, outputs and eagle3.toml.",
+)
+@click.option("--headless", is_flag=True,
+              help="No dashboard: print progress and the outcome; exit 0 only if the run finished.")
+@click.option("--timeout", type=float, metavar="SECONDS", help="With --headless: give up after this long.")
+@click.pass_obj
+def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None:
+    """The embedded default: a real (tiny) extraction run on this machine, in the dashboard.
+
+    Builds a random Llama-style model as 64 safetensors shards and a token dataset (no
+    downloads), launches remote/extract.py through the normal launch path on `local`,
+    and opens the dashboard on it (or, with --headless, follows it to its end).
+    Exits non-zero whenever the demo run did not finish.
+    """
+    from tui.services.demo import DemoError, build_demo, check_job
+
+    if not headless:
+        need_terminal("demo")
+    click.echo(f"preparing the demo in {demo_dir}/ (the first time takes ~10 s)…", err=True)
+    try:
+        paths = build_demo(Path(demo_dir), clear_out=True)
+        check_job(paths)
+        cfg = load_config(paths.config)
+    except (DemoError, ConfigError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    if paths.patches_note:
+        click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
+    if paths.busy:
+        click.echo("a demo run is still going: attaching to it", err=True)
+    if headless:
+        run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
+    else:
+        client = services.new_client("local", cfg, reconnect=True)
+
+        def make() -> Any:
+            from tui.views.app import make_app
+
+            return make_app(client, cfg, "local", launch=not paths.busy)
+
+        run_app(make, client)
+        runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
+        run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
+    from tui.services.headless import describe_end, succeeded
+
+    where = f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}"
+    if run is None:
+        fail(f"the demo run was never launched; {where}", EXIT_FAILED)
+    elif run.get("state") == "running":
+        fail(f"demo run {run['run_id']} is still running (watch it: eagle3-tui --config "
+             f"{paths.config} connect); {where}", EXIT_FAILED)
+    elif not succeeded(run):
+        fail(f"demo run {run['run_id']} did not finish: {describe_end(run)} "
+             f"(log: {run.get('log')}); {where}", EXIT_FAILED)
+    click.echo(f"demo run {run['run_id']} finished; {where}")
+
+
+async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
+                         timeout: float | None) -> dict[str, Any]:
+    from tui.services.headless import follow
+
+    if attach:
+        runs = await services.list_runs(client, cfg)
+        record = next(r for r in runs if r.get("state") == "running" and r.get("name") == cfg.run.name)
+    else:
+        record = await services.launch(client, cfg, await services.patch_state(client, cfg))
+    click.echo(f"launched demo run {record['run_id']} (pid {record.get('pid')}), log {record.get('log')}")
+    return await follow(client, record["run_id"], click.echo, timeout)

@@ -1,0 +1,240 @@
+"""The run commands: `status`, `runs` (list, prune), `launch`, `relaunch`, `kill`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from typing import Any
+
+import click
+
+from tui.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    OUTCOME_WAIT,
+    RUN_ID,
+    Ctx,
+    fail,
+    print_json,
+    run_on_host,
+    target_arg,
+)
+from tui.services import actions as services
+from tui.services.config import Config
+from tui.state import view
+from tui.state.model import Action, AppState
+from tui.state.reducer import ActionEnded, ActionStarted, apply
+from tui.transport import AgentClient, AgentRequestError, LinkLost
+
+
+@click.command()
+@target_arg
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@click.pass_obj
+def status(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """Print one snapshot of the host and exit."""
+    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
+    snap = {k: v for k, v in snap.items() if k != "type"}
+    if as_json:
+        print_json(snap)
+        return
+    from tui.cli.report import format_status
+
+    click.echo(format_status(snap, services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
+
+
+class _ListByDefault(click.Group):
+    """`runs [TARGET]` lists (`runs list`); `runs prune …` prunes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_ListByDefault)
+def runs() -> None:
+    """The runs on the host: list them (the default), or prune ended ones."""
+
+
+@runs.command("list")
+@target_arg
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_list(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """List the runs on the host (the run ledger)."""
+    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
+    if as_json:
+        print_json({"runs": result})
+        return
+    from tui.cli.report import format_runs
+
+    click.echo(format_runs(services.state_of(obj.cfg, result)))
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    m = DURATION.fullmatch(value.strip())
+    if not m:
+        raise click.BadParameter(f"{value!r} is not a duration like 90s, 30m, 12h, 7d or 2w")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+@runs.command("prune")
+@target_arg
+@click.option("--older-than", callback=_duration, metavar="AGE",
+              help="Only runs that ended more than AGE ago (90s, 30m, 12h, 7d, 2w).")
+@click.option("--keep", type=click.IntRange(min=0), metavar="N",
+              help="Keep the N newest ended runs (of those selected).")
+@click.option("--demo", is_flag=True, help="Only the runs `eagle3-tui demo` launched.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int | None,
+               demo: bool, dry_run: bool, as_json: bool) -> None:
+    """Remove ended runs: their directory (record, log) on the host. Never a live run."""
+    if older_than is None and keep is None and not demo:
+        fail("runs prune needs --older-than AGE, --keep N or --demo (all ended runs: --keep 0)",
+             EXIT_USAGE)
+    result = run_on_host(obj, target, lambda c: services.prune(
+        c, obj.cfg, older_than=older_than, keep=keep, demo=demo, dry_run=dry_run))
+    if as_json:
+        print_json(result)
+        return
+    verb = "would remove" if dry_run else "removed"
+    for r in result["removed"]:
+        click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
+    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept")
+
+
+@click.command()
+@target_arg
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
+    """Launch the config's [run] on the host."""
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        return await services.launch(client, obj.cfg, await services.patch_state(client, obj.cfg))
+
+    record = run_on_host(obj, target, body)
+    if as_json:
+        print_json(record)
+    else:
+        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}")
+
+
+@click.command()
+@target_arg
+@click.option("--run", "run_id", metavar="RUN_ID", help="Run to relaunch (default: the config's latest).")
+@click.option("--kill", "kill_first", is_flag=True, help="Kill the run first if it is still alive.")
+@click.option("--yes", is_flag=True, help="Do not ask before killing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool, yes: bool, as_json: bool) -> None:
+    """Launch again with the same argv, cwd and env as a previous run."""
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
+        if run_id and run is None:
+            raise ValueError(f"no run {run_id} on this host")
+        if run is not None and run.alive:
+            if not kill_first:
+                raise ValueError(
+                    f"run {run.run_id} is still running (pid {run.pid}); use --kill to kill it first"
+                )
+            if not yes and not click.confirm(f"kill run {run.run_id} first?", default=False):
+                raise ValueError("cancelled")
+            act = await _kill(client, obj.cfg, run.run_id, None)
+            if not act.done or not (act.result or {}).get("ok"):
+                raise ValueError("kill did not finish: " + view.action_text(act))
+            run = services.state_of(obj.cfg, [dict(services.run_dict(run), state="killed")]).runs[0]
+        record = await services.relaunch(
+            client, obj.cfg, services.run_dict(run) if run is not None else None,
+            await services.patch_state(client, obj.cfg), action=services.new_action_id(),
+        )
+        return record
+
+    record = run_on_host(obj, target, body)
+    if as_json:
+        print_json(record)
+    else:
+        click.echo(f"launched run {record.get('run_id')} (pid {record.get('pid')})")
+
+
+async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) -> Action:
+    """Kill through the same route as the `k` key: an action under an id, its outcome
+    through the reducer; a reply lost with the link is asked for after the reconnect."""
+    aid = services.new_action_id()
+    state = apply(AppState(), ActionStarted(aid, "kill", run_id), time.time())
+    try:
+        report = await services.kill(client, cfg, run_id, progress, action=aid)
+        event = ActionEnded(aid, True, report)
+    except LinkLost as exc:
+        click.echo(f"  link lost ({exc}); asking the host for the outcome after the reconnect", err=True)
+        rec = await services.outcome(client, aid, cfg.host.runs_dir, timeout=OUTCOME_WAIT)
+        event = ActionEnded(aid, bool(rec.get("ok")), rec.get("result"), rec.get("error"),
+                            confirmed_after_reconnect=True)
+    except AgentRequestError as exc:
+        event = ActionEnded(aid, False, None, str(exc))
+    act = apply(state, event, time.time()).action(aid)
+    assert act is not None
+    return act
+
+
+@click.command()
+@target_arg
+@click.argument("run_id", required=False)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: bool) -> None:
+    """Kill a run (default: the one the dashboard selects) and wait until its GPUs are free."""
+
+    if run_id is None and target is not None and RUN_ID.fullmatch(target):
+        target, run_id = None, target  # `kill RUN_ID`: the target comes from the config
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
+        if run is None:
+            raise ValueError(f"no run {run_id} on this host" if run_id else
+                             f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
+        if not run.alive:
+            code = run.exit_code if run.exit_code is not None else run.signal
+            return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
+                    "message": view.already_ended(run)}
+        if not yes:
+            prompt = f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, pid {run.pid})?"
+            confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
+            if not confirmed:
+                raise ValueError("cancelled")
+
+        def progress(ev: Any) -> None:
+            if not as_json:
+                click.echo(f"  {ev.stage}: {len(ev.alive)} process(es) left, {ev.elapsed:.1f} s", err=True)
+
+        act = await _kill(client, obj.cfg, run.run_id, progress)
+        report = dict(act.result or {"run_id": run.run_id, "ok": False, "error": act.error})
+        report["confirmed_after_reconnect"] = act.confirmed_after_reconnect
+        report["message"] = view.action_text(act)
+        return report
+
+    report = run_on_host(obj, target, body, reconnect=True)
+    if as_json:
+        print_json(report)
+    elif report.get("already"):
+        click.echo(f"{report['message']}; nothing to kill")
+    elif report.get("stages") is not None:
+        lines = view.describe_kill(report)
+        click.echo("\n".join([report["message"], *lines[1:]]))
+    else:
+        click.echo(report["message"])
+    if not report.get("ok") or report.get("gpus_free") is False:
+        sys.exit(EXIT_FAILED)
