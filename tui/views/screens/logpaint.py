@@ -40,10 +40,19 @@ class LogPainter(Screen[None]):
     searching: float | None
     error: str | None
 
+    def _body_size(self) -> tuple[int, int]:
+        """The body's (width, height); once the screen is closing and the body is gone (a
+        page fetch still in flight), the terminal's size, so the fetch ends quietly."""
+        try:
+            size = self.query_one("#lv-body").size
+        except NoMatches:
+            size = self.app.size
+        return size.width or self.app.size.width, size.height
+
     @property
     def rows(self) -> int:
         """Rows the body shows: the page size."""
-        return max(1, self.query_one("#lv-body").size.height or 20)
+        return max(1, self._body_size()[1] or 20)
 
     def patterns(self) -> list[re.Pattern[str]]:
         """The active filters (AND-ed); empty when every line is shown."""
@@ -102,8 +111,7 @@ class LogPainter(Screen[None]):
         return len(str(max(known))) if known else 0
 
     def _text_width(self, gutter: int) -> int:
-        body = self.query_one("#lv-body")
-        return max(1, (body.size.width or self.app.size.width) - (gutter + 1 if gutter else 0))
+        return max(1, self._body_size()[0] - (gutter + 1 if gutter else 0))
 
     def _rows_needed(self, lines: list[Line]) -> int:
         """Rows ``lines`` take on screen (counted up to one page)."""
