@@ -22,7 +22,9 @@ CPU is the process's own CPU time (utime+stime from /proc, in % of one core over
 phase), not its share of wall time, so other load on the machine changes it less; the
 local agent is counted apart from the client. The load averages before and after each
 phase are printed with its figures: on a shared machine, read the ratios to the peers
-measured in the same phase.
+measured in the same phase. The checkout's `tui/` and `remote/` are byte-compiled first,
+as an installed wheel is (PYTHONDONTWRITEBYTECODE=1 would otherwise recompile them at
+every start).
 """
 
 from __future__ import annotations
@@ -215,6 +217,12 @@ def main() -> int:
     if not shutil.which("tmux"):
         print("tmux not found", file=sys.stderr)
         return 2
+    # An installed wheel has its bytecode compiled; a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 would compile every module at each start instead.
+    import compileall
+
+    for pkg in ("tui", "remote"):
+        compileall.compile_dir(str(ROOT / pkg), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="bench-client-"))
     log = work / "run.log"
     log.write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
