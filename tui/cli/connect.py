@@ -15,24 +15,35 @@ from tui.cli.common import (
     need_terminal,
     run_app,
     run_on_host,
-    target_arg,
 )
+from tui.cli.fleet import fleet_hosts, hosts_file_opt, targets_arg
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, TransportError
 
 
 @click.command()
-@target_arg
+@targets_arg
+@hosts_file_opt
 @click.pass_obj
-def connect(obj: Ctx, target: str | None) -> None:
-    """Open the live dashboard."""
+def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
+    """Open the live dashboard; with several hosts, the fleet (enter opens a host)."""
     need_terminal("connect")
     try:
         cfg = obj.cfg
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    name = obj.target(target)
+    hosts = fleet_hosts(obj, targets, hosts_file)
+    if len(hosts) > 1:
+        try:
+            clients = {h: obj.client(h, reconnect=True) for h in hosts}
+        except TransportError as exc:  # a malformed target or SSH config
+            fail(str(exc), EXIT_USAGE)
+        from tui.views.app import make_fleet_app
+
+        run_app(make_fleet_app(clients, cfg, cfg.fleet.connect_limit))
+        return
+    name = obj.target(hosts[0] if hosts else None)
     try:
         client = obj.client(name, reconnect=True)
     except TransportError as exc:  # a malformed target or SSH config

@@ -21,6 +21,7 @@ from tui.cli.common import (
     run_on_host,
     target_arg,
 )
+from tui.cli.fleet import fleet_hosts, hosts_file_opt, runs_many, status_many, targets_arg
 from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
@@ -30,11 +31,21 @@ from tui.transport import AgentClient, AgentRequestError, LinkLost
 
 
 @click.command()
-@target_arg
+@targets_arg
+@hosts_file_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 @click.pass_obj
-def status(obj: Ctx, target: str | None, as_json: bool) -> None:
-    """Print one snapshot of the host and exit."""
+def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: bool) -> None:
+    """Print one snapshot of the host and exit.
+
+    With several hosts: one row per host (--json: a list of one object per host,
+    {"host", "ok": true, "snapshot", "summary"} or {"host", "ok": false, "error",
+    "exit"}); exit 0 when every host answered, 3 when any was unreachable."""
+    hosts = fleet_hosts(obj, targets, hosts_file)
+    if len(hosts) > 1:
+        status_many(obj, hosts, as_json)
+        return
+    target = hosts[0] if hosts else None
     snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
     snap = {k: v for k, v in snap.items() if k != "type"}
     if as_json:
@@ -60,11 +71,18 @@ def runs() -> None:
 
 
 @runs.command("list")
-@target_arg
+@targets_arg
+@hosts_file_opt
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def runs_list(obj: Ctx, target: str | None, as_json: bool) -> None:
-    """List the runs on the host (the run ledger)."""
+def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: bool) -> None:
+    """List the runs on the host (the run ledger); with several hosts, every host's
+    runs with a HOST column (exit 3 when any host was unreachable)."""
+    hosts = fleet_hosts(obj, targets, hosts_file)
+    if len(hosts) > 1:
+        runs_many(obj, hosts, as_json)
+        return
+    target = hosts[0] if hosts else None
     result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
     if as_json:
         print_json({"runs": result})

@@ -101,8 +101,19 @@ _WatchSection = make_dataclass(
     [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
       field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)],
     frozen=True, namespace={"__pydantic_config__": STRICT})
+@dataclass(frozen=True)
+class FleetConfig:
+    """Many hosts: `hosts = ["a", "b"]` at the top of the file, or `[fleet] hosts`."""
+
+    __pydantic_config__ = STRICT
+    hosts: tuple[Text, ...] = _key((), "a list of targets")
+    hosts_file: Text | None = _key(None)  # one target per line (# comments); relative to eagle3.toml
+    connect_limit: Annotated[int, Strict(), Field(ge=1, le=1024)] = _key(
+        16, "a whole number from 1 to 1024 (connections in flight at once)")
+
+
 SECTIONS: dict[str, type] = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig,
-                             "watch": _WatchSection, "notify": NotifyConfig}
+                             "watch": _WatchSection, "notify": NotifyConfig, "fleet": FleetConfig}
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,7 @@ class Config:
     path: Path | None = None
     watch: WatchConfig = field(default_factory=WatchConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     warnings: tuple[str, ...] = ()  # unknown keys, each with the closest known one
 
     @property
@@ -162,6 +174,13 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
     warnings: list[str] = []
     sections: dict[str, Any] = {}
+    if "hosts" in raw:  # `hosts = [...]` before any table: the fleet's targets
+        hosts = raw.pop("hosts")
+        if not isinstance(hosts, list):
+            raise ConfigError(f"{where}: hosts: must be a list of targets (hosts = [\"a\", \"b\"])")
+        fleet = raw.setdefault("fleet", {})
+        if isinstance(fleet, dict):
+            fleet["hosts"] = [*hosts, *fleet.get("hosts", [])]
     for name, value in raw.items():
         if name not in SECTIONS:
             warnings.append(f"{where}: " + _unknown("section", f"[{name}]", [f"[{s}]" for s in SECTIONS]))

@@ -36,14 +36,15 @@ class HelpScreen(ModalScreen[None]):
 
     @classmethod
     def for_screen(cls, screen: Any, app: Any) -> HelpScreen:
-        """The help of `screen`: the dashboard's keys on the dashboard, else the keys
-        that screen declares and the first paragraph of its docstring."""
-        dashboard = screen is app.screen_stack[0]
-        source = app if dashboard else screen
+        """The help of `screen`: the dashboard's keys (and the command palette) on a
+        host's dashboard, else the keys that screen declares and the first paragraph of
+        its docstring."""
+        dashboard = hasattr(screen, "DASHBOARD_ACTIONS")  # a host's DashboardScreen
         keys = [
             (b.key_display or b.key.split(",")[0], b.description)
-            for b in source.BINDINGS
+            for b in screen.BINDINGS
             if isinstance(b, Binding) and b.description
+            and not (dashboard and screen.check_action(b.action, ()) is False)  # esc: only from the fleet
         ]
         if dashboard:
             return cls(keys + [("ctrl+p", "Command palette")])

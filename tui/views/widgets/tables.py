@@ -53,6 +53,12 @@ class KeyedTable(DataTable):
     def on_resize(self) -> None:
         self.sync(self._all_rows)
 
+    def watch_show_vertical_scrollbar(self, shown: bool) -> None:
+        """A vertical scrollbar that comes or goes changes the width the columns fit
+        (no resize event says so): fit them again."""
+        if self._synced is not None:
+            self.call_later(self.sync, self._all_rows)
+
     def layout_for(self, rows: dict[str, tuple[Any, ...]], width: int) -> tuple[tuple[str, ...], dict[str, int]]:
         """The columns shown at `width` and the columns cut to a width (SHRINK, FLEX)."""
         keys = [k for k, _ in self.COLUMNS]

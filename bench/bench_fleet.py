@@ -1,0 +1,151 @@
+"""The fleet screen at 8, 16, 32 and 64 hosts: first full frame, client CPU, agent CPU.
+
+    python bench/bench_fleet.py [--sizes 8,16,32,64] [--seconds 30] [--sshds 2] [--limit 16]
+
+Each host is an SSH config alias (`HostName 127.0.0.1`, its own port) onto one of
+`--sshds` real OpenSSH servers on loopback (tests/sshd.py, tests/fleet_hosts.py), so
+every host is its own SSH connection and its own agent process. For each size the
+fleet app runs headless in this process (Textual's `run_test`, 160 columns, a row per
+host) with a 1 s snapshot interval and prints:
+
+1. first full frame: seconds from start until no row says "connecting" any more
+   (every host connected, configured and shown with its first snapshot);
+2. client CPU: this process's CPU time (user+sys, every thread: asyncssh, the reducer,
+   Textual's compositor) over --seconds of steady 1 Hz snapshots, in % of one core;
+3. agent CPU per host: the agents' own utime+stime from /proc over the same window,
+   summed and divided by the number of hosts (sshd's own cost is left out);
+4. growth 8 -> 64: each figure at the largest size over the smallest.
+
+The load average is printed before and after (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def agent_cpu(marker: str) -> tuple[int, float]:
+    """(processes, utime+stime seconds) of the agents whose command line holds `marker`."""
+    n, total = 0, 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        n += 1
+        total += (int(fields[11]) + int(fields[12])) / TICK
+    return n, total
+
+
+async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, seconds: float,
+                  limit: int) -> dict[str, float]:
+    from tui.services.config import parse_config
+    from tui.transport import AgentClient
+    from tui.transport.ssh import SshLink
+    from tui.views.app import make_fleet_app
+
+    cfg = parse_config("[host]\ninterval = 1.0\n")
+    clients = {
+        a: AgentClient(SshLink(a, ssh_config=ssh_config, python=sys.executable, cache_dir=str(cache),
+                               runs_dir=str(cache / "runs"), connect_timeout=30))
+        for a in aliases[:n]
+    }
+    app = make_fleet_app(clients, cfg, limit)
+    t0 = time.monotonic()
+    async with app.run_test(size=(160, n + 8)) as pilot:
+        screen = app.screen
+        while getattr(screen, "first_full_frame", None) is None:
+            if time.monotonic() - t0 > 300:
+                raise SystemExit(f"{n} hosts: no full frame within 300 s")
+            await pilot.pause(0.02)
+        first = screen.first_full_frame - t0
+        bad = [r.host for r in screen.rows if r.link != "ok"]
+        if bad:
+            raise SystemExit(f"{n} hosts: not ok: {bad}")
+        await pilot.pause(2.0)  # past the connect burst
+        marker = str(cache / "agent-")
+        _, a0 = agent_cpu(marker)
+        c0, w0 = self_cpu(), time.monotonic()
+        await pilot.pause(seconds)
+        c1, w1 = self_cpu(), time.monotonic()
+        agents, a1 = agent_cpu(marker)
+        frames = screen.frames
+        await asyncio.gather(*(c.close() for c in clients.values()))
+    wall = w1 - w0
+    return {"first": first, "client": 100 * (c1 - c0) / wall, "agent": 100 * (a1 - a0) / wall / n,
+            "agents": agents, "frames": frames}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="8,16,32,64")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--sshds", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=16, help="connections in flight at once")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    from tests.fleet_hosts import FleetHosts
+    from tests.sshd import Sshd
+
+    os.environ.pop("SSH_AUTH_SOCK", None)
+    root = Path(tempfile.mkdtemp(prefix="eagle3-fleet-bench-"))
+    servers = [Sshd(root / f"sshd{i}").start() for i in range(args.sshds)]
+    try:
+        hosts = FleetHosts(root / "fleet")
+        for i in range(max(sizes)):
+            hosts.add_sshd(servers[i % len(servers)])
+        ssh_config = hosts.write()
+        cache = root / "cache"
+        print(f"load average before: {loadavg()}  (cpus: {os.cpu_count()})")
+        print(f"{max(sizes)} aliases onto {len(servers)} sshd(s) on 127.0.0.1; {args.seconds:g} s at 1 Hz "
+              f"per size; at most {args.limit} connecting at once")
+        asyncio.run(measure(1, hosts.aliases, ssh_config, cache, 1.0, args.limit))  # uploads the agent once
+        print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'agent CPU %/host':>16}  {'frames':>6}")
+        results: dict[int, dict[str, float]] = {}
+        for n in sizes:
+            r = asyncio.run(measure(n, hosts.aliases, ssh_config, cache, args.seconds, args.limit))
+            results[n] = r
+            print(f"{n:>5}  {r['first']:>18.2f}  {r['client']:>12.1f}  {r['agent']:>16.2f}  {r['frames']:>6}",
+                  flush=True)
+        lo, hi = min(sizes), max(sizes)
+        if lo != hi:
+            a, b = results[lo], results[hi]
+            print(f"growth {lo} -> {hi} hosts (x{hi / lo:g}): first frame x{b['first'] / a['first']:.2f}, "
+                  f"client CPU x{b['client'] / max(a['client'], 1e-9):.2f}, "
+                  f"agent CPU per host x{b['agent'] / max(a['agent'], 1e-9):.2f}")
+        print(f"load average after: {loadavg()}")
+    finally:
+        for s in servers:
+            s.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The fleet: its rows (pure), the hosts file, and starting many hosts with a bound,
+against real sshds (a refusing port, an unknown host key, a silent socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.fleet_hosts import FleetHosts
+from tests.sshd import Sshd
+from tui import protocol as p
+from tui.state import fleet
+from tui.state.model import AppState
+from tui.state.reducer import apply
+from tui.transport import AgentClient, ConfigError, HostKeyUnknown, HostUnreachable
+from tui.transport.fleet import parse_hosts, read_hosts_file, start_all, unique
+from tui.transport.ssh import SshLink
+
+GiB = 2**30
+NOW = 1_764_460_000.0
+
+
+def hello() -> p.Hello:
+    return p.Hello(protocol=1, agent_version="0.1.0", agent_sha="ab" * 32, hostname="box", python="3.12",
+                   pid=1, time=NOW, gpu_source="nvml", gpu_error=None, capabilities=())
+
+
+def run(rid: str, state: str, exit_code: int | None = None, t: float = NOW - 100) -> dict[str, Any]:
+    return {"run_id": rid, "name": "x", "state": state, "argv": ["python", "x.py"], "pid": 10,
+            "launched_at": t, "ended_at": None, "exit_code": exit_code, "signal": None,
+            "patch_state": None, "external": False, "log": None}
+
+
+def snap_state(gpus: list[dict[str, Any]], runs: list[dict[str, Any]]) -> AppState:
+    st = apply(AppState(target="h"), hello(), NOW)
+    snap = p.Snapshot(seq=1, time=NOW, host={"hostname": "box"}, gpus=gpus, processes=[], runs=runs,
+                      gpu_source="nvml", gpu_error=None)
+    return apply(st, snap, NOW)
+
+
+def gpu(i: int, used: int, util: float, procs: int = 0) -> dict[str, Any]:
+    return {"index": i, "name": "H200", "mem_used": used, "mem_total": 140 * GiB, "util": util,
+            "processes": [{"pid": 100 + k, "mem": GiB} for k in range(procs)]}
+
+
+def test_row_counts_busy_gpus_memory_runs_and_failures() -> None:
+    st = snap_state(
+        [gpu(0, 70 * GiB, 97, procs=1), gpu(1, 1 * GiB, 0), gpu(2, 2 * GiB, 50)],
+        [run("20261130-010000-aaaa", "running"), run("20261130-000000-bbbb", "exited", 1, NOW - 900),
+         run("20261129-000000-cccc", "exited", 0, NOW - 9000)],
+    )
+    row = fleet.host_row("h", st, NOW)
+    assert (row.link, row.link_text) == ("ok", "ok")
+    assert (row.gpus_busy, row.gpus_total) == (2, 3)  # a process on 0, 50 % on 2; 1 is idle
+    assert row.mem_used == 73 * GiB and row.mem_total == 420 * GiB
+    assert (row.live, row.runs, row.failures) == (1, 3, 1)
+    assert row.run_text.startswith("20261130-010000-aaaa")  # the newest live run is followed
+    assert "20261130-000000-bbbb" in row.failure_text and "1" in row.failure_text
+    assert fleet.cells(row)[2:5] == ("2/3", "73.0/420.0", "1 live / 3")
+
+
+def test_link_states_before_and_after_data() -> None:
+    assert fleet.host_row("h", AppState(), NOW).link == "connecting"
+    row = fleet.host_row("h", AppState(), NOW, error="h: connection refused")
+    assert (row.link, row.link_text, row.gpus_total) == ("error", "h: connection refused", None)
+    assert fleet.cells(row)[2] == "-"
+    st = snap_state([], [])
+    assert fleet.host_row("h", st, NOW + 1).link == "ok"
+    stale = fleet.host_row("h", st, NOW + 10)  # 2 intervals + 1 s without a message
+    assert stale.link == "stale" and stale.link_text.startswith("stale for")
+    lost = apply(st, type("S", (), {"state": "reconnecting", "attempt": 2, "error": "x"})(), NOW)
+    assert fleet.host_row("h", lost, NOW).link == "lost"
+
+
+def test_sort_cycles_and_orders() -> None:
+    def row(host: str, link: str, busy: int, mem: int, live: int, failures: int) -> fleet.HostRow:
+        return fleet.HostRow(host, link, link, busy, 8, mem, 8 * GiB, live, live, "", failures, "", "")
+
+    rows = [row("b", "ok", 1, 5, 0, 0), row("a", "error", 0, 0, 0, 0), row("c", "stale", 8, 9, 2, 1)]
+    assert [r.host for r in fleet.sort_rows(rows, "host")] == ["a", "b", "c"]
+    assert [r.host for r in fleet.sort_rows(rows, "link")] == ["a", "c", "b"]
+    assert [r.host for r in fleet.sort_rows(rows, "gpus")] == ["c", "b", "a"]
+    assert [r.host for r in fleet.sort_rows(rows, "failures")] == ["c", "a", "b"]
+    key, seen = "host", []
+    for _ in fleet.SORT_KEYS:
+        seen.append(key)
+        key = fleet.next_sort(key)
+    assert key == "host" and tuple(seen) == fleet.SORT_KEYS
+    with pytest.raises(ValueError):
+        fleet.sort_rows(rows, "nope")
+
+
+def test_hosts_file(tmp_path: Path) -> None:
+    f = tmp_path / "hosts"
+    f.write_text("# the extraction nodes\nnode1\n\n  root@node2:2222  # second\nnode1\n")
+    assert unique(read_hosts_file(f)) == ["node1", "root@node2:2222"]
+    f.write_text("node1\nbad host\n")
+    with pytest.raises(ConfigError, match=r"hosts:2: bad host"):
+        read_hosts_file(f)
+    f.write_text("# nothing\n")
+    with pytest.raises(ConfigError, match="no hosts"):
+        read_hosts_file(f)
+    with pytest.raises(ConfigError, match="missing"):
+        read_hosts_file(tmp_path / "missing")
+    assert parse_hosts("a\n#b\nc") == ["a", "c"]
+
+
+class _Gated:
+    """A stand-in client (no link) that records how many starts overlap."""
+
+    active = 0
+    peak = 0
+
+    async def start(self) -> None:
+        _Gated.active += 1
+        _Gated.peak = max(_Gated.peak, _Gated.active)
+        await asyncio.sleep(0.02)
+        _Gated.active -= 1
+
+
+async def test_start_all_holds_at_most_limit_in_flight() -> None:
+    _Gated.active = _Gated.peak = 0
+    done = await start_all({f"h{i}": _Gated() for i in range(20)}, limit=3)  # type: ignore[misc]
+    assert _Gated.peak == 3 and len(done) == 20 and all(v is None for v in done.values())
+    with pytest.raises(ConfigError):
+        await start_all({}, limit=0)
+
+
+@pytest.fixture
+def fleet_hosts(sshd: Sshd, tmp_path: Path) -> Iterator[FleetHosts]:
+    other = Sshd(tmp_path / "other").start()  # its key is never trusted
+    hosts = FleetHosts(tmp_path / "fleet")
+    hosts.add_sshd(sshd, 3)
+    hosts.add_refusing()
+    hosts.add_unknown_key(other)
+    hosts.add_silent()
+    hosts.write()
+    yield hosts
+    hosts.close()
+    other.stop()
+
+
+@pytest.mark.ssh
+async def test_silent_refusing_and_unknown_key_hosts_never_delay_the_others(
+    fleet_hosts: FleetHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    timeout = 6.0
+    clients = {
+        a: AgentClient(SshLink(a, ssh_config=fleet_hosts.ssh_config, python=sys.executable,
+                               cache_dir=str(tmp_path / "cache"), connect_timeout=timeout,
+                               runs_dir=str(tmp_path / "runs")), reconnect=False)
+        for a in ["silent", *fleet_hosts.aliases[:-1]]  # the silent host first in line
+    }
+    t0 = time.monotonic()
+    settled: dict[str, float] = {}
+
+    def done(host: str, error: BaseException | None) -> None:
+        settled[host] = time.monotonic() - t0
+
+    try:
+        # Two slots: the silent host holds one for its whole timeout; the rest share the other.
+        results = await start_all(clients, limit=2, on_done=done)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients.values()))
+    assert [results[h] for h in ("h01", "h02", "h03")] == [None, None, None]
+    assert isinstance(results["refusing"], HostUnreachable)
+    assert isinstance(results["newkey"], HostKeyUnknown)
+    assert isinstance(results["silent"], HostUnreachable) and "\n" not in str(results["silent"])
+    fast = max(settled[h] for h in ("h01", "h02", "h03", "refusing", "newkey"))
+    assert fast < timeout - 1, settled  # nobody waited for the silent host
+    assert settled["silent"] >= timeout - 0.5, settled
+
+
+def test_plain_text_fleet_and_runs_across_hosts() -> None:
+    ok = snap_state([gpu(0, 70 * GiB, 97, procs=1)], [run("20261130-010000-aaaa", "running")])
+    rows = [fleet.host_row("node1", ok, NOW), fleet.host_row("node2", AppState(), NOW, error="node2: refused")]
+    text = fleet.format_table(rows).splitlines()
+    assert text[0].split() == ["HOST", "LINK", "GPUS", "MEM", "GiB", "RUNS", "RUN", "FAILURES"]
+    assert text[1].startswith("node1") and "1/1" in text[1] and "20261130-010000-aaaa running" in text[1]
+    assert text[2].startswith("node2") and "node2: refused" in text[2]
+    runs = fleet.format_runs({"node1": ok, "node2": AppState()}, NOW).splitlines()
+    assert runs[0].split()[:3] == ["HOST", "RUN", "STATE"]
+    assert len(runs) == 2 and runs[1].split()[:4] == ["*", "node1", "20261130-010000-aaaa", "running"]
+    assert fleet.format_runs({"node2": AppState()}, NOW) == "no runs"
+
+
+def test_config_hosts_list_fleet_table_and_hosts_file(tmp_path: Path) -> None:
+    from tui.cli.fleet import hosts_of
+    from tui.services.config import ConfigError as ConfigFileError
+    from tui.services.config import load_config, parse_config
+
+    cfg = parse_config('hosts = ["a", "b"]\n[fleet]\nhosts = ["c"]\nconnect_limit = 4\n')
+    assert cfg.fleet.hosts == ("a", "b", "c") and cfg.fleet.connect_limit == 4
+    (tmp_path / "nodes.txt").write_text("# nodes\nd\ne\n")
+    (tmp_path / "eagle3.toml").write_text('[fleet]\nhosts = ["a"]\nhosts_file = "nodes.txt"\n')
+    cfg = load_config(tmp_path / "eagle3.toml")
+    assert hosts_of(cfg, (), None) == ["a", "d", "e"]  # the file is relative to eagle3.toml
+    assert hosts_of(cfg, ("x", "a"), None) == ["x", "a"]  # the command line wins
+    (tmp_path / "more").write_text("y\nx\n")
+    assert hosts_of(cfg, ("x",), str(tmp_path / "more")) == ["x", "y"]
+    for bad, why in [('hosts = "a"\n', "hosts: must be a list"), ("[fleet]\nconnect_limit = 0\n", "connect_limit"),
+                     ('[fleet]\nhosts = [""]\n', "fleet.hosts")]:
+        with pytest.raises(ConfigFileError, match=why):
+            parse_config(bad)

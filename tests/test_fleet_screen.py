@@ -1,0 +1,144 @@
+"""The fleet screen and the CLI's fleet twins against real sshds: three good hosts, one
+refusing port, one unknown host key and one silent socket (accepts, never answers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.fleet_hosts import FleetHosts
+from tests.sshd import Sshd
+from tui.services.actions import new_client
+from tui.services.config import parse_config
+from tui.views.app import make_fleet_app
+from tui.views.screens.dashboard import DashboardScreen
+from tui.views.screens.fleet import FleetScreen
+
+pytestmark = pytest.mark.ssh
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 4.0  # [host] connect_timeout: how long the silent host holds its slot
+
+
+@pytest.fixture
+def fleet_hosts(sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FleetHosts]:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    other = Sshd(tmp_path / "other").start()  # its key is never trusted
+    hosts = FleetHosts(tmp_path / "fleet")
+    hosts.add_sshd(sshd, 3)
+    hosts.add_refusing()
+    hosts.add_unknown_key(other)
+    hosts.add_silent()
+    hosts.write()
+    yield hosts
+    hosts.close()
+    other.stop()
+
+
+def config_text(tmp: Path) -> str:
+    return (f'[host]\npython = "{sys.executable}"\nruns_dir = "{tmp / "runs"}"\n'
+            f"connect_timeout = {TIMEOUT}\ninterval = 0.5\n"
+            f'[run]\nname = "fleet"\ncommand = ["{sys.executable}", "-c", "import time; time.sleep(60)"]\n'
+            f'cwd = "{tmp}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n')
+
+
+async def until(pilot: Any, cond: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+async def test_fleet_rows_sort_and_enter_esc(fleet_hosts: FleetHosts, tmp_path: Path) -> None:
+    cfg = parse_config(config_text(tmp_path))
+    order = ["silent", "refusing", "newkey", "h01", "h02", "h03"]  # the silent host first in line
+    clients = {h: new_client(h, cfg, ssh_config=str(fleet_hosts.ssh_config)) for h in order}
+    app = make_fleet_app(clients, cfg, limit=2)  # the silent host holds one of two slots
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+
+        def link(host: str) -> str:
+            return next(r.link for r in screen.rows if r.host == host)
+
+        t0 = time.monotonic()
+        await until(pilot, lambda: all(link(h) == "ok" for h in ("h01", "h02", "h03")), "the good hosts")
+        assert link("silent") == "connecting" and time.monotonic() - t0 < TIMEOUT  # not held up by it
+        await until(pilot, lambda: screen.first_full_frame is not None, "every row settled")
+        rows = {r.host: r for r in screen.rows}
+        assert rows["refusing"].link == "error" and "\n" not in rows["refusing"].link_text
+        assert rows["newkey"].link == "error" and "host key" in rows["newkey"].link_text.lower()
+        assert rows["silent"].link == "error"
+        assert rows["h01"].gpus_total is not None and rows["h01"].hostname
+        assert [r.host for r in screen.rows] == sorted(order)  # by host name first
+        await pilot.press("s")  # by link: the hosts that need a look first
+        assert screen.sort_key == "link" and [r.link for r in screen.rows][:3] == ["error"] * 3
+        table = screen.query_one("#fleet")
+        # enter on a failed host says why and stays
+        table.move_cursor(row=[r.host for r in screen.rows].index("refusing"))
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert app.screen is screen
+        # enter on a good host opens its dashboard over the same feed; esc comes back
+        table.move_cursor(row=[r.host for r in screen.rows].index("h02"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "h02's dashboard")
+        dash = app.screen
+        assert dash.state.target == "h02" and dash.feed is screen.feeds["h02"]
+        seq = dash.state.seq
+        await until(pilot, lambda: dash.state.seq > seq, "a snapshot on the dashboard")
+        assert "h02" in str(dash.query_one("#status").render()) or dash.state.hostname
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen, "back to the fleet")
+        assert screen.feeds["h02"].client.connected  # esc leaves the host connected
+        await pilot.press("q")
+
+
+def e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_status_json_and_runs_across_hosts(fleet_hosts: FleetHosts, tmp_path: Path) -> None:
+    cfg = tmp_path / "eagle3.toml"
+    cfg.write_text(config_text(tmp_path))
+    pre = ["--config", str(cfg), "-F", str(fleet_hosts.ssh_config)]
+    ok = e3(*pre, "status", "--json", "h01", "h02", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    hosts = json.loads(ok.stdout)
+    assert [h["host"] for h in hosts] == ["h01", "h02"] and all(h["ok"] for h in hosts)
+    assert all("gpus" in h["snapshot"] and h["summary"]["link"] == "ok" for h in hosts)
+    bad = e3(*pre, "status", "--json", "h01", "refusing", "newkey", cwd=tmp_path)
+    assert bad.returncode == 3, bad.stderr
+    by = {h["host"]: h for h in json.loads(bad.stdout)}
+    assert by["h01"]["ok"] and not by["refusing"]["ok"] and not by["newkey"]["ok"]
+    assert by["refusing"]["exit"] == 3 and "\n" not in by["refusing"]["error"]
+    assert "host key" in by["newkey"]["error"].lower()
+    # the same through a hosts file, as a table
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("# extraction nodes\nh01\nh03  # the third\n")
+    text = e3(*pre, "status", "--hosts-file", str(hosts_file), cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("HOST") and [ln.split()[0] for ln in lines[1:]] == ["h01", "h03"]
+    launched = e3(*pre, "launch", "h01", "--json", cwd=tmp_path)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    try:
+        runs = e3(*pre, "runs", "h01", "refusing", cwd=tmp_path)
+        assert runs.returncode == 3
+        assert runs.stderr.startswith("eagle3-tui: refusing: ") and len(runs.stderr.strip().splitlines()) == 1
+        head, *rows = runs.stdout.splitlines()
+        assert head.split()[:3] == ["HOST", "RUN", "STATE"]
+        assert [r.split()[:4] for r in rows] == [["*", "h01", run_id, "running"]]
+        both = json.loads(e3(*pre, "runs", "--json", "h01", "h02", cwd=tmp_path).stdout)
+        # h01 and h02 are aliases of one machine with one runs dir: both list the run
+        assert [(h["host"], [r["run_id"] for r in h["runs"]]) for h in both] == [("h01", [run_id]), ("h02", [run_id])]
+    finally:
+        assert e3(*pre, "kill", "h01", run_id, "--yes", cwd=tmp_path).returncode == 0

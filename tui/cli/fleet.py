@@ -1,0 +1,151 @@
+"""Many hosts on the command line: which hosts, and `status` / `runs` over all of them.
+
+Hosts come from the command's TARGETs, then `--hosts-file`, else eagle3.toml's `hosts`
+(`hosts = [...]`, or `[fleet] hosts` and `hosts_file`). Every host is asked in
+parallel, at most `[fleet] connect_limit` connecting at once; each host's failure is
+its own line (stderr, or its object in `--json`). Exit: 0 when every host answered,
+3 when any was unreachable, else 2 for a host's config error, 1 for a failed request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, Ctx, fail, print_json
+from tui.services import actions as services
+from tui.services.config import Config, ConfigError
+from tui.state import fleet
+from tui.transport import AgentRequestError, TransportError
+from tui.transport import ConfigError as TargetError
+from tui.transport.fleet import read_hosts_file, unique
+
+targets_arg = click.argument("targets", nargs=-1, metavar="[TARGET]...")
+hosts_file_opt = click.option("--hosts-file", metavar="FILE",
+                              help="More targets: one per line, # comments.")
+
+
+def hosts_of(cfg: Config, targets: tuple[str, ...], hosts_file: str | None) -> list[str]:
+    """The TARGETs and `--hosts-file`, else the config's `hosts`; each host once."""
+    hosts = list(targets)
+    if hosts_file:
+        hosts += read_hosts_file(hosts_file)
+    if not hosts:
+        hosts = list(cfg.fleet.hosts)
+        if cfg.fleet.hosts_file:
+            path = Path(cfg.fleet.hosts_file).expanduser()
+            if not path.is_absolute() and cfg.path is not None:
+                path = cfg.path.parent / path
+            hosts += read_hosts_file(path)
+    return unique(hosts)
+
+
+def fleet_hosts(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> list[str]:
+    """`hosts_of` for a command: a broken config or hosts file is one line, exit 2."""
+    try:
+        return hosts_of(obj.cfg, targets, hosts_file)
+    except (ConfigError, TargetError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    raise AssertionError("unreachable")
+
+
+def exit_code(codes: list[int]) -> int:
+    """3 when any host was unreachable, else the worst other code, else 0."""
+    return EXIT_CONNECT if EXIT_CONNECT in codes else max(codes, default=0)
+
+
+async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any]]:
+    """For each host, in order: {"host", "ok": true, "snapshot" | "runs"} or
+    {"host", "ok": false, "error", "exit"}; at most `[fleet] connect_limit` in flight."""
+    cfg = obj.cfg
+    gate = asyncio.Semaphore(cfg.fleet.connect_limit)
+
+    def failed(host: str, exc: BaseException, code: int) -> dict[str, Any]:
+        return {"host": host, "ok": False, "error": str(exc) or type(exc).__name__, "exit": code}
+
+    async def one(host: str) -> dict[str, Any]:
+        try:
+            client = obj.client(host)
+        except (TransportError, ConfigError) as exc:
+            return failed(host, exc, EXIT_USAGE)
+        try:
+            async with gate:
+                await client.start()
+            if what == "runs":
+                return {"host": host, "ok": True, "runs": await services.list_runs(client, cfg)}
+            snap = await services.snapshot(client, cfg)
+            return {"host": host, "ok": True, "snapshot": {k: v for k, v in snap.items() if k != "type"}}
+        except (TargetError, ConfigError) as exc:  # e.g. the host's Python is too old
+            return failed(host, exc, EXIT_USAGE)
+        except (TransportError, OSError, asyncio.TimeoutError) as exc:
+            return failed(host, exc, EXIT_CONNECT)
+        except (AgentRequestError, ValueError) as exc:
+            return failed(host, exc, EXIT_FAILED)
+        finally:
+            await client.close()
+
+    return list(await asyncio.gather(*(one(h) for h in hosts)))
+
+
+def summarise(cfg: Config, answers: list[dict[str, Any]]) -> list[fleet.HostRow]:
+    """Each answer as the fleet screen's row (the same reducer, view and row)."""
+    now = time.time()
+    rows = []
+    for a in answers:
+        if not a["ok"]:
+            rows.append(fleet.host_row(a["host"], services.state_of(cfg, []), now, error=a["error"]))
+            continue
+        snap = a["snapshot"]
+        state = services.state_of(cfg, list(snap.get("runs") or []), snap)
+        rows.append(replace(fleet.host_row(a["host"], state, now), link="ok", link_text="ok",
+                            hostname=(snap.get("host") or {}).get("hostname")))
+    return rows
+
+
+def _ask(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any]]:
+    try:
+        obj.cfg  # noqa: B018 - a broken config is exit 2 before any host is asked
+        return asyncio.run(ask_hosts(obj, hosts, what))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    raise AssertionError("unreachable")
+
+
+def _end(answers: list[dict[str, Any]], as_json: bool) -> None:
+    if not as_json:
+        for a in answers:
+            if not a["ok"]:
+                click.echo(f"eagle3-tui: {a['host']}: {a['error']}", err=True)
+    code = exit_code([int(a.get("exit", 0)) for a in answers])
+    if code:
+        sys.exit(code)
+
+
+def status_many(obj: Ctx, hosts: list[str], as_json: bool) -> None:
+    """`status h1 h2 …`: the fleet table, or one JSON object per host with its row."""
+    answers = _ask(obj, hosts, "status")
+    rows = summarise(obj.cfg, answers)
+    if as_json:
+        print_json([dict(a, summary=r.as_dict()) for a, r in zip(answers, rows)])
+    else:
+        click.echo(fleet.format_table(rows))
+    _end(answers, as_json)
+
+
+def runs_many(obj: Ctx, hosts: list[str], as_json: bool) -> None:
+    """`runs h1 h2 …`: every host's runs with a HOST column, or one object per host."""
+    answers = _ask(obj, hosts, "runs")
+    if as_json:
+        print_json(answers)
+    else:
+        states = {a["host"]: services.state_of(obj.cfg, a["runs"]) for a in answers if a["ok"]}
+        click.echo(fleet.format_runs(states, time.time()))
+    _end(answers, as_json)

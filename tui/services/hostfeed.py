@@ -1,0 +1,172 @@
+"""One host's live feed: its agent client, its `AppState`, and the loop that folds the
+agent's events into that state through the reducer.
+
+The dashboard of one host and the fleet's row for it read the same feed: the fleet
+starts every host's feed (bounded by a semaphore) and keeps them running; `enter`
+shows a host's dashboard over the feed that is already there, and `esc` leaves it
+running. Whoever shows the state registers a listener (`listen`), called with each
+event after the state changed. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Awaitable, Callable
+
+from tui import protocol as p
+from tui.services import actions as services
+from tui.services import ledger
+from tui.services.config import Config
+from tui.state import view
+from tui.state.model import AppState
+from tui.state.reducer import ConfigRead, LedgerRead, LogFollowed, Notice, apply
+from tui.state.watch import WatchState
+from tui.transport import AgentClient, AgentRequestError, TransportError
+
+TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
+
+Listener = Callable[[Any], None]
+
+
+class HostFeed:
+    """The state of one host, kept current by `run()`."""
+
+    def __init__(self, client: AgentClient, cfg: Config, target: str, *,
+                 tail_bytes: int = TAIL_BYTES) -> None:
+        self.client = client
+        self.cfg = cfg  # this session's config; [run] is re-read from its file on l and r
+        self.target = target
+        self.tail_bytes = tail_bytes
+        self.state = apply(AppState(target=target, watch=WatchState(config=cfg.watch)),
+                           ConfigRead(services.settings_of(cfg)), time.time())
+        self.error: str | None = None  # why the first connect failed (one line)
+        self.error_exc: BaseException | None = None
+        self.started = False
+        self._listeners: list[Listener] = []
+        self._log_subs = 0  # each followed log gets a fresh subscription name
+        self._follow_lock = asyncio.Lock()
+        self._ledger_at = float("-inf")
+        self._ledger_task: asyncio.Task[None] | None = None
+
+    # ---- the one route ------------------------------------------------------------
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(event)` after each event; returns the function that stops it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def apply(self, event: Any) -> None:
+        """The reducer, then every listener."""
+        self.state = apply(self.state, event, time.time())
+        for listener in list(self._listeners):
+            listener(event)
+
+    # ---- the agent stream ---------------------------------------------------------
+    async def connect(self, gate: asyncio.Semaphore | None = None) -> None:
+        """Start the agent (holding a slot of `gate`) and configure it; raises the
+        transport's or the agent's error (also kept in `error`)."""
+        try:
+            async with gate if gate is not None else contextlib.nullcontext():
+                hello = await self.client.start()
+            self.apply(hello)
+            await services.configure(self.client, self.cfg)
+        except (TransportError, AgentRequestError, OSError) as exc:
+            self.error, self.error_exc = str(exc) or type(exc).__name__, exc
+            raise
+        self.started = True
+
+    async def follow(self, on_ready: Callable[[], Awaitable[None] | None] | None = None) -> None:
+        """After `connect`: follow the selected run's log, then fold the events in until
+        the client ends. `on_ready` runs once the first log subscription is made."""
+        for warning in self.cfg.warnings:
+            self.apply(Notice("warning", warning))
+        notice = getattr(getattr(self.client, "link", None), "notice", None)
+        if notice:  # said once, e.g. that the host has no SFTP and the agent came over exec
+            self.apply(Notice("information", notice))
+        await self.follow_log()
+        if on_ready is not None:
+            ready = on_ready()
+            if ready is not None:
+                await ready
+        async for event in self.client.events():
+            self.apply(event)
+            if isinstance(event, p.Snapshot):
+                await self.follow_log()
+                if time.monotonic() - self._ledger_at > LEDGER_EVERY:
+                    self._ledger_at = time.monotonic()
+                    self.refresh_ledger()
+
+    async def run(self, gate: asyncio.Semaphore | None = None) -> None:
+        """`connect` then `follow`; a failed connect ends here, kept in `error`."""
+        try:
+            await self.connect(gate)
+        except (TransportError, AgentRequestError, OSError):
+            return
+        await self.follow()
+
+    def reread_ledger_soon(self) -> None:
+        """Re-read past runs' summaries and the applied patch on the next snapshot."""
+        self._ledger_at = float("-inf")
+
+    def refresh_ledger(self) -> None:
+        if self._ledger_task is None or self._ledger_task.done():
+            self._ledger_task = asyncio.create_task(self._refresh_ledger())
+
+    async def _refresh_ledger(self) -> None:
+        """Summaries of ended runs (cached; one read each) and the host's applied patch."""
+        try:
+            summaries = await ledger.fetch_summaries(self.client, self.state.runs)
+        except (TransportError, AgentRequestError, ledger.LedgerError):
+            return
+        applied, order = None, self.state.version_order
+        if self.cfg.patches.set:
+            from tui.services import patches as patch_service
+            from tui.state import patches as patchsets
+
+            try:
+                st = await patch_service.status(self.client, self.cfg.patches.set, self.cfg.host.python)
+                applied = st.get("version") or st.get("state")
+                order = tuple(v.name for v in patchsets.load_set(self.cfg.patches.set).versions)
+            except Exception:  # noqa: BLE001 - advice is optional; no probe, no stale warning
+                applied = None
+        self.apply(LedgerRead(summaries, applied, tuple(order)))
+
+    async def follow_log(self) -> None:
+        """Subscribe to the selected run's log (`view.wanted_log`) when it changed.
+
+        Serialised by a lock, never cancelled half-way, so the agent's subscription and
+        `state.log` always agree; chunks of the previous log still in flight carry the
+        old subscription name and are dropped by the reducer."""
+        async with self._follow_lock:
+            path, note = view.wanted_log(self.state)
+            log = self.state.log
+            if path == log.path and (path is None or log.sub is not None) and (path is not None or log.note == note):
+                return
+            old = log.sub
+            if path is None:
+                self.apply(LogFollowed(None, None, note))
+                if old is not None:
+                    await self._request("unsubscribe", sub=old)
+                return
+            self._log_subs += 1
+            sub = f"log{self._log_subs}"
+            self.apply(LogFollowed(path, sub))
+            if old is not None:
+                await self._request("unsubscribe", sub=old)
+            ok = await self._request("subscribe", sub=sub, path=path, offset=-self.tail_bytes, inode=None)
+            if ok is None and self.state.log.sub == sub:
+                self.apply(LogFollowed(path, None, f"cannot follow {path}"))  # tried again next snapshot
+
+    async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
+        try:
+            return await self.client.request(op, **args)
+        except (AgentRequestError, TransportError) as exc:
+            self.apply(Notice("error", f"{op}: {exc}"))
+            return None
+
+    async def close(self) -> None:
+        if self._ledger_task is not None:
+            self._ledger_task.cancel()
+        await self.client.close()

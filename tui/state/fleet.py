@@ -1,0 +1,187 @@
+"""The fleet screen's rows: one line per host, built from that host's `AppState`.
+
+Pure: no I/O, no Textual. The fleet screen and `eagle3-tui status --json h1 h2 …`
+read their per-host summary from here: the link (connecting / ok / stale / lost /
+the connection's own one-line error), GPUs busy of total, GPU memory used, the live
+runs with the selected run's phase and progress, failures and stalls. `sort_rows`
+orders them by one of `SORT_KEYS` (the fleet's `s` key cycles through them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tui.state import view
+from tui.state.format import gib
+from tui.state.model import AppState, Gpu, Run
+
+BUSY_UTIL = 5.0  # % utilisation above which a GPU with no listed process counts as busy
+SORT_KEYS = ("host", "link", "gpus", "memory", "runs", "failures")
+# Link kinds in the order a "link" sort puts them: the hosts that need a look first.
+_LINK_ORDER = {"error": 0, "lost": 1, "stale": 2, "connecting": 3, "ok": 4}
+_FAILED = ("failed", "lost")
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host of the fleet. `link` is ok | connecting | stale | lost | error;
+    `link_text` says it in words (the error's one line when it is `error`)."""
+
+    host: str
+    link: str
+    link_text: str
+    gpus_busy: int | None  # None until the first snapshot
+    gpus_total: int | None
+    mem_used: int | None  # bytes of GPU memory in use, over all GPUs
+    mem_total: int | None
+    live: int  # runs alive now
+    runs: int  # runs on the host (of this config, as the dashboard shows them)
+    run_text: str  # "20261130-…-ab12 extracting 3/16" (the selected run), or ""
+    failures: int  # runs that failed (non-zero exit, did not start, lost) or whose log failed
+    failure_text: str  # the selected run's root cause, or the newest failure's state
+    stalled: str  # "stalled" | "hung" | ""
+    hostname: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as `status --json` prints it for a host."""
+        return {
+            "host": self.host, "hostname": self.hostname, "link": self.link, "link_text": self.link_text,
+            "gpus_busy": self.gpus_busy, "gpus_total": self.gpus_total, "mem_used": self.mem_used,
+            "mem_total": self.mem_total, "live": self.live, "runs": self.runs, "run": self.run_text,
+            "failures": self.failures, "failure": self.failure_text, "stalled": self.stalled,
+        }
+
+
+def gpu_busy(gpu: Gpu) -> bool:
+    """A GPU is busy when a process holds memory on it, or it computes (util > 5 %)."""
+    return bool(gpu.processes) or (gpu.util is not None and gpu.util > BUSY_UTIL)
+
+
+def link_of(state: AppState, now: float, error: str | None = None) -> tuple[str, str]:
+    """(kind, text) of the host's connection; `error` is a failed first connect."""
+    if error is not None:
+        return "error", error
+    link = state.link
+    if link.state in ("connecting", "closed") and link.last_data is None:
+        return "connecting", "connecting"
+    text, kind = view.link_text(state, now)
+    if link.state == "connected":
+        return ("stale", text) if kind == "warn" else ("ok", "ok")
+    if link.state == "failed" and link.last_data is None:
+        return "error", link.error or "connect failed"
+    return "lost", text
+
+
+def _failed(run: Run) -> bool:
+    return run.state in _FAILED or (run.state == "exited" and run.exit_code not in (0, None))
+
+
+def progress_text(state: AppState, run: Run | None) -> str:
+    """`extracting 3/16`, `loading 37/64`, or the phase alone, for the run followed."""
+    if run is None:
+        return ""
+    a = state.log.analysis if state.log.path is not None and state.log.path == view.wanted_log(state)[0] else None
+    ph = view.phase(state, run, 0.0) if a is not None or run.state == "killed" else None
+    parts = [run.run_id, ph or run.state]
+    ex = getattr(a, "extract", None)
+    shard = getattr(a, "shard", None)
+    if ph == "extracting" and ex is not None and ex.batch is not None and ex.batches:
+        parts.append(f"{ex.batch}/{ex.batches}")
+    elif ph == "loading" and shard is not None:
+        parts.append(f"{shard.done}/{shard.total}")
+    return " ".join(parts)
+
+
+def host_row(host: str, state: AppState, now: float, error: str | None = None) -> HostRow:
+    """The fleet row of one host. `error`: why its first connect failed (one line)."""
+    link, link_text = link_of(state, now, error)
+    seen = state.seq >= 0
+    runs = view.visible_runs(state)
+    run = view.select_run(state)
+    failed = [r for r in runs if _failed(r)]
+    root = getattr(state.log.analysis, "root_cause", None)
+    log_failed = run is not None and root is not None and run not in failed
+    failure_text = ""
+    if log_failed and root is not None:
+        failure_text = str(root.title)
+    elif failed:
+        last = view.newest_first(failed)[0]
+        failure_text = f"{last.run_id} {view.state_label(last)} {view.exit_label(last)}".rstrip()
+    w = state.watch
+    stalled = w.condition if w is not None and w.condition in ("stalled", "hung") else ""
+    return HostRow(
+        host=host, link=link, link_text=link_text,
+        gpus_busy=sum(1 for g in state.gpus if gpu_busy(g)) if seen else None,
+        gpus_total=len(state.gpus) if seen else None,
+        mem_used=_sum(g.mem_used for g in state.gpus) if seen else None,
+        mem_total=_sum(g.mem_total for g in state.gpus) if seen else None,
+        live=sum(1 for r in runs if r.alive), runs=len(runs),
+        run_text=progress_text(state, run) if seen else "",
+        failures=len(failed) + int(log_failed), failure_text=failure_text,
+        stalled=stalled, hostname=state.hostname,
+    )
+
+
+def _sum(values: Any) -> int | None:
+    nums = [v for v in values if isinstance(v, (int, float))]
+    return int(sum(nums)) if nums else None
+
+
+def sort_rows(rows: list[HostRow], key: str) -> list[HostRow]:
+    """Rows ordered by `key` (one of SORT_KEYS): by name ascending; link problems,
+    busy GPUs, memory, live runs and failures largest first; ties by host name."""
+    if key == "host":
+        return sorted(rows, key=lambda r: r.host)
+    if key == "link":
+        return sorted(rows, key=lambda r: (_LINK_ORDER.get(r.link, 9), r.host))
+    if key == "gpus":
+        return sorted(rows, key=lambda r: (-(r.gpus_busy or 0), -(r.gpus_total or 0), r.host))
+    if key == "memory":
+        return sorted(rows, key=lambda r: (-(r.mem_used or 0), r.host))
+    if key == "runs":
+        return sorted(rows, key=lambda r: (-r.live, -r.runs, r.host))
+    if key == "failures":
+        return sorted(rows, key=lambda r: (-r.failures, -int(bool(r.stalled)), r.host))
+    raise ValueError(f"unknown sort key {key!r}: one of {', '.join(SORT_KEYS)}")
+
+
+def next_sort(key: str) -> str:
+    return SORT_KEYS[(SORT_KEYS.index(key) + 1) % len(SORT_KEYS)]
+
+
+def cells(row: HostRow) -> tuple[str, ...]:
+    """The row as the fleet table shows it: HOST, LINK, GPUS, MEM GiB, RUNS, RUN, FAILURES."""
+    gpus = "-" if row.gpus_total is None else f"{row.gpus_busy}/{row.gpus_total}"
+    mem = "-" if row.mem_used is None else f"{gib(row.mem_used)}/{gib(row.mem_total)}"
+    runs = "-" if row.gpus_total is None else f"{row.live} live / {row.runs}"
+    fail = row.stalled.upper() if row.stalled else ""
+    if row.failures:
+        fail = ", ".join(x for x in (fail, f"{row.failures}: {row.failure_text}") if x)
+    return (row.host, view.clip(row.link_text, 60), gpus, mem, runs, row.run_text, fail)
+
+
+COLUMNS = ("HOST", "LINK", "GPUS", "MEM GiB", "RUNS", "RUN", "FAILURES")
+
+
+def format_table(rows: list[HostRow]) -> str:
+    """The fleet as plain text (`eagle3-tui status h1 h2 …`): aligned columns."""
+    table = [COLUMNS, *(cells(r) for r in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
+
+
+def format_runs(states: dict[str, AppState], now: float) -> str:
+    """Every run of every host, newest first within each host, with a HOST column
+    (`eagle3-tui runs h1 h2 …`); `*` marks each host's selected run."""
+    head = ("", "HOST", "RUN", "STATE", "PID", "DURATION", "EXIT", "PATCH", "NAME", "NOTE")
+    table: list[tuple[str, ...]] = [head]
+    for host, state in states.items():
+        chosen = view.select_run(state)
+        for r in view.run_rows(state, now, state.runs):
+            mark = "*" if chosen is not None and r.run_id == chosen.run_id else ""
+            table.append((mark, host, r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch, r.name, r.note))
+    if len(table) == 1:
+        return "no runs"
+    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)

@@ -1,0 +1,244 @@
+"""The dashboard's keys: kill, relaunch, launch, patches, the log viewer, all runs.
+
+A mixin of `DashboardScreen` (tui/views/screens/dashboard.py). Each action calls `tui.services`, the
+code the CLI subcommands run too, and lives in the state under an id until its
+outcome is known (asked again after a reconnect when the reply was lost);
+destructive ones go through `ConfirmScreen` (Cancel focused). The run an action
+applies to is `view.select_run`, the CLI's rule.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+
+from tui.services import actions as services
+from tui.state import view
+from tui.state.logindex import RootCause
+from tui.state.model import Run
+from tui.state.reducer import (
+    ActionEnded,
+    ActionStarted,
+    ActionUnconfirmed,
+    ConfigRead,
+    CursorMoved,
+    ShowAll,
+)
+from tui.transport import AgentRequestError, LinkLost, TransportError
+from tui.views.screens.confirm import ConfirmScreen
+from tui.views.screens.logviewer import LogViewerScreen
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
+
+    from tui.services.config import Config
+    from tui.services.hostfeed import HostFeed
+    from tui.state.model import AppState
+    from tui.transport import AgentClient
+
+    _Base = Screen[None]
+else:
+    _Base = object
+
+
+class DashboardActions(_Base):
+    """The keys of one host's dashboard (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what DashboardScreen provides
+        feed: HostFeed
+        attached: bool
+        cfg: Config
+
+        @property
+        def state(self) -> AppState: ...
+        @property
+        def client(self) -> AgentClient: ...
+
+        def _apply(self, event: Any) -> None: ...
+        def _run(self) -> Run | None: ...
+
+    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """True: enabled; None: shown dimmed (does not apply now); False: hidden.
+
+        Keys that would only explain why they do nothing (k on an ended run, l while a
+        kill runs) stay enabled, so the key answers with a notification."""
+        if action == "back":
+            return self.attached
+        if action in self.DASHBOARD_ACTIONS and self.app.screen is not self:
+            return False  # another screen is on top: its keys, never the dashboard's
+        if action == "patches":
+            return True if self.cfg.patches.set else None
+        if action == "open_log":
+            return True if self.state.log.path is not None else None
+        return True
+
+    def action_all_runs(self) -> None:
+        self._apply(ShowAll(not self.state.show_all))
+        self.notify("showing every run on the host" if self.state.show_all else f"showing runs of {self.cfg.run.name!r}")
+
+    def _refuse_if_busy(self) -> bool:
+        busy = self.state.busy
+        if busy is not None:
+            self.notify(f"wait: {view.action_text(busy)}", severity="warning")
+            return True
+        return False
+
+    def action_kill(self) -> None:
+        if self._refuse_if_busy():
+            return
+        run = self._run()
+        if run is None:
+            self.notify("no run to kill", severity="warning")
+            return
+        if not run.alive:
+            self.notify(view.already_ended(run) + ": nothing to kill", severity="warning")
+            return
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self._kill_worker(run.run_id, None)
+
+        self.app.push_screen(ConfirmScreen(f"Kill run {run.run_id}?", self._kill_lines(run)), decided)
+
+    def _kill_lines(self, run: Run) -> list[str]:
+        return view.kill_confirm_lines(self.state, run, self.cfg.run.graces)
+
+    def action_relaunch(self) -> None:
+        if self._refuse_if_busy() or not self._reread_config():
+            return
+        run = self._run()
+        argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
+        if run is None and not self.cfg.run.command:
+            self.notify("no run to relaunch and no [run] command in the config", severity="warning")
+            return
+        what = [f"launches: {view.clip(' '.join(argv), 70)}", f"in:       {cwd}"]
+        if run is not None and run.external:
+            what.insert(0, "An adopted run has no manifest: the config's [run] command is launched instead.")
+        if run is not None and run.alive:
+            lines = self._kill_lines(run) + ["", "It is still running: kill it first, then:", *what]
+
+            def decided(yes: bool | None) -> None:
+                if yes:
+                    self._kill_worker(run.run_id, run)
+
+            self.app.push_screen(ConfirmScreen(f"Kill and relaunch run {run.run_id}?", lines, "Kill + relaunch"), decided)
+            return
+
+        def go(yes: bool | None) -> None:
+            if yes:
+                self._launch_worker(run)
+
+        title = f"Relaunch run {run.run_id}?" if run is not None else "Launch the config's run?"
+        host = [f"host:     {self.state.hostname or self.state.target}", *what]
+        self.app.push_screen(ConfirmScreen(title, host, "Relaunch"), go)
+
+    def action_launch(self) -> None:
+        if not self._refuse_if_busy():
+            self._launch_worker(None)
+
+    def _reread_config(self) -> bool:
+        """eagle3.toml again (its [run] and [patches]); a broken file is one line in the
+        banner and nothing launches."""
+        cfg, error = services.reread_config(self.cfg)
+        self._apply(ConfigRead(services.settings_of(cfg, error)))
+        if error is None:
+            self.cfg = cfg
+        return error is None
+
+    def action_patches(self) -> None:
+        """Open the patch screen for `[patches] set`; relaunch when it asks to."""
+        from tui.views.screens.patches import RELAUNCH, PatchScreen
+
+        if not self.cfg.patches.set:
+            self.notify("no [patches] set in eagle3.toml", severity="warning")
+            return
+
+        def done(result: str | None) -> None:
+            self.feed.reread_ledger_soon()  # the applied patch, on the next snapshot
+            if result == RELAUNCH:
+                self.action_relaunch()
+
+        host = self.state.hostname or self.state.target
+        screen = PatchScreen(
+            self.client, self.cfg.patches.set, self.cfg.host.python, host,
+            can_relaunch=lambda: self._run() is not None or bool(self.cfg.run.command),
+        )
+        self.app.push_screen(screen, done)
+
+    def action_open_log(self) -> None:
+        """Full-screen viewer of the followed log: search, filter, errors, root cause."""
+        log = self.state.log
+        if log.path is None:
+            self.notify(log.note or "no log to open", severity="warning")
+            return
+        self.app.push_screen(
+            LogViewerScreen(client=self.client, path=log.path, root_cause=RootCause.from_log(log), follow=True)
+        )
+
+    def track_push(self, goal: str) -> Any:
+        """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "push", None))
+
+        def end(ok: bool, error: str | None = None, unknown: bool = False) -> None:
+            self._apply(ActionEnded(aid, ok, {"version": goal, "unknown": unknown}, error))
+
+        return end
+
+    async def _settle(self, action_id: str, call: Any) -> dict[str, Any] | None:
+        """Run an action's request; its outcome goes through the reducer. When the link
+        drops before the reply, the outcome is asked of the host after the reconnect,
+        so a kill that succeeded never ends shown as failed, nor the reverse."""
+        try:
+            result = await call
+        except LinkLost as exc:
+            self._apply(ActionUnconfirmed(action_id, str(exc)))
+            rec = await services.outcome(self.client, action_id, self.cfg.host.runs_dir)
+            result = rec.get("result") if rec.get("ok") else None
+            self._apply(ActionEnded(action_id, bool(rec.get("ok")), result, rec.get("error"),
+                                    confirmed_after_reconnect=True))
+            return result
+        except (AgentRequestError, TransportError, ValueError) as exc:
+            self._apply(ActionEnded(action_id, False, None, str(exc)))
+            return None
+        self._apply(ActionEnded(action_id, True, result))
+        return result
+
+    @work(group="action")
+    async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "kill", run_id))
+        report = await self._settle(aid, services.kill(self.client, self.cfg, run_id, action=aid))
+        if relaunch is not None and report is not None and report.get("ok"):
+            await self._launch(relaunch if not relaunch.external else None)
+
+    @work(group="action")
+    async def _launch_worker(self, run: Run | None) -> None:
+        await self._launch(run)
+
+    async def _launch(self, run: Run | None) -> None:
+        if not self._reread_config():
+            return
+        if run is None and not self.cfg.run.command:
+            self.notify("no [run] command in the config: nothing to launch", severity="warning")
+            return
+        aid = services.new_action_id()
+        self._apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))
+
+        async def call() -> dict[str, Any]:
+            ps = await services.patch_state(self.client, self.cfg)
+            if run is None:
+                return await services.launch(self.client, self.cfg, ps, action=aid)
+            return await services.relaunch(self.client, self.cfg, services.run_dict(run), ps, action=aid)
+
+        record = await self._settle(aid, call())
+        if record is None:
+            return
+        self._apply(CursorMoved(record.get("run_id")))  # the new run is the one to watch
+        try:
+            await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
+        except (AgentRequestError, TransportError):
+            pass  # the next periodic snapshot shows the run

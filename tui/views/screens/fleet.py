@@ -1,0 +1,131 @@
+"""The fleet: one row per host, its link, GPUs, memory, runs, failures and stalls.
+
+Every host has its own `HostFeed`, started here with at most `limit` connections in
+flight (one `asyncio.Semaphore`), so a slow, refusing or unknown-key host holds one
+slot and shows its own one-line error while the others fill in. `enter` opens the
+host under the cursor in its dashboard (the same feed: no second connection), `esc`
+comes back; `s` cycles the sort column. Rows come from `tui.state.fleet`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui.services.hostfeed import HostFeed
+from tui.state import fleet
+from tui.views.widgets.render import set_content
+from tui.views.widgets.tables import KeyedTable
+
+REPAINT_S = 0.1  # events of many hosts are coalesced into one repaint this soon after
+FLEET_TAIL_BYTES = 256 * 1024  # each host's log tail at first (a dashboard alone reads 4 MiB)
+LINK_STYLE = {"ok": "green", "connecting": "dim", "stale": "yellow", "lost": "bold red", "error": "red"}
+
+
+class FleetTable(KeyedTable):
+    COLUMNS = (("host", "HOST"), ("link", "LINK"), ("gpus", "GPUS"), ("mem", "MEM GiB"),
+               ("runs", "RUNS"), ("run", "RUN"), ("fail", "FAILURES / STALLS"))
+    DROP = ("mem", "runs")
+    FLEX = "link"
+    FLEX_MIN = 12
+    FLEX_WANT = 40
+    SHORT_LABELS = {"fail": "FAILURES"}
+
+    def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
+        """As KeyedTable's, and a new order alone (a sort) re-lays the rows too."""
+        if self._synced is not None and list(rows) != list(self._synced):
+            self._synced = None  # dicts compare equal in any order
+        super().sync(rows)
+
+
+class FleetScreen(Screen[None]):
+    """Every host of the fleet, one row each: enter opens its dashboard, s sorts."""
+
+    BINDINGS = [
+        Binding("enter", "open_host", "Open host"),
+        Binding("s", "sort", "Sort"),
+    ]
+
+    def __init__(self, feeds: dict[str, HostFeed], limit: int) -> None:
+        super().__init__()
+        self.feeds = feeds
+        self.limit = limit
+        self.sort_key = "host"
+        self.rows: list[fleet.HostRow] = []
+        self.first_full_frame: float | None = None  # monotonic time every row was settled
+        self.frames = 0
+        self._due = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-title")
+        yield FleetTable(id="fleet")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        gate = asyncio.Semaphore(self.limit)
+        for feed in self.feeds.values():
+            feed.listen(self._changed)
+            self.run_worker(feed.run(gate), group="feeds", exit_on_error=False)
+        self._repaint()
+        self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
+
+    def _changed(self, event: Any) -> None:
+        if not self._due:  # one repaint for a burst of events from many hosts
+            self._due = True
+            self.set_timer(REPAINT_S, self._repaint)
+
+    def _repaint(self) -> None:
+        self._due = False
+        now = time.time()
+        rows = [fleet.host_row(h, f.state, now, f.error) for h, f in self.feeds.items()]
+        self.rows = fleet.sort_rows(rows, self.sort_key)
+        table = self.query_one(FleetTable)
+        table.sync({r.host: self._cells(r) for r in self.rows})
+        counts = {k: sum(1 for r in rows if r.link == k) for k in ("ok", "stale", "lost", "error", "connecting")}
+        summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+        set_content(self.query_one("#fleet-title", Static),
+                    f" eagle3-tui fleet: {len(rows)} hosts ({summary}) · sorted by {self.sort_key} (s)")
+        self.frames += 1
+        settled = all(r.link == "error" or (r.link != "connecting" and r.gpus_total is not None) for r in rows)
+        if self.first_full_frame is None and settled:  # every host shown with its first snapshot
+            self.first_full_frame = time.monotonic()
+
+    @staticmethod
+    def _cells(row: fleet.HostRow) -> tuple[Any, ...]:
+        host, link, gpus, mem, runs, run, fail = fleet.cells(row)
+        return (host, Text(link, style=LINK_STYLE.get(row.link, "")), gpus, mem, runs, run,
+                Text(fail, style="bold red" if fail else ""))
+
+    def selected_host(self) -> str | None:
+        return self.query_one(FleetTable)._cursor_key()
+
+    def action_sort(self) -> None:
+        self.sort_key = fleet.next_sort(self.sort_key)
+        self._repaint()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """enter on the table (the focused widget takes the key before the screen)."""
+        event.stop()
+        self.action_open_host(event.row_key.value)
+
+    def action_open_host(self, host: str | None = None) -> None:
+        from tui.views.screens.dashboard import DashboardScreen
+
+        host = host or self.selected_host()
+        feed = self.feeds.get(host or "")
+        if feed is None:
+            return
+        if feed.error is not None:
+            self.notify(f"{host}: {feed.error}", severity="error")
+            return
+        if not feed.started:
+            self.notify(f"{host}: still connecting", severity="warning")
+            return
+        self.app.push_screen(DashboardScreen(feed, attached=True))
