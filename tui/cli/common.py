@@ -102,15 +102,16 @@ def need_terminal(command: str) -> None:
                  EXIT_USAGE)
 
 
-def run_app(make: Callable[[], Any], client: AgentClient) -> None:
-    """Run the dashboard `make()` builds; a fatal error ends it with its one line and
-    exit code. The client starts connecting while Textual is imported (in a thread), so
-    the agent's hello is often there before the first frame (the dashboard reports a
-    failure of this early start as its own)."""
+def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
+    """Run the app `make()` builds; a fatal error ends it with its one line and exit
+    code. `client` (one host's dashboard) starts connecting while Textual is imported
+    (in a thread), so the agent's hello is often there before the first frame (the
+    dashboard reports a failure of this early start as its own)."""
 
     async def main() -> Any:
-        early = asyncio.ensure_future(client.start())
-        early.add_done_callback(lambda f: f.cancelled() or f.exception())  # reported by the app
+        if client is not None:
+            early = asyncio.ensure_future(client.start())
+            early.add_done_callback(lambda f: f.cancelled() or f.exception())  # reported by the app
         await asyncio.to_thread(importlib.import_module, "tui.views.app")
         app = make()
         await app.run_async()

@@ -39,15 +39,19 @@ def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
             clients = {h: obj.client(h, reconnect=True) for h in hosts}
         except TransportError as exc:  # a malformed target or SSH config
             fail(str(exc), EXIT_USAGE)
-        from tui.views.app import make_fleet_app
+        def make_fleet() -> Any:
+            from tui.views.app import make_fleet_app
 
-        run_app(make_fleet_app(clients, cfg, cfg.fleet.connect_limit))
+            return make_fleet_app(clients, cfg, cfg.fleet.connect_limit)
+
+        run_app(make_fleet)  # the fleet screen paces its own connects
         return
     name = obj.target(hosts[0] if hosts else None)
     try:
         client = obj.client(name, reconnect=True)
     except TransportError as exc:  # a malformed target or SSH config
         fail(str(exc), EXIT_USAGE)
+
     def make() -> Any:
         from tui.views.app import make_app  # Textual is imported only for the dashboard
 
