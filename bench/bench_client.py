@@ -15,8 +15,9 @@ generated log, toolong (`tl`) and `tail -F` on the same file, then:
    (`L`) must count every line of the file;
 5. RSS at 20 lines/s for --rss-minutes, sampled every 10 s, growth extrapolated per hour;
 6. with --ssh, through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py): OpenSSH's own
-   `ssh HOST true` as the peer, the first full frame twice (the first connect uploads
-   the agent when this version is new to the host), then idle.
+   `ssh HOST true` as the peer, the first full frame on a one-line log as in 1. (twice:
+   the first connect uploads the agent when this version is new to the host) and on the
+   bench's grown log, then idle.
 
 CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
 phase), not its share of wall time, so other load on the machine changes it less; the
@@ -365,9 +366,18 @@ def _slope(pts: list[tuple[float, float]]) -> float:
 
 def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str, float]:
     """First frame and idle client and agent through a real OpenSSH sshd on 127.0.0.1,
-    beside OpenSSH's own `ssh HOST true` (handshake, auth, the login shell) as the peer."""
+    beside OpenSSH's own `ssh HOST true` (handshake, auth, the login shell) as the peer.
+
+    The first frame is taken as it is locally (a one-line log: the run just started),
+    twice (the first connect uploads the agent when this version is new to the host),
+    then with the bench's own log, by now ~20 MB, of which the last 4 MiB are read first."""
     from tests.sshd import Sshd
 
+    fresh = cfg.parent / "fresh"
+    fresh.mkdir(exist_ok=True)
+    (fresh / "run.log").write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
+    small = fresh / "eagle3.toml"
+    small.write_text(cfg.read_text().replace(str(cfg.parent / "run.log"), str(fresh / "run.log")))
     with Sshd() as sshd:
         ssh_true = []
         for _ in range(3):
@@ -377,18 +387,20 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             ssh_true.append(time.monotonic() - t0)
         peer = sorted(ssh_true)[1]
         print(f"`ssh {sshd.alias} true` (OpenSSH, median of 3): {peer:.2f} s wall")
-        cmd = f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} --config {shlex.quote(str(cfg))} connect {sshd.alias}"
-        last = cfg.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
-        needles = ["Runs", "GPUs", "Processes", "Log", "connected", last]
-        # The first connect uploads the agent when this version is new to the host's cache.
-        for attempt in ("first connect", "again (agent on the host)"):
-            dash = Tmux("ssh", cmd)
-            t = dash.wait(needles, 30)
-            print(f"first full frame after connect (loopback SSH, {attempt}): {fmt(t)} s wall"
-                  f" ({fmt(t / peer if t else None)}x `ssh true`), {cpu_s(dash.pid):.2f} s of the client's CPU")
-            if attempt == "first connect":
+        dash = None
+        for attempt, conf in (("first connect", small), ("again, agent on the host", small),
+                              (f"the bench's {cfg.parent.joinpath('run.log').stat().st_size / 1e6:.0f} MB log", cfg)):
+            if dash is not None:
                 dash.kill()
                 time.sleep(1)
+            cmd = (f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} "
+                   f"--config {shlex.quote(str(conf))} connect {sshd.alias}")
+            last = conf.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
+            dash = Tmux("ssh", cmd)
+            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", last], 30)
+            print(f"first full frame after connect (loopback SSH, {attempt}): {fmt(t)} s wall"
+                  f" ({fmt(t / peer if t else None)}x `ssh true`), {cpu_s(dash.pid):.2f} s of the client's CPU")
+        assert dash is not None
         try:
             p.pids["client"] = dash.pid
             agent = None
