@@ -11,15 +11,21 @@ generated log, toolong (`tl`) and `tail -F` on the same file, then:
 3. steady: 20 lines/s for --steady s;
 4. burst: 2,000 lines/s for --burst s (vLLM-style lines with tqdm redraws); during it `?`
    is pressed every few seconds and the time until the help screen is on the pane is
-   taken; at its end, how long until the last line is on the pane; then the log viewer
+   taken, then Escape and the time until it is gone; at its end, how long until the last line is on the pane; then the log viewer
    (`L`) must count every line of the file;
 5. RSS at 20 lines/s for --rss-minutes, sampled every 10 s, growth extrapolated per hour;
-6. with --ssh: idle again through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py).
+6. with --ssh, through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py): OpenSSH's own
+   `ssh HOST true` as the peer, the first full frame on a one-line log as in 1. (twice:
+   the first connect uploads the agent when this version is new to the host) and on the
+   bench's grown log, then idle.
 
 CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
 phase), not its share of wall time, so other load on the machine changes it less; the
-local agent is counted apart from the client. The machine's load is printed with the
-figures.
+local agent is counted apart from the client. The load averages before and after each
+phase are printed with its figures: on a shared machine, read the ratios to the peers
+measured in the same phase. The checkout's `tui/` and `remote/` are byte-compiled first,
+as an installed wheel is (PYTHONDONTWRITEBYTECODE=1 would otherwise recompile them at
+every start).
 """
 
 from __future__ import annotations
@@ -164,6 +170,7 @@ class Procs:
 
     def __init__(self) -> None:
         self.pids: dict[str, int] = {}
+        self.loads: list[tuple[str, str]] = []  # (before, after) of each phase
 
     def cpu(self) -> dict[str, float]:
         out = {}
@@ -175,13 +182,20 @@ class Procs:
         return out
 
     def phase(self, seconds: float, during: object = None) -> dict[str, float]:
-        """% of one core per process over `seconds` (CPU time / wall time)."""
-        c0, t0 = self.cpu(), time.monotonic()
+        """% of one core per process over `seconds` (CPU time / wall time); the load
+        averages before and after go to `self.loads`."""
+        before, c0, t0 = load(), self.cpu(), time.monotonic()
         if callable(during):
             during()
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
         c1, wall = self.cpu(), time.monotonic() - t0
+        self.loads.append((before, load()))
         return {k: 100 * (c1[k] - c0[k]) / wall for k in c0}
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages, for the record beside every phase."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def fmt(v: float | None, spec: str = "{:.2f}") -> str:
@@ -204,6 +218,12 @@ def main() -> int:
     if not shutil.which("tmux"):
         print("tmux not found", file=sys.stderr)
         return 2
+    # An installed wheel has its bytecode compiled; a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 would compile every module at each start instead.
+    import compileall
+
+    for pkg in ("tui", "remote"):
+        compileall.compile_dir(str(ROOT / pkg), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="bench-client-"))
     log = work / "run.log"
     log.write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
@@ -242,7 +262,7 @@ def main() -> int:
         procs.pids["tail -F"] = tail.pid
         time.sleep(5)  # every viewer has read the file and settled
 
-        print(f"\nmachine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; pids {procs.pids}")
+        print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         results["idle"] = procs.phase(args.idle)
         writer.rate = 20
         time.sleep(2)
@@ -251,6 +271,7 @@ def main() -> int:
         # burst
         writer.rate = 2000
         keys: list[float] = []
+        closes: list[float] = []
 
         def press_keys() -> None:
             end = time.monotonic() + args.burst - 3
@@ -260,7 +281,8 @@ def main() -> int:
                 t = dash.wait([HELP_NEEDLE], 5)
                 keys.append(t if t is not None else float("inf"))
                 dash.keys("Escape")
-                dash.wait([HELP_NEEDLE], 5, gone=True)
+                t = dash.wait([HELP_NEEDLE], 5, gone=True)
+                closes.append(t if t is not None else float("inf"))
                 time.sleep(2)
 
         results["2,000 lines/s"] = procs.phase(args.burst, press_keys)
@@ -297,24 +319,27 @@ def main() -> int:
             if not Path(f"/proc/{s.pid}").exists():
                 print(f"\n!! {s.name} exited early; its last screen:\n{s.screen()}")
             s.kill()
+    ssh_procs = Procs()
     if args.ssh:  # alone: only one agent.py from an uploaded copy runs now
-        results["idle over SSH"] = ssh_idle(cfg, args.idle, py, env)
+        results["idle over SSH"] = ssh_idle(cfg, args.idle, py, env, ssh_procs)
 
-    print(f"\nload at end {os.getloadavg()[0]:.2f}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
-    print("\nCPU, % of one core (process CPU time / wall time):\n")
-    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F |")
-    print("|---|" + "---:|" * (len(order) + 2))
-    for phase, fig in results.items():
+    print(f"\nload at end {load()}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
+    print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
+    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F | load |")
+    print("|---|" + "---:|" * (len(order) + 2) + "---|")
+    loads = procs.loads + ssh_procs.loads
+    for (phase, fig), (l0, l1) in zip(results.items(), loads):
         c, tl_, tf = fig.get("client"), fig.get("toolong"), fig.get("tail -F")
         ratio_tl = c / tl_ if c is not None and tl_ else None
         ratio_tf = c / tf if c is not None and tf else None
         print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
-              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} |")
+              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} | {l0} -> {l1} |")
     print("\nburst (2,000 lines/s):")
-    finite = sorted(k for k in keys if k != float("inf"))
-    if keys:
-        print(f"  key `?` -> help on the pane: n={len(keys)}, median {fmt(1000 * finite[len(finite) // 2] if finite else None, '{:.0f}')} ms,"
-              f" max {fmt(1000 * max(keys), '{:.0f}')} ms")
+    for what, times in (("`?` -> help on the pane", keys), ("Escape -> dashboard back", closes)):
+        finite = sorted(k for k in times if k != float("inf"))
+        if times:
+            print(f"  key {what}: n={len(times)}, median {fmt(1000 * finite[len(finite) // 2] if finite else None, '{:.0f}')} ms,"
+                  f" max {fmt(1000 * max(times), '{:.0f}')} ms")
     print(f"  pane behind the file at the burst's end: {fmt(behind)} s (until the line written after the burst is shown)")
     print(f"  log viewer counts every line ({total:,}): {'yes' if seen_all is not None else 'NO'}")
     if seen_all is None:
@@ -339,18 +364,44 @@ def _slope(pts: list[tuple[float, float]]) -> float:
     return sum((t - mx) * (v - my) for t, v in pts) / den if den else 0.0
 
 
-def ssh_idle(cfg: Path, seconds: float, py: str, env: str) -> dict[str, float]:
-    """Idle client and agent through a real OpenSSH sshd on 127.0.0.1."""
+def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str, float]:
+    """First frame and idle client and agent through a real OpenSSH sshd on 127.0.0.1,
+    beside OpenSSH's own `ssh HOST true` (handshake, auth, the login shell) as the peer.
+
+    The first frame is taken as it is locally (a one-line log: the run just started),
+    twice (the first connect uploads the agent when this version is new to the host),
+    then with the bench's own log, by now ~20 MB, of which the last 4 MiB are read first."""
     from tests.sshd import Sshd
 
+    fresh = cfg.parent / "fresh"
+    fresh.mkdir(exist_ok=True)
+    (fresh / "run.log").write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
+    small = fresh / "eagle3.toml"
+    small.write_text(cfg.read_text().replace(str(cfg.parent / "run.log"), str(fresh / "run.log")))
     with Sshd() as sshd:
-        cmd = f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} --config {shlex.quote(str(cfg))} connect {sshd.alias}"
-        dash = Tmux("ssh", cmd)
-        try:
-            last = cfg.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
+        ssh_true = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            subprocess.run(["ssh", "-F", str(sshd.ssh_config), sshd.alias, "true"], check=True,
+                           stdin=subprocess.DEVNULL, capture_output=True)
+            ssh_true.append(time.monotonic() - t0)
+        peer = sorted(ssh_true)[1]
+        print(f"`ssh {sshd.alias} true` (OpenSSH, median of 3): {peer:.2f} s wall")
+        dash = None
+        for attempt, conf in (("first connect", small), ("again, agent on the host", small),
+                              (f"the bench's {cfg.parent.joinpath('run.log').stat().st_size / 1e6:.0f} MB log", cfg)):
+            if dash is not None:
+                dash.kill()
+                time.sleep(1)
+            cmd = (f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} "
+                   f"--config {shlex.quote(str(conf))} connect {sshd.alias}")
+            last = conf.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
+            dash = Tmux("ssh", cmd)
             t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", last], 30)
-            print(f"first full frame after connect (loopback SSH): {fmt(t)} s wall, {cpu_s(dash.pid):.2f} s of the client's CPU")
-            p = Procs()
+            print(f"first full frame after connect (loopback SSH, {attempt}): {fmt(t)} s wall"
+                  f" ({fmt(t / peer if t else None)}x `ssh true`), {cpu_s(dash.pid):.2f} s of the client's CPU")
+        assert dash is not None
+        try:
             p.pids["client"] = dash.pid
             agent = None
             for _ in range(50):

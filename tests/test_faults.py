@@ -53,10 +53,12 @@ async def until(pilot: Any, cond: Callable[[], bool], timeout: float, what: str)
 
 
 class CutOnKill:
-    """asyncssh server running each command (the real agent) as a subprocess. In the
-    first session it forwards the client's kill request to the agent and then aborts
-    the connection, before any reply. The agent is left to finish (as sshd leaves it:
-    its stdin closes, it completes the kill and exits)."""
+    """asyncssh server running each command (the real agent) as a subprocess. It
+    forwards the client's first kill request to the agent and then aborts the
+    connection, before any reply. The agent is left to finish (as sshd leaves it: its
+    stdin closes, it completes the kill and exits). Sessions that start the agent are
+    counted (the client's host-Python probe execs the agent in its own session once
+    the agent is uploaded, so a command naming agent.py may be either)."""
 
     def __init__(self) -> None:
         self.sessions = 0
@@ -64,10 +66,6 @@ class CutOnKill:
         self.agents: list[asyncio.subprocess.Process] = []
 
     async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        # Other sessions (the client's probe for the host's Python) pass through untouched.
-        if "agent.py" in (process.command or ""):
-            self.sessions += 1
-        first = self.sessions == 1 and "agent.py" in (process.command or "")
         agent = await asyncio.create_subprocess_exec(
             *shlex.split(process.command or ""),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
@@ -81,7 +79,7 @@ class CutOnKill:
                 while data := await process.stdin.read(65536):
                     agent.stdin.write(data)
                     await agent.stdin.drain()
-                    if first and b'"op":"kill"' in data:
+                    if not self.cut and b'"op":"kill"' in data:
                         self.cut = True
                         dropped.set()
                         process.channel.get_connection().abort()
@@ -89,8 +87,12 @@ class CutOnKill:
             agent.stdin.close()
 
         feeder = asyncio.create_task(pump_in())
+        hello = False
         try:
             while chunk := await agent.stdout.read(65536):
+                if not hello and b'"type":"hello"' in chunk:
+                    hello = True
+                    self.sessions += 1  # a session the agent runs in
                 if dropped.is_set():
                     continue  # the link is gone: the agent's lines go nowhere
                 with contextlib.suppress(Exception):

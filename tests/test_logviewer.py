@@ -301,3 +301,17 @@ async def test_wrap_pages_by_what_is_on_screen(client: AgentClient, wide_log: Pa
         await wait_for(pilot, lambda: screen.on_screen[0].line_no == 1, "the top again")
         await pilot.press("G")
         await wait_for(pilot, lambda: drawn(body)[-1].rstrip().endswith("end-of-83"), "the end, wrapped")
+
+
+async def test_a_page_fetch_that_ends_after_leaving_is_quiet(client: AgentClient, log: Path) -> None:
+    """A page fetch still in flight when the viewer is left resumes after the screen's
+    body is gone (seen in tmux: `L` then Escape during a 2,000 lines/s burst killed the
+    dashboard with NoMatches #lv-body). Resuming one by hand must end quietly."""
+    app, screen = make(client, log)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: screen.window and screen.window[-1].text == line_text(N), "the last page")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is not screen, "back to the app")
+        await screen._refill()  # what the in-flight worker does next
+        await screen._show_from(0)
+        assert app.is_running and app._exception is None

@@ -110,6 +110,27 @@ async def test_agent_crash_at_start_is_reported(tmp_path: Path) -> None:
         await client.start()
 
 
+async def test_an_early_start_is_shared_with_later_callers(tmp_path: Path) -> None:
+    """The CLI starts connecting before the dashboard exists; the dashboard's own
+    start() gets the same agent (one process), or the same failure."""
+    client = AgentClient(LocalLink(), reconnect=False)
+    try:
+        early = asyncio.ensure_future(client.start())
+        hello = await client.start()
+        assert (await early) is hello
+        assert (await client.start()) is hello
+        assert (await client.request("snapshot"))["host"]["hostname"]
+    finally:
+        await client.close()
+    (tmp_path / "agent.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")
+    broken = AgentClient(LocalLink(agent_dir=tmp_path), reconnect=False)
+    early = asyncio.ensure_future(broken.start())
+    with pytest.raises(AgentStartFailed, match="cannot work here"):
+        await broken.start()
+    with pytest.raises(AgentStartFailed, match="cannot work here"):
+        await early
+
+
 @pytest.mark.parametrize(
     "text, target",
     [

@@ -113,6 +113,43 @@ async def test_alias_through_ssh_config_and_upload_once(
     assert third.uploads == 1 and (remote / ".complete").exists()
 
 
+class CountingLink(SshLink):
+    """SshLink that records the channel opened for each session (exec or SFTP)."""
+
+    channels: list[str]
+
+    async def _connect(self):  # type: ignore[no-untyped-def]
+        conn = await super()._connect()
+        self.channels = []
+        create = conn.create_session
+
+        async def counted(*args, **kw):  # type: ignore[no-untyped-def]
+            self.channels.append(str(kw.get("command") or kw.get("subsystem") or args[1:2]))
+            return await create(*args, **kw)
+
+        conn.create_session = counted  # type: ignore[method-assign]
+        return conn
+
+
+async def test_warm_start_is_one_exec_and_first_contact_uploads(
+    sshd: Sshd, tmp_path: Path, no_agent: None
+) -> None:
+    """Once the agent is on the host, the Python probe execs it in the same channel."""
+    channels = []
+    for _ in range(2):
+        lnk = CountingLink(sshd.alias, ssh_config=sshd.ssh_config, cache_dir=str(tmp_path / "cache"),
+                           runs_dir=str(tmp_path / "runs"))
+        client = AgentClient(lnk, reconnect=False)
+        hello = await client.start()
+        assert (await client.request("snapshot"))["host"]["hostname"]
+        await client.close()
+        assert hello.python == ".".join(map(str, sys.version_info[:3]))
+        channels.append(lnk.channels)
+    first, warm = channels
+    assert len(first) == 3 and "sftp" in first  # probe, upload, agent
+    assert len(warm) == 1 and "agent.py" in warm[0] and "python3" in warm[0]
+
+
 async def test_unknown_host_key_refused_then_accepted(
     sshd: Sshd, tmp_path: Path, agent_sock: str
 ) -> None:

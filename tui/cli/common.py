@@ -6,6 +6,7 @@ an exit code, and the global options accepted after a subcommand too."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import re
 import sys
@@ -101,9 +102,22 @@ def need_terminal(command: str) -> None:
                  EXIT_USAGE)
 
 
-def run_app(app: Any) -> None:
-    """Run the dashboard; a fatal error ends it with its one line and exit code."""
-    app.run()
+def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
+    """Run the app `make()` builds; a fatal error ends it with its one line and exit
+    code. `client` (one host's dashboard) starts connecting while Textual is imported
+    (in a thread), so the agent's hello is often there before the first frame (the
+    dashboard reports a failure of this early start as its own)."""
+
+    async def main() -> Any:
+        if client is not None:
+            early = asyncio.ensure_future(client.start())
+            early.add_done_callback(lambda f: f.cancelled() or f.exception())  # reported by the app
+        await asyncio.to_thread(importlib.import_module, "tui.views.app")
+        app = make()
+        await app.run_async()
+        return app
+
+    app = asyncio.run(main())
     if app.fatal_error:
         fail(app.fatal_error, app.return_code or EXIT_CONNECT)
 

@@ -39,18 +39,25 @@ def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
             clients = {h: obj.client(h, reconnect=True) for h in hosts}
         except TransportError as exc:  # a malformed target or SSH config
             fail(str(exc), EXIT_USAGE)
-        from tui.views.app import make_fleet_app
+        def make_fleet() -> Any:
+            from tui.views.app import make_fleet_app
 
-        run_app(make_fleet_app(clients, cfg, cfg.fleet.connect_limit))
+            return make_fleet_app(clients, cfg, cfg.fleet.connect_limit)
+
+        run_app(make_fleet)  # the fleet screen paces its own connects
         return
     name = obj.target(hosts[0] if hosts else None)
     try:
         client = obj.client(name, reconnect=True)
     except TransportError as exc:  # a malformed target or SSH config
         fail(str(exc), EXIT_USAGE)
-    from tui.views.app import make_app  # Textual is imported only for the dashboard
 
-    run_app(make_app(client, cfg, name))
+    def make() -> Any:
+        from tui.views.app import make_app  # Textual is imported only for the dashboard
+
+        return make_app(client, cfg, name)
+
+    run_app(make, client)
 
 
 @click.command()
@@ -89,10 +96,14 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     if headless:
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:
-        from tui.views.app import make_app
+        client = services.new_client("local", cfg, reconnect=True)
 
-        run_app(make_app(services.new_client("local", cfg, reconnect=True), cfg, "local",
-                         launch=not paths.busy))
+        def make() -> Any:
+            from tui.views.app import make_app
+
+            return make_app(client, cfg, "local", launch=not paths.busy)
+
+        run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
         run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
     from tui.services.headless import describe_end, succeeded

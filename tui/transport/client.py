@@ -108,13 +108,23 @@ class AgentClient:
         self._subs: dict[str, _Sub] = {}
         self._configure: dict[str, Any] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[Hello] | None = None
         self._closed = False
         self._last_good = 0.0
 
     # -- public -------------------------------------------------------------------
 
     async def start(self) -> Hello:
-        """Connect and wait for the agent's hello. The first failure is raised, not retried."""
+        """Connect and wait for the agent's hello. The first failure is raised, not retried.
+
+        Calls after the first share its outcome, so a caller may start connecting early
+        (the CLI, while Textual loads) and the dashboard's own call picks up the result.
+        """
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        return await self._starting
+
+    async def _start(self) -> Hello:
         self._set_status("connecting")
         try:
             stream, hello = await self._open()
@@ -175,6 +185,8 @@ class AgentClient:
         if self._closed:
             return
         self._closed = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()  # closed while still connecting
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

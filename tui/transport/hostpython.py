@@ -1,9 +1,12 @@
 """Finding a host Python the agent can run on, and the exec-channel upload.
 
-The agent needs Python >= 3.9. One command on the host asks every candidate for its
-version (`[host] python` when set; else `python3`, then `python3.X` from the newest
-down to 3.9) and the first that is new enough wins. When none is, the user gets one
-line naming what was found and the setting that fixes it.
+The agent needs Python >= 3.9. One command on the host (`start_command`) asks the
+candidates for their versions in order (`[host] python` when set; else `python3`, then
+`python3.X` from the newest down to 3.9) until one is new enough, and when the agent of
+this content hash is already uploaded, execs it on that interpreter at once: a warm
+start is one round trip. Otherwise it prints what it found and the client uploads,
+then starts the agent. When no candidate is new enough, the user gets one line naming
+what was found and the setting that fixes it.
 
 Hosts without an SFTP subsystem (hardened sshd, dropbear, many containers) get the
 agent files over an exec channel instead: `UPLOAD` reads them as JSON on stdin,
@@ -39,28 +42,50 @@ class Found:
         return ".".join(map(str, self.version))
 
 
-def probe_command(python: str | None) -> str:
-    """The one shell line that asks the candidates for their versions."""
-    if python:
-        return shlex.join([python, "-c", PROBE])
-    names = " ".join(CANDIDATES)
-    script = f'for p in {names}; do v=$("$p" -c {shlex.quote(PROBE)} 2>/dev/null) && echo "$p $v"; done; true'
+# A shell `case` pattern for an answer from a version >= MIN_VERSION (3.9 … 3.99, 4+),
+# so the host's shell stops at the first good candidate.
+assert MIN_VERSION[0] == 3 and MIN_VERSION[1] < 10
+NEW_ENOUGH = f"3.[{MIN_VERSION[1]}-9].*|3.[1-9][0-9].*|[4-9].*"
+STARTED = "EAGLE3-TUI-AGENT-STARTS"  # the agent's own output follows this line
+PROBED = "EAGLE3-TUI-PROBED"  # the probe ended without starting the agent
+
+
+def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
+    """One shell line: find the interpreter; exec `rdir/agent.py` on it if uploaded.
+
+    Prints `NAME<TAB>VERSION EXECUTABLE` for each candidate that answered, then
+    either STARTED and the agent's own output, or PROBED.
+    """
+    names = " ".join(shlex.quote(n) for n in ((python,) if python else CANDIDATES))
+    agent = shlex.join(["-u", f"{rdir}/agent.py", *agent_args])
+    script = (
+        f'for p in {names}; do '
+        f'v=$("$p" -c {shlex.quote(PROBE)} 2>/dev/null) || continue; '
+        r'printf "%s\t%s\n" "$p" "$v"; '
+        f'case "$v" in {NEW_ENOUGH}) ;; *) continue ;; esac; '
+        f'if [ -f {shlex.quote(rdir + "/.complete")} ]; then echo {STARTED}; exec "${{v#* }}" {agent}; fi; '
+        f'break; done; echo {PROBED}'
+    )
     # Through sh: the login shell may be fish or csh, which read loops differently.
     return shlex.join(["sh", "-c", script])
 
 
 def parse_probe(output: str, python: str | None) -> list[Found]:
+    """Candidates from `start_command`'s lines, or `python`'s bare answer to PROBE."""
     found = []
     for line in output.splitlines():
-        parts = line.split(" ", 2) if not python else [python, *line.split(" ", 1)]
-        if len(parts) != 3:
-            continue
+        name, tab, answer = line.partition("\t")
+        if not tab:
+            if not python:
+                continue  # noise from the login's shell rc
+            name, answer = python, line
+        dotted, _, path = answer.strip().partition(" ")
         try:
-            version = tuple(int(x) for x in parts[1].split("."))
+            version = tuple(int(x) for x in dotted.split("."))
         except ValueError:
             continue
-        if len(version) == 3:
-            found.append(Found(parts[0], version, parts[2].strip()))  # type: ignore[arg-type]
+        if len(version) == 3 and path:
+            found.append(Found(name, version, path))  # type: ignore[arg-type]
     return found
 
 
@@ -82,8 +107,6 @@ def choose(found: list[Found], python: str | None, where: str) -> Found:
 def _raise(message: str) -> Found:
     raise HostPythonError(message)
 
-
-IS_FILE = "import os, sys; sys.exit(0 if os.path.isfile(sys.argv[1]) else 1)"
 
 UPLOAD = r"""
 import base64, hashlib, json, os, sys

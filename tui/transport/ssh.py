@@ -221,30 +221,49 @@ class SshLink:
 
     # -- host Python, agent upload and start ------------------------------------
 
-    async def _find_python(self, conn: asyncssh.SSHClientConnection) -> hostpython.Found:
-        """The host interpreter for the agent (one exec; remembered across reconnects)."""
+    async def _probe_or_start(
+        self, conn: asyncssh.SSHClientConnection, rdir: str, args: list[str]
+    ) -> tuple[hostpython.Found, asyncssh.SSHClientProcess[bytes] | None]:
+        """One exec: the host's interpreter, and the agent already running on it when
+        `rdir` holds a complete upload (else None: upload, then start it)."""
+        asked = self.found.path if self.found else self.python
+        proc = await conn.create_process(hostpython.start_command(asked, rdir, args), encoding=None)
+        lines: list[str] = []
+
+        async def until_marker() -> bool:
+            while raw := await proc.stdout.readline():
+                line = raw.decode(errors="replace").rstrip("\n")
+                if line in (hostpython.STARTED, hostpython.PROBED):
+                    return line == hostpython.STARTED
+                lines.append(line)
+            return False  # the shell ended early: what it printed is all there is
+
+        try:
+            started = await asyncio.wait_for(until_marker(), self.connect_timeout)
+        except asyncio.TimeoutError:
+            proc.close()
+            raise AgentStartFailed(
+                f"the host Python probe on {self._where} did not answer within {self.connect_timeout:g} s"
+            ) from None
         if self.found is None:
             try:
-                res = await conn.run(hostpython.probe_command(self.python), check=False,
-                                     timeout=self.connect_timeout)
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-                raise AgentStartFailed(f"cannot run a command on {self._where}: {exc}") from None
-            found = hostpython.parse_probe(str(res.stdout or ""), self.python)
-            self.found = hostpython.choose(found, self.python, self._where)
-        return self.found
+                self.found = hostpython.choose(
+                    hostpython.parse_probe("\n".join(lines), self.python), self.python, self._where)
+            except hostpython.HostPythonError:
+                proc.close()
+                raise
+        if not started:
+            proc.close()
+        return self.found, proc if started else None
 
-    async def _upload(self, conn: asyncssh.SSHClientConnection, python: str) -> str:
-        """Put the agent files in `<cache_dir>/agent-<sha12>` unless already there.
+    async def _upload(self, conn: asyncssh.SSHClientConnection, python: str,
+                      files: dict[str, bytes], sha: str, rdir: str) -> None:
+        """Put the agent files in `rdir` (`<cache_dir>/agent-<sha12>`), `.complete` last.
 
         SFTP first; a host that refuses the SFTP subsystem gets them over an exec channel.
         """
-        files = agent_files(self.agent_dir)
-        sha = agent_sha(files)
-        rdir = f"{self.cache_dir}/agent-{sha[:12]}"
         try:
             async with conn.start_sftp_client() as sftp:
-                if await sftp.exists(f"{rdir}/.complete"):
-                    return rdir
                 await sftp.makedirs(rdir, exist_ok=True)
                 for fname, data in files.items():
                     async with sftp.open(f"{rdir}/{fname}", "wb") as f:
@@ -255,17 +274,12 @@ class SshLink:
         except asyncssh.ChannelOpenError as exc:
             sftp_error = exc.reason or str(exc)
             self.notice = f"SFTP unavailable on {self._where} ({sftp_error}); agent sent over exec"
-            done = await conn.run(shlex.join([python, "-c", hostpython.IS_FILE, f"{rdir}/.complete"]),
-                                  check=False, timeout=self.connect_timeout)
-            if done.exit_status == 0:
-                return rdir
             await self._upload_exec(conn, python, files, sha, rdir, sftp_error)
         except (OSError, asyncssh.Error) as exc:
             raise AgentStartFailed(
                 f"cannot upload the agent to {self._where}:{rdir}: {exc}"
             ) from None
         self.uploads += 1
-        return rdir
 
     async def _upload_exec(self, conn: asyncssh.SSHClientConnection, python: str,
                            files: dict[str, bytes], sha: str, rdir: str, sftp_error: str) -> None:
@@ -289,14 +303,18 @@ class SshLink:
         await self.close()
         conn = await self._connect()
         self._conn = conn
+        files = agent_files(self.agent_dir)
+        sha = agent_sha(files)
+        rdir = f"{self.cache_dir}/agent-{sha[:12]}"
+        args = ["--runs-dir", self.runs_dir] if self.runs_dir else []
         try:
-            python = (await self._find_python(conn)).path
-            rdir = await self._upload(conn, python)
+            found, proc = await self._probe_or_start(conn, rdir, args)
+            python = found.path
+            if proc is None:  # first contact with this agent version: upload, then start
+                await self._upload(conn, python, files, sha, rdir)
+                proc = await conn.create_process(
+                    shlex.join([python, "-u", f"{rdir}/agent.py", *args]), encoding=None)
             self.remote_dir = rdir
-            argv = [python, "-u", f"{rdir}/agent.py"]
-            if self.runs_dir:
-                argv += ["--runs-dir", self.runs_dir]
-            proc = await conn.create_process(shlex.join(argv), encoding=None)
         except TransportError:
             await self.close()
             raise
