@@ -17,6 +17,7 @@ import argparse
 import collections
 import ctypes
 import fcntl
+import mmap
 import os
 import re
 import struct
@@ -138,27 +139,31 @@ def _pwrite_all(fd: int, t: Any, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-# Caches that keep the writer threads' Python work (which holds the GIL the main thread
-# needs to launch the next forward) small: files of one layout share their stand-ins and
-# their records' places. Bounded; cleared when full.
-_STAND_INS: Dict[Any, List[Any]] = {}
+# Kept small: the writer threads' Python work holds the GIL the main thread needs to
+# launch the next forward. Files of one layout share their records' places (bounded;
+# cleared when full); the stand-in tensors of every file are views of one anonymous
+# mapping whose pages are never touched (allocating them each time cost more than
+# writing the bytes).
 _SPANS: Dict[Any, Dict[str, Tuple[int, int]]] = {}
 _CACHE_MAX = 256
+_ARENA: List[Any] = [None]
 
 
 def _stand_ins(hidden_states: List[Any]) -> List[Any]:
-    """Empty tensors shaped like `hidden_states` for the skip_data save, reused across
-    files (torch.save only reads their shapes; allocating them each time cost more than
-    writing the bytes)."""
+    """Tensors shaped like `hidden_states`, each on a storage of its own (at its own
+    offset of the mapping), for the skip_data save: torch.save reads only their shapes."""
     import torch
 
-    key = tuple((tuple(h.shape), h.dtype) for h in hidden_states)
-    got = _STAND_INS.get(key)
-    if got is None:
-        if len(_STAND_INS) >= _CACHE_MAX:
-            _STAND_INS.clear()
-        got = _STAND_INS[key] = [torch.empty(h.shape, dtype=h.dtype) for h in hidden_states]
-    return got
+    sizes = [h.numel() * h.element_size() for h in hidden_states]
+    arena = _ARENA[0]
+    if arena is None or len(arena) < sum(sizes):
+        arena = _ARENA[0] = mmap.mmap(-1, max(sum(sizes), 1 << 28))  # address space only
+    out, offset = [], 0
+    for h, size in zip(hidden_states, sizes):
+        out.append(torch.frombuffer(arena, dtype=h.dtype, count=h.numel(),
+                                    offset=offset).view(h.shape))
+        offset += size
+    return out
 
 
 def _spans_of(tmp: Path, tensors: List[Any]) -> Dict[str, Tuple[int, int]]:
