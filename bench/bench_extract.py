@@ -7,10 +7,11 @@
 Builds a random Llama-style model with tui.services.demo (bf16 on the GPU), then times, on the
 same batches of the same data:
 
-  bare   the forward pass with forward hooks on the same decoder layers as extract.py
-         (speculators' default [2, n//2, n-3, n-1]) and each layer's output copied to
-         pinned host memory, nothing written: what the GPU allows. Run before and after
-         the extract runs; the faster one is the peer.
+  bare   extract.py's own forward code (remote/extract_hf.py's HfBackend: load, warm-up,
+         batches, hooks on speculators' default layers [2, n//2, n-3, n-1], each layer's
+         output copied to pinned host memory on a side stream), nothing written: what the
+         GPU allows, through the same code path, so only the writing differs. Run before
+         and after the extract runs; the faster one is the peer.
   extract  remote/extract.py --backend hf --device cuda --dtype bfloat16 (its done line's
          tok/s: this run's tokens over the wall time from the first batch to the last file
          fsynced, data_config.json written), into --dir (disk) and into /dev/shm (tmpfs:
@@ -28,6 +29,9 @@ after the other) and extract's ratio to both.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import io
 import json
 import os
 import re
@@ -44,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from tui.services.demo import build_demo  # noqa: E402
 
 EXTRACT = ROOT / "remote" / "extract.py"
+IN_FLIGHT = 4  # extract.py's batches in the writers' hands besides the one being made
 DONE = re.compile(r"^\[extract\] done: .* \((?P<rate>[\d.]+) tok/s\) -> ", re.M)
 
 
@@ -52,49 +57,38 @@ def default_layers(n: int) -> list[int]:
 
 
 def bare(model_dir: Path, data: Path, batch_size: int) -> tuple[float, int]:
-    """tokens/s of forward + hooks + copy to pinned host memory, nothing written."""
+    """tokens/s of extract.py's own forward code (remote/extract_hf.py: the same load,
+    warm-up, batches, hooks, 4-D mask and copies to pinned host memory on a side stream),
+    nothing written: only the writing differs from the extract runs."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
-    model = model.to("cuda").eval()
-    base = model.model
-    layers = default_layers(model.config.num_hidden_layers)
-    captured: dict[int, torch.Tensor] = {}
-    for L in layers:
-        def hook(_m, _i, out, L=L):
-            captured[L] = out[0] if isinstance(out, tuple) else out
-        base.layers[L].register_forward_hook(hook)
-    rows = [json.loads(line)["input_ids"] for line in data.read_text().splitlines()]
-    # extract.py's batches: longest first, then input order (all equal here).
-    order = sorted(range(len(rows)), key=lambda i: (-len(rows[i]), i))
-    batches = [[rows[i] for i in order[a:a + batch_size]] for a in range(0, len(order), batch_size)]
-    side = torch.cuda.Stream()
+    sys.path.insert(0, str(ROOT / "remote"))
+    from extract_common import Sample
+    from extract_hf import HfBackend
+    from extract_input import plan_batches
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    samples = [Sample(json.loads(line)["input_ids"], None)
+               for line in data.read_text().splitlines()]
+    plan = plan_batches(samples, batch_size, None)
+    backend = HfBackend(model_dir, default_layers(cfg["num_hidden_layers"]), "cuda",
+                        "bfloat16", 0.0)
+    with contextlib.redirect_stderr(io.StringIO()):  # the shard bar
+        backend.load()
+        backend.warm_up([samples[i] for i in plan[0]], IN_FLIGHT + 1)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     tokens = 0
-    pending = []
-    for batch in batches:
-        ids = torch.tensor(batch, dtype=torch.long)
-        with torch.inference_mode():
-            base(input_ids=ids.to("cuda"), use_cache=False)
-        hs = [captured.pop(L) for L in layers]
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            host = [torch.empty(h.shape, dtype=h.dtype, pin_memory=True) for h in hs]
-            for dst, h in zip(host, hs):
-                dst.copy_(h, non_blocking=True)
-                h.record_stream(side)
-            ev = torch.cuda.Event()
-            ev.record(side)
-        pending.append((ev, host))
-        if len(pending) > 2:
-            pending.pop(0)[0].synchronize()
-        tokens += ids.numel()
-    for ev, _ in pending:
-        ev.synchronize()
+    pending: collections.deque = collections.deque()
+    for idx in plan:
+        pending.append(backend.extract([samples[i] for i in idx]))  # (host tensors, event)
+        if len(pending) > IN_FLIGHT:
+            pending.popleft()[1].synchronize()
+        tokens += sum(len(samples[i].ids) for i in idx)
+    while pending:
+        pending.popleft()[1].synchronize()
     rate = tokens / (time.perf_counter() - t0)
-    del model, base
+    del backend, pending
     torch.cuda.empty_cache()
     return rate, tokens
 

@@ -17,6 +17,7 @@ import argparse
 import collections
 import ctypes
 import fcntl
+import mmap
 import os
 import re
 import struct
@@ -138,6 +139,52 @@ def _pwrite_all(fd: int, t: Any, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
+# Kept small: the writer threads' Python work holds the GIL the main thread needs to
+# launch the next forward. Files of one layout share their records' places (bounded;
+# cleared when full); the stand-in tensors of every file are views of one anonymous
+# mapping whose pages are never touched (allocating them each time cost more than
+# writing the bytes).
+_SPANS: Dict[Any, Dict[str, Tuple[int, int]]] = {}
+_CACHE_MAX = 256
+_ARENA: List[Any] = [None]
+
+
+def _stand_ins(hidden_states: List[Any]) -> List[Any]:
+    """Tensors shaped like `hidden_states`, each on a storage of its own (at its own
+    offset of the mapping), for the skip_data save: torch.save reads only their shapes."""
+    import torch
+
+    sizes = [h.numel() * h.element_size() for h in hidden_states]
+    arena = _ARENA[0]
+    if arena is None or len(arena) < sum(sizes):
+        arena = _ARENA[0] = mmap.mmap(-1, max(sum(sizes), 1 << 28))  # address space only
+    out, offset = [], 0
+    for h, size in zip(hidden_states, sizes):
+        out.append(torch.frombuffer(arena, dtype=h.dtype, count=h.numel(),
+                                    offset=offset).view(h.shape))
+        offset += size
+    return out
+
+
+def _spans_of(tmp: Path, tensors: List[Any]) -> Dict[str, Tuple[int, int]]:
+    """{"data/K": (offset, size)} of the skip_data archive `tmp` holding `tensors` in
+    pickling order. torch.save lays out archives of the same archive-name length, tensor
+    shapes and dtypes alike, so the places are parsed once per layout (the file's size is
+    part of the key, as a check that the layout did not change)."""
+    archive = tmp.name.split(".")[0]
+    key = (len(archive), tuple((tuple(t.shape), t.dtype) for t in tensors),
+           os.path.getsize(str(tmp)))
+    got = _SPANS.get(key)
+    if got is None:
+        prefix = archive + "/"
+        got = {name[len(prefix):]: span for name, span in _record_spans(tmp).items()
+               if name.startswith(prefix)}
+        if len(_SPANS) >= _CACHE_MAX:
+            _SPANS.clear()
+        _SPANS[key] = got
+    return got
+
+
 def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) -> None:
     """One data_{i}.pt, as speculators' own generator saves it; runs in a writer thread.
     `hidden_states`: contiguous CPU tensors [seq, hidden] (views of a batch buffer are
@@ -159,15 +206,13 @@ def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) ->
     # Stand-ins of the same shapes and dtypes, each on a storage of its own (the loader
     # estimates lengths from file sizes); never touched, so their pages are never
     # allocated. torch.save numbers the storages in pickling order: ids, layers, mask.
-    stand_ins = [torch.empty(h.shape, dtype=h.dtype) for h in hidden_states]
     with skip_data():
-        torch.save(dict(zip(KEYS, (ids, stand_ins, mask))), str(tmp))
-    spans = _record_spans(tmp)
-    archive = tmp.name.split(".")[0]
+        torch.save(dict(zip(KEYS, (ids, _stand_ins(hidden_states), mask))), str(tmp))
+    spans = _spans_of(tmp, [ids, *hidden_states, mask])
     fd = os.open(str(tmp), os.O_WRONLY)
     try:
         for k, t in enumerate([ids, *hidden_states, mask]):
-            offset, size = spans["%s/data/%d" % (archive, k)]
+            offset, size = spans["data/%d" % k]
             if size != t.numel() * t.element_size():
                 raise OSError("record data/%d of %s has %d bytes, not %d"
                               % (k, tmp, size, t.numel() * t.element_size()))

@@ -119,6 +119,36 @@ class HfBackend:
         note("%s warm-up pass (batch of %d x %d tokens) took %.2f seconds"
              % (PREFIX, shape[0], shape[1], time.monotonic() - t0))
 
+    def _to_device(self, t: Any) -> Any:
+        """On CUDA through pinned memory without blocking: a pageable copy waits for the
+        GPU to finish everything queued, so the CPU could not queue the next batch."""
+        if self.device != "cuda":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _mask(self, lens: List[int], width: int) -> Any:
+        """The batch's attention mask, already 4-D [batch, 1, query, key] (causal, and
+        right padding masked out), built on the device from the lengths. transformers
+        takes a 4-D mask as it is; from a 2-D mask or none it would read the GPU's data
+        back to decide its mask (the packed-sequence check on position_ids, the
+        all-ones test on the padding mask): a sync per batch. Only for the sdpa and
+        eager attentions; others get the 2-D mask (or none without padding)."""
+        torch = self.torch
+        impl = getattr(self.model.config, "_attn_implementation", None)
+        if impl not in ("sdpa", "eager"):
+            if min(lens) == width:
+                return None
+            pad = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).long()
+            return self._to_device(pad)
+        n = self._to_device(torch.tensor(lens, dtype=torch.long))
+        pos = torch.arange(width, device=self.device)
+        causal = pos[None, :] <= pos[:, None]  # [query, key]
+        keep = causal[None, None] & (pos[None, :] < n[:, None])[:, None, None, :]
+        if impl == "sdpa":
+            return keep
+        return torch.zeros(keep.shape, dtype=self.dtype, device=self.device).masked_fill(
+            ~keep, torch.finfo(self.dtype).min)
+
     def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
         """Per sequence, its layers' [seq, hidden] contiguous tensors on the host; plus a
         CUDA event the host copies complete at (None on CPU)."""
@@ -129,13 +159,10 @@ class HfBackend:
         width = max(lens)
         ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in batch],
                            dtype=torch.long)
-        attn = None
-        if min(lens) < width:  # right padding: real tokens keep positions 0..n-1
-            attn = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).long()
-            attn = attn.to(self.device)
         self._captured.clear()
         with torch.inference_mode():
-            self._base(input_ids=ids.to(self.device), attention_mask=attn, use_cache=False)
+            self._base(input_ids=self._to_device(ids), attention_mask=self._mask(lens, width),
+                       use_cache=False)
         hs = [self._captured.pop(L) for L in self.layers]
         if self.device != "cuda":
             return [[h[row, :n].to(self.dtype).clone() for h in hs]

@@ -38,9 +38,13 @@ def _crc_off():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -> None:
     """Rows of one padded batch buffer (as the CUDA path hands them over: views, not
-    clones) written by write_sample equal torch.save of cloned tensors, byte for byte."""
+    clones) written by write_sample equal torch.save of cloned tensors, byte for byte;
+    also the files whose layout (length, archive-name length) was seen before, written
+    with the cached record places."""
     assert hasattr(torch.serialization, "skip_data"), "the fast path is what is tested here"
-    lengths, hidden, layers = [37, 1, 512, 200], 24, 4
+    extract_files._SPANS.clear()
+    # data_148 and data_185: the layout of data_148 again, with other contents.
+    lengths, hidden, layers = [37, 1, 512, 200, 37, 37], 24, 4
     g = torch.Generator().manual_seed(5)
     bufs = [torch.randn(len(lengths), max(lengths), hidden, generator=g).to(dtype)
             for _ in range(layers)]
@@ -67,6 +71,7 @@ def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -
             assert h.untyped_storage().nbytes() == n * hidden * h.element_size()
         assert extract_files.sample_ok(ours / name, s, layers, hidden, dtype)
     assert sorted(os.listdir(ours)) == sorted(os.listdir(ref))  # no temp file left
+    assert len(extract_files._SPANS) == len(lengths) - 1  # one layout parsed once, reused
 
 
 def test_extract_modules_ship_with_the_agent() -> None:
