@@ -2,7 +2,7 @@
 
     python bench/bench_extract.py [--layers 24] [--hidden 2048] [--sequences 1024]
                                   [--seq-len 512] [--batch-size 32] [--dir /tmp/bench-extract]
-                                  [--old OLD_EXTRACT.py]
+                                  [--old OLD_EXTRACT.py] [--min-len N]
 
 Builds a random Llama-style model with tui.services.demo (bf16 on the GPU), then times, on the
 same batches of the same data:
@@ -19,6 +19,8 @@ same batches of the same data:
   disk   the same bytes written as files by 16 threads with fsync, nothing else: the
          disk's ceiling.
   --old  another extract.py (e.g. the previous version) run the same way, for comparison.
+  --min-len  mixed lengths, as real conversations are: each sequence cut to a length drawn
+         uniformly from [N, --seq-len] (fixed seed), so batches are padded.
 
 Prints one table; the ratio is extract tok/s / bare tok/s (goal >= 0.85). Where the disk
 is slower than the GPU's output, no writer can reach that: the bench also prints what the
@@ -164,6 +166,17 @@ def disk_ceiling(d: Path, files: int, size: int, threads: int = 16) -> float:
     return rate
 
 
+def mix_lengths(data: Path, low: int, high: int) -> None:
+    """Cut each sequence of `data` (JSON lines of input_ids) to a length in [low, high]."""
+    import random
+
+    rng = random.Random(0)
+    rows = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["input_ids"] = row["input_ids"][:rng.randint(low, high)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--layers", type=int, default=24)
@@ -173,6 +186,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--dir", default="/tmp/bench-extract")
     p.add_argument("--old", help="another extract.py to time the same way")
+    p.add_argument("--min-len", type=int, help="cut sequences to lengths in [N, --seq-len]")
     args = p.parse_args()
     import torch
 
@@ -181,9 +195,11 @@ def main() -> None:
     paths = build_demo(root, shards=8, layers=args.layers, hidden=args.hidden,
                        sequences=args.sequences, seq_len=args.seq_len, shard_delay=0.0,
                        patches=False)
+    if args.min_len:
+        mix_lengths(paths.data, args.min_len, args.seq_len)
     os.sync()  # the model's shards on disk now, not written back during the first run
     print(f"model: {args.layers} layers x {args.hidden} hidden, {args.sequences} sequences x "
-          f"{args.seq_len} tokens, bf16, batch {args.batch_size}; layers "
+          f"{f'{args.min_len}-' if args.min_len else ''}{args.seq_len} tokens, bf16, batch {args.batch_size}; layers "
           f"{default_layers(args.layers)}; built in {time.perf_counter() - t0:.0f} s")
     print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
           f"CPUs {os.cpu_count()}", flush=True)
