@@ -194,7 +194,8 @@ def observe(
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
-            events.append((kind, f"run {kind}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
+            said = "interrupted" if kind == "killed" and run.state == "exited" else kind
+            events.append((kind, f"run {said}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
         ws = replace(ws, condition="ended")
         return _emit(ws, events, run.run_id, now)
 
@@ -317,12 +318,23 @@ def _stall_limit(ws: WatchState, phase: str) -> float | None:
     return max(ws.config.factor * pace, floor)
 
 
+_INTERRUPT_CODES = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
+_INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM")
+
+
 def ending(run: Any, analysis: Any) -> str:
-    """finished | failed | killed | lost for an ended run."""
+    """finished | failed | killed | lost for an ended run. A run the user interrupted
+    (Ctrl-C's KeyboardInterrupt, exit 130/143, SIGINT/SIGTERM) is killed, not failed,
+    unless the log shows a real failure first."""
     if run.state in ("killed", "lost"):
         return str(run.state)
-    if run.state == "exited" and run.exit_code == 0 and getattr(analysis, "root_cause", None) is None:
+    if getattr(analysis, "root_cause", None) is not None:
+        return "failed"
+    if run.state == "exited" and run.exit_code == 0:
         return "finished"
+    if (run.exit_code in _INTERRUPT_CODES or run.signal in _INTERRUPT_SIGNALS
+            or getattr(analysis, "interrupted_at", None) is not None):
+        return "killed"
     return "failed"
 
 
