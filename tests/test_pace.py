@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -257,10 +257,11 @@ time.sleep(120)  # stuck at shard 4/8
 """
 
 
-def _e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).resolve().parent.parent
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2"))
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2",
+                                               **(env or {})))
 
 
 def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) -> None:
@@ -312,16 +313,18 @@ while time.time() < end:  # busy after the load: never hung
 """
 
 
-def _hang_status(tmp_path: Path, mode: str, wait_s: float) -> tuple[str, dict, dict]:
+def _hang_status(tmp_path: Path, mode: str, wait_s: float, env: dict[str, str] | None = None,
+                 then: Callable[[], None] | None = None) -> tuple[str, dict, dict]:
     """Launch a real job that loads, then sleeps or spins, and read `status --json`
-    until it says hung or ``wait_s`` passes; (run_id, its watch, its pace)."""
+    until it says hung or ``wait_s`` passes (``then``, if given, runs at that point and
+    the wait starts again); (run_id, its watch, its pace)."""
     (tmp_path / "job.py").write_text(LOADS_THEN)
     (tmp_path / "eagle3.toml").write_text(
         f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
         f'[run]\nname = "hang-{mode}"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), mode])}\n'
         f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
         "[watch]\nhang_s = 2.0\n")
-    launched = _e3("launch", "local", "--json", cwd=tmp_path)
+    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
     assert launched.returncode == 0, launched.stderr
     run_id = json.loads(launched.stdout)["run_id"]
     seen: dict = {}
@@ -329,19 +332,54 @@ def _hang_status(tmp_path: Path, mode: str, wait_s: float) -> tuple[str, dict, d
     try:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            res = _e3("status", "local", "--json", cwd=tmp_path)
+            res = _e3("status", "local", "--json", cwd=tmp_path, env=env)
             assert res.returncode == 0, res.stderr
             (rec,) = [r for r in json.loads(res.stdout)["runs"] if r["run_id"] == run_id]
             seen = rec.get("watch") or {}
             if seen.get("condition") == "hung":
+                assert then is None, ("hung before its time", seen, rec.get("pace"))
                 break
             time.sleep(0.5)
-        if mode == "sleep":
-            text = _e3("status", "local", cwd=tmp_path)  # the table's note says it too
+            if then is not None and time.monotonic() >= deadline:
+                assert seen.get("condition") == "ok", seen
+                then()
+                then, deadline = None, time.monotonic() + 30
+        if mode == "sleep" and seen.get("condition") == "hung":
+            text = _e3("status", "local", cwd=tmp_path, env=env)  # the table's note says it too
             assert "HUNG: no CPU" in text.stdout, text.stdout
     finally:
-        _e3("kill", "local", run_id, "--yes", cwd=tmp_path)
+        _e3("kill", "local", run_id, "--yes", cwd=tmp_path, env=env)
     return run_id, seen, rec.get("pace") or {}
+
+
+# A stand-in for nvidia-smi (no GPU here): one card whose utilisation the test sets in a file.
+FAKE_SMI = """#!{python}
+import sys
+arg = sys.argv[1]
+util = open({util!r}).read().strip()
+if arg.startswith("--query-gpu="):
+    print("0, NVIDIA H200, GPU-75dc73da-78d6-3405-d610-419a0819d22a, 2575, 143771, %s, 35, 87.86, 700.00" % util)
+elif arg.startswith("--query-compute-apps="):
+    pass
+else:
+    sys.exit("unexpected " + arg)
+"""
+
+
+def test_a_working_gpu_keeps_a_sleeping_run_from_hung(tmp_path: Path) -> None:
+    """The run's processes sleep after the load, but its GPU (nvidia-smi's stand-in) is
+    90 % busy: not hung. At 0 %, hung, and the message names CPU and GPU."""
+    bin_dir, util = tmp_path / "bin", tmp_path / "util"
+    bin_dir.mkdir()
+    util.write_text("90")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable, util=str(util)))
+    smi.chmod(0o755)
+    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    _, seen, pace = _hang_status(tmp_path, "sleep", 6, env=env, then=lambda: util.write_text("0"))
+    assert seen.get("condition") == "hung", (seen, pace)
+    assert pace["gpu"] == "nvidia-smi"
+    assert re.fullmatch(r"no CPU or GPU activity for \d+ s \(after the load\)", seen["message"]), seen
 
 
 def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> None:
