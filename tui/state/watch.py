@@ -23,7 +23,9 @@ The pace so far need not have been watched by this client: a live run's record c
 the host's ``pace`` (remote/pace.py: the supervisor shim's last step, its time and the
 recent intervals, or an adopted run's log mtime). A watch that meets a run for the first
 time starts from it (``seed``), and ``assess`` judges a run from it alone, which is what
-``eagle3-tui status --json`` and the runs table show for runs nobody has been watching.
+``eagle3-tui status --json`` and the runs table show for runs nobody has been watching:
+stalled from the pace, hung from the host's ``idle_since`` (no CPU ticks in the run's
+process group, its GPUs idle where the host can see them, since after the load).
 """
 
 from __future__ import annotations
