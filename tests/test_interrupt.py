@@ -15,6 +15,7 @@ import pytest
 from remote.rundir import signal_name
 from tui.services.inspect import inspect_log
 from tui.state import logparse
+from tui.state.advice import summarize
 from tui.state.model import Run
 from tui.state.watch import WatchState, ending, observe
 
@@ -90,3 +91,14 @@ def test_aborted_exit_130_and_echoes_after_the_interrupt() -> None:
     assert ending(Run.from_dict({"run_id": "r1", "name": "x", "state": "exited", "exit_code": 1}), None) == "failed"
     # without an interrupt the same death is a failure
     assert inspect_log(log.replace(b"trigger received signal=SIGINT", b"ok"))["root_cause"] is not None
+
+
+def test_the_ledger_summary_of_an_interrupted_run_is_killed(tmp_path: Path) -> None:
+    """The banner's history (advice.summarize over inspect_log) agrees with the watch."""
+    run, _ = _interrupted(tmp_path, "plain", signal.SIGINT)
+    record = {"run_id": "r1", "state": "exited", "exit_code": run.exit_code, "signal": run.signal,
+              "launched_at": 0.0, "ended_at": 10.0}
+    summary = summarize(record, inspect_log((tmp_path / "out.log").read_bytes()))
+    assert summary.outcome == "killed"
+    assert summarize(dict(record, signal=None, exit_code=130), inspect_log(b"")).outcome == "killed"
+    assert summarize(dict(record, signal=None, exit_code=1), inspect_log(b"")).outcome == "failed"
