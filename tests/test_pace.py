@@ -7,6 +7,7 @@ a fake one, so minutes pass in no time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -190,44 +191,46 @@ def test_a_fresh_dashboard_continues_the_hosts_history(writer: Writer) -> None:
     assert ws.condition == "ok" and ws.last_step == "shard 4/8"
 
 
-def test_agent_reports_the_pace_of_an_adopted_run(tmp_path: Path) -> None:
+SLEEPER = "import time; print('loading', flush=True); time.sleep(60)"
+
+
+@contextlib.contextmanager
+def sleeper(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """(log, marker): a process not started by eagle3-tui that wrote one line to its log
+    and sleeps, its argv holding the marker (for `[run] match`)."""
     log = tmp_path / "ext.log"
     marker = "pace-marker-" + uuid.uuid4().hex
-    script = "import time; print('loading', flush=True); time.sleep(60)"
     with log.open("w") as out:
-        child = subprocess.Popen([sys.executable, "-c", script, marker], stdout=out)
+        child = subprocess.Popen([sys.executable, "-c", SLEEPER, marker], stdout=out)
     try:
-        with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
-            agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(tmp_path / "runs")})
-            deadline = time.monotonic() + 10
-            while log.stat().st_size == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
-            assert ext["pace"] == {"source": "mtime", "log": str(log), "size": log.stat().st_size,
-                                   "grew_at": log.stat().st_mtime}
-            (snapped,) = agent.call("snapshot")["runs"]
-            assert snapped["pace"]["source"] == "mtime"
+        deadline = time.monotonic() + 10
+        while log.stat().st_size == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield log, marker
     finally:
         child.kill()
         child.wait()
 
 
+def test_agent_reports_the_pace_of_an_adopted_run(tmp_path: Path) -> None:
+    with sleeper(tmp_path) as (log, marker):
+        with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
+            agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(tmp_path / "runs")})
+            (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
+            assert ext["pace"] == {"source": "mtime", "log": str(log), "size": log.stat().st_size,
+                                   "grew_at": log.stat().st_mtime}
+            (snapped,) = agent.call("snapshot")["runs"]
+            assert snapped["pace"]["source"] == "mtime"
+
+
 def test_agent_reports_the_pace_of_a_managed_run_from_its_shim(tmp_path: Path) -> None:
     runs_dir = tmp_path / "runs"
-    log = tmp_path / "ext.log"
-    marker = "pace-marker-" + uuid.uuid4().hex
-    script = "import time; print('loading', flush=True); time.sleep(60)"
-    with log.open("w") as out:
-        child = subprocess.Popen([sys.executable, "-c", script, marker], stdout=out)
-    try:
+    with sleeper(tmp_path) as (log, marker):
         with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none", "EAGLE3_TUI_PACE_S": "0.2"}) as agent:
             agent.call("configure", {"interval": 3600, "match": marker, "runs_dir": str(runs_dir)})
-            deadline = time.monotonic() + 10
-            while log.stat().st_size == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
             (ext,) = [r for r in agent.call("runs")["runs"] if r["external"]]
             assert ext["pace"]["source"] == "mtime" and ext["pace"]["grew_at"] == log.stat().st_mtime
-            rec = agent.call("launch", {"name": "paced", "argv": [sys.executable, "-c", script],
+            rec = agent.call("launch", {"name": "paced", "argv": [sys.executable, "-c", SLEEPER],
                                         "cwd": str(tmp_path), "env": {}, "patch_state": None, "log": None})
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
@@ -242,9 +245,6 @@ def test_agent_reports_the_pace_of_a_managed_run_from_its_shim(tmp_path: Path) -
             agent.call("kill", {"run_id": rec["run_id"], "graces": [2, 2], "gpu_wait": 0})
             ended = [r for r in agent.call("runs")["runs"] if r["run_id"] == rec["run_id"]]
             assert "pace" not in ended[0]  # only live runs carry one
-    finally:
-        child.kill()
-        child.wait()
 
 
 JOB = """
