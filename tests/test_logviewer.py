@@ -83,7 +83,9 @@ def make(client: AgentClient, log: Path, **kw: object) -> tuple[ViewerApp, LogVi
     return ViewerApp(screen), screen
 
 
-async def wait_for(pilot: object, cond: Callable[[], object], what: str, timeout: float = 10) -> None:
+async def wait_for(pilot: object, cond: Callable[[], object], what: str, timeout: float = 30) -> None:
+    # 30 s: under a full suite on a loaded 2-core machine the line indexer (which numbers
+    # the window) can take several times its usual ~1 s; a hang still fails.
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

@@ -99,7 +99,9 @@ async def test_the_pace_sets_the_limit_when_it_is_slower_than_the_floor(tmp_path
     write_config(tmp, "stall", step=0.5)
     state, _ = await _watch_slow(tmp, cfg, clock)
     ev = next(e for e in state.watch.events if e.kind == "stalled")
-    assert ev.detail["limit_s"] > 200.0
+    # The pace rules, not the floor: factor × the median interval the client saw (~250 s;
+    # under load some lines arrive together and the median shrinks a little).
+    assert ev.detail["limit_s"] > 1.25 * cfg.stall_loading_s
 
 
 async def _watch_slow(tmp: Path, cfg: WatchConfig, clock: Clock) -> tuple[AppState, dict[str, Any]]:
