@@ -11,6 +11,12 @@ run's ``pace``, or for a run without one (adopted, or launched by an older shim)
 the log's mtime (``source: "mtime"``). The thresholds stay with the client
 (``[watch]`` in eagle3.toml, ``tui/state/watch.py``).
 
+After the load it also keeps ``idle_since``: since when the run's process group has
+used no CPU (utime+stime from /proc unchanged between looks) and its GPUs (those it
+holds, else all) stayed at most ``GPU_IDLE_UTIL`` % busy; ``gpu`` names the GPU
+source, or says "none: why" when only the CPU was judged. That is what lets a client
+call a run hung without having watched it.
+
 Stdlib only, Python >= 3.9. ``now`` is always passed in, so tests use a fake clock.
 """
 
@@ -19,17 +25,20 @@ import os
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 try:
-    from . import atomicfile
+    from . import atomicfile, procfs
 except ImportError:  # run beside its siblings (the agent's upload directory)
     import atomicfile  # type: ignore[no-redef]
+    import procfs  # type: ignore[no-redef]
 
 PACE_FILE = "pace.json"
 MAX_INTERVALS = 32  # intervals kept for the client's median
 READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not parsed
 TICK_S = 5.0  # the shim's look interval
+GPU_IDLE_UTIL = 5.0  # GPU utilisation (%) that counts as idle: [watch] idle_util's default
+_AFTER_LOAD = ("loaded", "extracting")  # phases where a sleeping run may be hung
 
 # The target model's weight-loading bar: vLLM's "Loading safetensors checkpoint shards:
 # 59% Completed | 38/64 [...]" or tqdm's "desc:  59%|█████▉    | 38/64 [...]".
@@ -62,13 +71,34 @@ class Pace:
         self.intervals = [float(x) for x in r.get("intervals") or []][-MAX_INTERVALS:]
         self.target = r.get("target")  # the first loader bar's description
         self.mark = r.get("mark")
+        self.cpu = r.get("cpu")  # the run's utime+stime ticks at the last sample
+        self.idle_since = r.get("idle_since")
+        self.gpu = r.get("gpu")
+        self.sampled_at = r.get("sampled_at")
         self._tail = b""
 
     def record(self) -> Dict[str, Any]:
         return {"source": "shim", "log": self.log, "size": self.offset, "inode": self.inode,
                 "lines": self.lines, "grew_at": self.grew_at, "phase": self.phase, "step": self.step,
                 "step_at": self.step_at, "intervals": list(self.intervals), "target": self.target,
-                "mark": self.mark}
+                "mark": self.mark, "cpu": self.cpu, "idle_since": self.idle_since, "gpu": self.gpu,
+                "sampled_at": self.sampled_at}
+
+    def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str]) -> bool:
+        """One look at the run's activity: ``cpu`` its ticks (None: no process found),
+        ``gpu_busy`` whether its GPUs work (None: no GPU source, ``gpu`` says why).
+        Keeps ``idle_since`` after the load only; True when it changed."""
+        before = self.idle_since
+        if self.phase not in _AFTER_LOAD:  # counted from the first look after the load
+            self.cpu = self.sampled_at = self.idle_since = None
+            return before is not None
+        idle = cpu is not None and cpu == self.cpu and not gpu_busy
+        if not idle:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = self.sampled_at if self.sampled_at is not None else now
+        self.cpu, self.gpu, self.sampled_at = cpu, gpu, now
+        return self.idle_since != before
 
     def update(self, now: float) -> bool:
         """Read the log's new bytes; True when anything changed."""
@@ -173,7 +203,50 @@ def from_mtime(log: Optional[str]) -> Optional[Dict[str, Any]]:
     return {"source": "mtime", "log": log, "size": st.st_size, "grew_at": st.st_mtime}
 
 
-def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S) -> None:
+def group_cpu(pgid: Optional[int]) -> Tuple[Optional[int], List[int]]:
+    """(utime+stime ticks, pids) of the processes in group ``pgid``; (None, []) if none."""
+    if not pgid:
+        return None, []
+    total, pids = 0, []
+    for pid in procfs.list_pids():
+        st = procfs.read_stat(pid)
+        if st is not None and st["pgid"] == pgid:
+            total += st["utime"] + st["stime"]
+            pids.append(pid)
+    return (total if pids else None), pids
+
+
+def gpu_busy(gpus: List[Dict[str, Any]], pids: List[int]) -> bool:
+    """Whether the GPUs the run holds (all, when it holds none we can see) work."""
+    held = [g for g in gpus if any(p.get("pid") in pids for p in g.get("processes") or [])]
+    return any(g.get("util") is None or g["util"] > GPU_IDLE_UTIL for g in held or gpus)
+
+
+def _gpu_source() -> Any:
+    try:
+        try:
+            from . import gpus
+        except ImportError:
+            import gpus  # type: ignore[no-redef]
+        return gpus.Gpus()
+    except Exception:
+        return None
+
+
+def _gpu_look(source: Any, pids: List[int]) -> Tuple[Optional[bool], str]:
+    if source is None:
+        return None, "none: GPU reader unavailable"
+    try:
+        found, error = source.read()
+    except Exception as exc:
+        return None, "none: %s" % (str(exc) or type(exc).__name__)
+    if error or not found:
+        return None, "none: %s" % (error or "no GPUs")
+    return gpu_busy(found, pids), str(source.source)
+
+
+def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
+           pgid: Optional[int] = None) -> None:
     """The shim's pace thread: look every ``tick`` seconds until ``stop``, once more at
     the end, and write ``pace.json`` whenever it changed. Never raises."""
     try:
@@ -181,9 +254,18 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S) 
         if pace.step_at is None:
             pace.step_at = time.time()  # the run's start is where "no progress since" counts from
         save(run_dir, pace.record())
+        source = _gpu_source() if pgid else None
         while True:
             ended = stop.wait(tick)
-            if pace.update(time.time()):
+            now = time.time()
+            changed = pace.update(now)
+            if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
+                cpu, pids = group_cpu(pgid)
+                busy, gpu = _gpu_look(source, pids)
+                changed = pace.sample(now, cpu, busy, gpu) or changed
+            elif pgid:
+                changed = pace.sample(now, None, None, None) or changed
+            if changed:
                 save(run_dir, pace.record())
             if ended:
                 return

@@ -134,7 +134,8 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
-    pacer = threading.Thread(target=pace.follow, args=(run_dir, manifest["log"], stop, tick), daemon=True)
+    pacer = threading.Thread(target=pace.follow, daemon=True,
+                             args=(run_dir, manifest["log"], stop, tick, manifest.get("pgid")))
     pacer.start()
     status, main_ended = None, None
     strays: list[int] = []  # descendants still alive when the main process ended

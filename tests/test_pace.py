@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -257,10 +257,11 @@ time.sleep(120)  # stuck at shard 4/8
 """
 
 
-def _e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).resolve().parent.parent
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2"))
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2",
+                                               **(env or {})))
 
 
 def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) -> None:
@@ -296,3 +297,132 @@ def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) 
         assert "STALLED: no progress for" in text.stdout, text.stdout
     finally:
         _e3("kill", "local", run_id, "--yes", cwd=tmp_path)
+
+
+LOADS_THEN = """
+import sys, time
+for n in range(1, 9):
+    print("Loading safetensors checkpoint shards: %3d%% Completed | %d/8 [00:%02d<00:10, 1.0it/s]"
+          % (n * 100 // 8, n, n), flush=True)
+print("INFO Model loading took 3.1 GiB and 0.4 seconds", flush=True)
+if sys.argv[1] == "sleep":
+    time.sleep(120)  # asleep after the load: hung
+end = time.time() + 120
+while time.time() < end:  # busy after the load: never hung
+    pass
+"""
+
+
+def _hang_status(tmp_path: Path, mode: str, wait_s: float, env: dict[str, str] | None = None,
+                 then: Callable[[], None] | None = None) -> tuple[str, dict, dict]:
+    """Launch a real job that loads, then sleeps or spins, and read `status --json`
+    until it says hung or ``wait_s`` passes (``then``, if given, runs at that point and
+    the wait starts again); (run_id, its watch, its pace)."""
+    (tmp_path / "job.py").write_text(LOADS_THEN)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "hang-{mode}"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), mode])}\n'
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
+        "[watch]\nhang_s = 2.0\n")
+    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    seen: dict = {}
+    rec: dict = {}
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            res = _e3("status", "local", "--json", cwd=tmp_path, env=env)
+            assert res.returncode == 0, res.stderr
+            (rec,) = [r for r in json.loads(res.stdout)["runs"] if r["run_id"] == run_id]
+            seen = rec.get("watch") or {}
+            if seen.get("condition") == "hung":
+                assert then is None, ("hung before its time", seen, rec.get("pace"))
+                break
+            time.sleep(0.5)
+            if then is not None and time.monotonic() >= deadline:
+                assert seen.get("condition") == "ok", seen
+                then()
+                then, deadline = None, time.monotonic() + 30
+        if mode == "sleep" and seen.get("condition") == "hung":
+            text = _e3("status", "local", cwd=tmp_path, env=env)  # the table's note says it too
+            assert "HUNG: no CPU" in text.stdout, text.stdout
+    finally:
+        _e3("kill", "local", run_id, "--yes", cwd=tmp_path, env=env)
+    return run_id, seen, rec.get("pace") or {}
+
+
+# A stand-in for nvidia-smi (no GPU here): one card whose utilisation the test sets in a file.
+FAKE_SMI = """#!{python}
+import sys
+arg = sys.argv[1]
+util = open({util!r}).read().strip()
+if arg.startswith("--query-gpu="):
+    print("0, NVIDIA H200, GPU-75dc73da-78d6-3405-d610-419a0819d22a, 2575, 143771, %s, 35, 87.86, 700.00" % util)
+elif arg.startswith("--query-compute-apps="):
+    pass
+else:
+    sys.exit("unexpected " + arg)
+"""
+
+
+def test_a_working_gpu_keeps_a_sleeping_run_from_hung(tmp_path: Path) -> None:
+    """The run's processes sleep after the load, but its GPU (nvidia-smi's stand-in) is
+    90 % busy: not hung. At 0 %, hung, and the message names CPU and GPU."""
+    bin_dir, util = tmp_path / "bin", tmp_path / "util"
+    bin_dir.mkdir()
+    util.write_text("90")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable, util=str(util)))
+    smi.chmod(0o755)
+    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    _, seen, pace = _hang_status(tmp_path, "sleep", 6, env=env, then=lambda: util.write_text("0"))
+    assert seen.get("condition") == "hung", (seen, pace)
+    assert pace["gpu"] == "nvidia-smi"
+    assert re.fullmatch(r"no CPU or GPU activity for \d+ s \(after the load\)", seen["message"]), seen
+
+
+def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> None:
+    """The shim's pace thread sees the run's process group use no CPU after the load;
+    a later `status --json` says hung. No GPU here: CPU alone, and the record says so."""
+    _, seen, pace = _hang_status(tmp_path, "sleep", 30)
+    assert seen.get("condition") == "hung", (seen, pace)
+    assert pace["phase"] == "loaded" and pace["gpu"].startswith("none: ") and pace["idle_since"]
+    assert re.fullmatch(r"no CPU activity for \d+ s \(after the load\)", seen["message"]), seen
+
+
+def test_a_busy_run_is_never_hung(tmp_path: Path) -> None:
+    _, seen, pace = _hang_status(tmp_path, "spin", 6)
+    assert pace.get("phase") == "loaded" and pace.get("sampled_at"), pace  # it was sampled, and busy
+    assert seen.get("condition") == "ok" and pace.get("idle_since") is None, (seen, pace)
+
+
+def test_idle_since_counts_after_the_load_and_gpus_keep_a_run_awake(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(BAR.format(pct=50, n=4) + "\n")
+    p = hostpace.Pace(str(log))
+    p.update(T0)
+    assert p.phase == "loading"
+    assert not p.sample(T0, 100, False, "nvml") and not p.sample(T0 + 5, 100, False, "nvml")  # loading
+    with log.open("a") as f:
+        f.write(BAR.format(pct=100, n=8) + "\n")
+    p.update(T0 + 10)
+    p.sample(T0 + 10, 100, False, "nvml")
+    assert p.sample(T0 + 15, 100, False, "nvml") and p.idle_since == T0 + 10  # since the last look
+    assert not p.sample(T0 + 20, 100, False, "nvml") and p.idle_since == T0 + 10
+    assert p.sample(T0 + 25, 100, True, "nvml") and p.idle_since is None  # a GPU works: awake
+    p.sample(T0 + 30, 100, False, "nvml")
+    assert p.idle_since == T0 + 25
+    assert p.sample(T0 + 35, 101, False, "nvml") and p.idle_since is None  # a CPU tick: awake
+    # the GPUs the run holds decide; all of them when it holds none we can see
+    gpus = [{"util": 0, "processes": [{"pid": 7}]}, {"util": 90, "processes": [{"pid": 8}]}]
+    assert not hostpace.gpu_busy(gpus, [7]) and hostpace.gpu_busy(gpus, [8]) and hostpace.gpu_busy(gpus, [9])
+    assert hostpace.gpu_busy([{"util": None, "processes": []}], [])  # unknown is not idle
+    rec = dict(p.record(), idle_since=T0, gpu="nvml")
+    seen = assess(_run(rec), WatchConfig(hang_s=600.0), T0 + 720)
+    assert seen is not None and seen.condition == "hung"
+    assert seen.describe(T0 + 720) == "no CPU or GPU activity for 12 min (after the load)"
+    assert assess(_run(rec), WatchConfig(hang_s=600.0), T0 + 500).condition == "ok"  # type: ignore[union-attr]
+    assert assess(_run(rec), WatchConfig(hang_s=0.0), T0 + 720).condition == "ok"  # type: ignore[union-attr]
+    loading = dict(rec, phase="loading")  # a run asleep in its load is not hung
+    assert assess(_run(loading), WatchConfig(hang_s=600.0), T0 + 720).condition != "hung"  # type: ignore[union-attr]

@@ -119,7 +119,10 @@ def _outcome(record: Mapping[str, Any], root: Any) -> str:
         return "failed"
     if state == "exited":
         code = record.get("exit_code")
-        return "finished" if code == 0 else "failed"
+        if code == 0:
+            return "finished"
+        # the user's Ctrl-C or a SIGTERM (exit 130/143, or the signal itself): not a failure
+        return "killed" if code in (130, 143) or record.get("signal") in ("SIGINT", "SIGTERM") else "failed"
     return str(state or "unknown")
 
 

@@ -107,6 +107,9 @@ class LogAnalysis:
     failed_after_s: float | None = None  # how long it had been in that phase
     phase_t: float | None = None  # arrival time (``t``) the current phase began
     phase_ts: float | None = None  # log timestamp (s into the year) the current phase began
+    # the line where the user's interrupt showed (KeyboardInterrupt, "Aborted!", SIGINT or
+    # SIGTERM received): what dies after it dies of it, so it is no root cause
+    interrupted_at: int | None = None
     signatures: SignatureSet | None = field(default=None, compare=False, repr=False)
     # open tracebacks, by worker key: (first line_no, a specific signature matched,
     # line_no of the failure recorded from one of its frames or None)
@@ -221,6 +224,8 @@ class _Builder:
             generic=sig.generic,
             after_load=sig.after_load,
         )
+        if self.get("interrupted_at") is not None and self.get("root_cause") is None:
+            return f  # a consequence of the interrupt, not a failure of its own
         phase = self.get("phase")
         if phase != "failed":
             if sig.serving_fatal:

@@ -21,6 +21,12 @@ _EXC_SHAPE = re.compile(
     r"(?:\([\w.]*\))?(?::(?:\s|$)|$)"
 )
 _TB_START = "Traceback (most recent call last)"
+# The user's interrupt (or a kill): Python's KeyboardInterrupt line, click's "Aborted!",
+# "received signal SIGINT/SIGTERM"-style lines. Not a failure; what follows is its echo.
+_INTERRUPT = re.compile(
+    r"(?:^KeyboardInterrupt(?::.*)?$|^Aborted!$"
+    r"|(?i:\b(?:received|receiving|caught|got|trigger)\b.{0,30}(?:SIGINT|SIGTERM|signal (?:2|15)\b)))"
+)
 # Log lines of an API request handler: their errors are the request's (answered with a
 # 4xx/5xx while the server keeps serving), unless they say the engine itself is dead.
 _REQUEST_SOURCE = re.compile(r"(?:^|/)(?:serving\w*|api_router)\.py:")
@@ -43,6 +49,15 @@ def _request_error(b: _Builder, worker: str | None, msg: str, line: str, line_no
     hit = sigs.match(msg)
     if hit and hit[0].serving_fatal and _EXC_SHAPE.match(msg):
         b.failure(hit[0], hit[1], line, line_no, worker)
+
+
+def note_interrupt(b: _Builder, msg: str, line_no: int) -> bool:
+    """Record the user's interrupt (or a kill) if ``msg`` says one came; True if so."""
+    if not _INTERRUPT.search(msg.rstrip()):
+        return False
+    if b.get("interrupted_at") is None:
+        b.set("interrupted_at", line_no)
+    return True
 
 
 def _failures(b: _Builder, worker: str | None, key: str, msg: str, line: str, line_no: int) -> None:
@@ -71,6 +86,11 @@ def _failures(b: _Builder, worker: str | None, key: str, msg: str, line: str, li
         b.set("_chains", chains)
         chain = None
     continuation = not msg or msg[0].isspace() or msg.startswith(("During handling", "The above"))
+    if not continuation and note_interrupt(b, msg, line_no):
+        if open_tb is not None or chain is not None:  # the interrupt's traceback ends here
+            b.set("_tracebacks", {k: v for k, v in tbs.items() if k != key})
+            b.set("_chains", {k: v for k, v in b.get("_chains").items() if k != key})
+        return
     hit = sigs.match(msg)
     if continuation:
         sm = _STAGE_FRAME.match(msg)

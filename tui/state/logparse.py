@@ -44,7 +44,7 @@ from tui.state.loganalysis import (
     format_span,
     signature_errors,
 )
-from tui.state.logfailures import _REQUEST_SOURCE, _failures, _request_error
+from tui.state.logfailures import _REQUEST_SOURCE, _failures, _request_error, note_interrupt
 from tui.state.logline import (
     ExtractProgress,
     LinePrefix,
@@ -185,6 +185,8 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
             b.stage(kind, line_no)
             b.milestone("stage:" + kind, line_no, f"Engine {_STAGES[kind]}")
     if pre.level in _QUIET:
+        if "SIG" in msg or "signal" in msg:  # "received SIGTERM" at INFO: the run is being stopped
+            note_interrupt(b, msg, line_no)
         return
     if pre.source is not None and _REQUEST_SOURCE.search(pre.source):
         _request_error(b, pre.worker, msg, line, line_no)

@@ -23,7 +23,9 @@ The pace so far need not have been watched by this client: a live run's record c
 the host's ``pace`` (remote/pace.py: the supervisor shim's last step, its time and the
 recent intervals, or an adopted run's log mtime). A watch that meets a run for the first
 time starts from it (``seed``), and ``assess`` judges a run from it alone, which is what
-``eagle3-tui status --json`` and the runs table show for runs nobody has been watching.
+``eagle3-tui status --json`` and the runs table show for runs nobody has been watching:
+stalled from the pace, hung from the host's ``idle_since`` (no CPU ticks in the run's
+process group, its GPUs idle where the host can see them, since after the load).
 """
 
 from __future__ import annotations
@@ -107,19 +109,26 @@ class WatchState:
     seq: int = 0
     _once: frozenset[str] = frozenset()
     seeded: bool = False  # the pace so far came from the host; the next look continues it
+    idle_what: str | None = None  # "CPU" | "CPU or GPU": hung by the host's record of activity
 
     def stalled_for(self, now: float) -> float | None:
         return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
 
     def describe(self, now: float) -> str | None:
         """ "no progress for 14 min (last: shard 37/64 at 03:12)" while stalled or hung."""
+        if self.condition == "hung" and self.idle_what and self.idle_since is not None:
+            return f"no {self.idle_what} activity for {_span(now - self.idle_since)} (after the load)"
         if self.condition not in ("stalled", "hung") or self.last_step_t is None:
             return None
-        gap = max(0, int(now - self.last_step_t))
-        span = f"{gap // 60} min" if gap >= 60 else f"{gap} s"
+        span = _span(now - self.last_step_t)
         clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
         what = "processes asleep and GPUs idle, " if self.condition == "hung" else ""
         return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
+
+
+def _span(seconds: float) -> str:
+    gap = max(0, int(seconds))
+    return f"{gap // 60} min" if gap >= 60 else f"{gap} s"
 
 
 def _progress(phase: str, analysis: Any, lines: int) -> tuple[tuple[Any, ...], str]:
@@ -187,7 +196,8 @@ def observe(
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
-            events.append((kind, f"run {kind}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
+            said = "interrupted" if kind == "killed" and run.state == "exited" else kind
+            events.append((kind, f"run {said}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
         ws = replace(ws, condition="ended")
         return _emit(ws, events, run.run_id, now)
 
@@ -258,18 +268,31 @@ def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any
            gpus: Sequence[Any] = ()) -> WatchState | None:
     """One look at a live run from the host's pace alone (no log analysis, no history of
     our own): a ``WatchState`` whose ``condition``/``describe`` say whether it is
-    stalled; None for a run that is not live or has no pace."""
+    stalled, or hung by the host's ``idle_since``; None for a run that is not live or
+    has no pace."""
     if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
         return None
     ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
     if not ws.seeded:
         return None
-    return observe(ws, run, None, 0, procs, gpus, now)
+    return _host_hang(observe(ws, run, None, 0, procs, gpus, now), run.pace, now)
+
+
+def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
+    """``ws`` hung when the host saw no CPU (and no GPU, where it can see them) activity
+    for ``hang_s`` after the load (remote/pace.py's ``idle_since``)."""
+    since = pace.get("idle_since")
+    hang_s = ws.config.hang_s
+    if (ws.condition in ("ending", "ended") or not isinstance(since, (int, float)) or hang_s <= 0
+            or pace.get("phase") not in ("loaded", "extracting") or now - since < hang_s):
+        return ws
+    what = "CPU" if str(pace.get("gpu") or "none").startswith("none") else "CPU or GPU"
+    return replace(ws, condition="hung", idle_since=float(since), idle_what=what)
 
 
 def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any] | None:
     """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
-    ``{"condition": "ok" | "stalled", "message", "last_step", "last_step_at", "source"}``,
+    ``{"condition": "ok" | "stalled" | "hung", "message", "last_step", "last_step_at", "source"}``,
     or None for a run that is not live or has no pace."""
     run = Run.from_dict(record)
     ws = assess(run, config, now)
@@ -297,12 +320,23 @@ def _stall_limit(ws: WatchState, phase: str) -> float | None:
     return max(ws.config.factor * pace, floor)
 
 
+_INTERRUPT_CODES = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
+_INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM")
+
+
 def ending(run: Any, analysis: Any) -> str:
-    """finished | failed | killed | lost for an ended run."""
+    """finished | failed | killed | lost for an ended run. A run the user interrupted
+    (Ctrl-C's KeyboardInterrupt, exit 130/143, SIGINT/SIGTERM) is killed, not failed,
+    unless the log shows a real failure first."""
     if run.state in ("killed", "lost"):
         return str(run.state)
-    if run.state == "exited" and run.exit_code == 0 and getattr(analysis, "root_cause", None) is None:
+    if getattr(analysis, "root_cause", None) is not None:
+        return "failed"
+    if run.state == "exited" and run.exit_code == 0:
         return "finished"
+    if (run.exit_code in _INTERRUPT_CODES or run.signal in _INTERRUPT_SIGNALS
+            or getattr(analysis, "interrupted_at", None) is not None):
+        return "killed"
     return "failed"
 
 
