@@ -7,6 +7,7 @@ deadline (``pilot.pause``), never a fixed sleep.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from tui.state.logindex import LogDocument, RootCause
+from tui.state.logindex import Line, LogDocument, RootCause
 from tui.transport import AgentClient
 from tui.views.screens.logviewer import LogViewerScreen
 
@@ -161,6 +162,30 @@ async def test_search_next_prev_and_filter(client: AgentClient, log: Path) -> No
         assert "MATCHES" in str(screen.query_one("#lv-status", Static).render())
         await pilot.press("m")
         await wait_for(pilot, lambda: any("line 12" not in ln.text for ln in screen.window), "filter off")
+
+
+async def test_a_jump_while_the_indexer_numbers_the_old_page_wins(client: AgentClient, log: Path) -> None:
+    # The indexer numbers the page on screen with awaits in between; a `g` that lands
+    # meanwhile must not be undone when the indexer puts its (old) numbered page back.
+    app, screen = make(client, log, follow=False)
+    numbering, release = asyncio.Event(), asyncio.Event()
+    real = screen.doc.numbered
+
+    async def held(lines: list[Line]) -> list[Line]:
+        if lines is screen.window and lines and lines[0].line_no is None:  # the indexer's call
+            numbering.set()
+            await release.wait()
+        return await real(lines)
+
+    screen.doc.numbered = held  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, numbering.is_set, "the indexer numbering the last page")
+        await pilot.press("g")
+        await wait_for(pilot, lambda: screen.window and screen.window[0].line_no == 1, "the top")
+        release.set()
+        await wait_for(pilot, lambda: not screen._indexing, "the indexer done")
+        await pilot.pause(0.1)
+        assert screen.window[0].line_no == 1, shown(screen)[:2]
 
 
 async def test_errors_only_and_root_cause(client: AgentClient, log: Path) -> None:

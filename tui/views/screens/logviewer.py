@@ -235,9 +235,12 @@ class LogViewerScreen(LogPainter):
                     await self._pause(0.05)
                     continue
                 more = await self.doc.index_step()
-                if any(ln.line_no is None for ln in self.window) and self.doc.index.knows(self.window[0].start):
-                    self.window = await self.doc.numbered(self.window)
-                    self._paint()
+                shown = self.window
+                if any(ln.line_no is None for ln in shown) and self.doc.index.knows(shown[0].start):
+                    numbered = await self.doc.numbered(shown)
+                    if self.window is shown:  # a view change while numbering wins (g, a jump)
+                        self.window = numbered
+                        self._paint()
                 else:
                     self._render_status()
                 if not more:
