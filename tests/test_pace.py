@@ -426,3 +426,29 @@ def test_idle_since_counts_after_the_load_and_gpus_keep_a_run_awake(tmp_path: Pa
     assert assess(_run(rec), WatchConfig(hang_s=0.0), T0 + 720).condition == "ok"  # type: ignore[union-attr]
     loading = dict(rec, phase="loading")  # a run asleep in its load is not hung
     assert assess(_run(loading), WatchConfig(hang_s=600.0), T0 + 720).condition != "hung"  # type: ignore[union-attr]
+
+
+def test_a_dashboard_meeting_a_run_the_host_saw_idle_shows_it_hung_at_once(tmp_path: Path) -> None:
+    # The dashboard opened 12 min into a hang: its first look starts from the host's
+    # idle_since (not from now), and the next look that sees a process working clears it.
+    from types import SimpleNamespace as NS
+
+    log = tmp_path / "x.log"
+    log.write_text(BAR.format(pct=100, n=8) + "\nINFO Model loading took 14.9 GiB and 6.1 seconds\n")
+    p = hostpace.Pace(str(log))
+    p.update(T0)
+    p.sample(T0, 100, False, "none: no GPU source")
+    p.sample(T0 + 5, 100, False, "none: no GPU source")
+    assert p.phase == "loaded" and p.idle_since == T0
+    run = _run(p.record())
+    asleep = [NS(pid=7, run_id=run.run_id, state="S")]
+    cfg = WatchConfig(hang_s=600.0)
+    ws = observe(WatchState(config=cfg), run, None, 0, asleep, (), T0 + 720)
+    assert ws.condition == "hung" and [e.kind for e in ws.events] == ["hung"], ws
+    assert ws.describe(T0 + 720).startswith("processes asleep, no progress for ")  # no GPUs here
+    working = [NS(pid=7, run_id=run.run_id, state="R")]
+    ws = observe(ws, run, None, 0, working, (), T0 + 725)
+    assert ws.condition == "ok" and ws.idle_since is None
+    # a host that saw it working: a fresh look has nothing to start from
+    fresh = observe(WatchState(config=cfg), _run(dict(p.record(), idle_since=None)), None, 0, asleep, (), T0 + 720)
+    assert fresh.condition == "ok" and fresh.idle_since == T0 + 720

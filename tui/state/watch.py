@@ -48,6 +48,7 @@ _WAITING = ("No available shared memory broadcast block", "Waiting for output fr
             "Please wait for sglang server", "No available block found")
 _ENDED = ("exited", "killed", "failed", "lost")
 _PHASES = ("starting", "loading", "loaded", "serving", "extracting", "finished")
+_UP_TO_LOADED = ("starting", "loading", "loaded", "extracting")  # where a hang can still be
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class WatchState:
     _once: frozenset[str] = frozenset()
     seeded: bool = False  # the pace so far came from the host; the next look continues it
     idle_what: str | None = None  # "CPU" | "CPU or GPU": hung by the host's record of activity
+    gpus_seen: bool = True  # the snapshot had GPUs to judge (else only the processes were)
 
     def stalled_for(self, now: float) -> float | None:
         return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
@@ -122,7 +124,8 @@ class WatchState:
             return None
         span = _span(now - self.last_step_t)
         clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
-        what = "processes asleep and GPUs idle, " if self.condition == "hung" else ""
+        what = ("processes asleep and GPUs idle, " if self.gpus_seen else "processes asleep, ") \
+            if self.condition == "hung" else ""
         return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
 
 
@@ -221,10 +224,13 @@ def observe(
     held = [g for g in gpus if any(gp.pid in pids for gp in getattr(g, "processes", ()))]
     asleep = bool(mine) and all((p.state or "") in ("S", "I") for p in mine)
     idle = all(g.util is not None and g.util <= cfg.idle_util for g in (held or gpus))
+    busy = not idle or any((p.state or "") not in ("S", "I") for p in mine)
     after_load = phase in ("loaded", "extracting")
     if asleep and idle and after_load:
-        ws = replace(ws, idle_since=ws.idle_since if ws.idle_since is not None else now)
-    elif ws.idle_since is not None:
+        ws = replace(ws, idle_since=ws.idle_since if ws.idle_since is not None else now,
+                     gpus_seen=bool(held or gpus))
+    elif ws.idle_since is not None and (busy or phase not in _UP_TO_LOADED):
+        # (an idle_since the host gave survives a look whose log analysis still lags)
         ws = replace(ws, idle_since=None)
         if ws.condition == "hung":
             ws = replace(ws, condition="ok", _once=ws._once - {"hung"})
@@ -260,8 +266,10 @@ def seed(ws: WatchState, run: Any) -> WatchState:
     for gap in reversed([g for g in pace.get("intervals") or [] if isinstance(g, (int, float))][-MAX_STEPS:]):
         times.insert(0, times[0] - float(gap))
     phase = pace.get("phase") if pace.get("phase") in _PHASES else None
+    since = pace.get("idle_since")  # the host saw the run idle since then, after the load
+    idle_since = float(since) if isinstance(since, (int, float)) and phase in ("loaded", "extracting") else None
     return replace(ws, phase=phase, steps=tuple(times), last_step_t=float(at),
-                   last_step=str(pace.get("step") or "start"), seeded=True)
+                   last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
 
 def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any] = (),
