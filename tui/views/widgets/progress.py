@@ -30,13 +30,15 @@ def _rate(rate_it_s: float | None) -> str:
     return f"{1 / rate_it_s:.1f} s/shard" if rate_it_s < 1 else f"{rate_it_s:.2f} shards/s"
 
 
-def shard_line(sp: Any, width: int) -> Text:
+def shard_line(sp: Any, width: int, stopped: bool = False) -> Text:
     """One worker's shard bar; on a narrow panel elapsed, then the rate, then the ETA
-    give way (the bar and n/N stay)."""
+    give way (the bar and n/N stay). ``stopped``: the run is stalled or hung, so the
+    bar's last ETA no longer means anything (an unfinished bar shows none)."""
     label = f"{sp.worker or 'load'}"
+    eta = None if stopped and sp.done < sp.total else sp.remaining_s
     parts = [
         f" {sp.done}/{sp.total} {sp.percent:3.0f}%", f"  {_rate(sp.rate_it_s)}",
-        f"  elapsed {duration(sp.elapsed_s)}", f"  ETA {duration(sp.remaining_s)}",
+        f"  elapsed {duration(sp.elapsed_s)}", f"  ETA {duration(eta)}",
     ]
     for drop in (2, 1, 1):
         if max(len(label), 5) + 1 + 5 + sum(map(len, parts)) <= width:
@@ -57,18 +59,19 @@ class RunProgress(Static):
         width = max(self.content_region.width, 20)
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
+        stopped = phase in ("stalled", "hung")
         if a is not None:
             shards = list(getattr(a, "shards", {}).values()) if isinstance(getattr(a, "shards", None), dict) else []
             for sp in shards[:8]:
                 out.append("\n")
-                out.append_text(shard_line(sp, width))
+                out.append_text(shard_line(sp, width, stopped))
             ex = getattr(a, "extract", None)
             if ex is not None and ex.batches:
                 out.append("\n")
                 frac = (ex.tokens / ex.tokens_total) if ex.tokens and ex.tokens_total else (ex.batch or 0) / ex.batches
                 tail = (
                     f" batch {num(ex.batch)}/{num(ex.batches)}  seqs {num(ex.seqs)}/{num(ex.seqs_total)}"
-                    f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(getattr(ex, 'eta_s', None))}"
+                    f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(None if stopped else getattr(ex, 'eta_s', None))}"
                 )
                 out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
             root = getattr(a, "root_cause", None)
