@@ -158,7 +158,7 @@ def cells(row: HostRow) -> tuple[str, ...]:
     fail = row.stalled.upper() if row.stalled else ""
     if row.failures:
         fail = ", ".join(x for x in (fail, f"{row.failures}: {row.failure_text}") if x)
-    return (row.host, view.clip(row.link_text, 60), gpus, mem, runs, view.clip(row.run_text, 40),
+    return (row.host, view.clip(row.link_text, 40), gpus, mem, runs, view.clip(row.run_text, 40),
             view.clip(fail, 40))
 
 
