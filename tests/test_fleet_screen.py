@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
+from tui.services import actions as services
 from tui.services.actions import new_client
 from tui.services.config import parse_config
 from tui.views.app import make_fleet_app
@@ -130,3 +131,46 @@ def test_status_json_and_runs_across_hosts(fleet_hosts: FleetHosts, tmp_path: Pa
         assert [(h["host"], [r["run_id"] for r in h["runs"]]) for h in both] == [("h01", [run_id]), ("h02", [run_id])]
     finally:
         assert e3(*pre, "kill", "h01", run_id, "--yes", cwd=tmp_path).returncode == 0
+
+
+async def test_a_run_failing_on_a_host_not_on_screen_is_told_once_per_host(fleet_hosts: FleetHosts,
+                                                                            tmp_path: Path) -> None:
+    # The fleet screen is the only one shown; a run launched on the hosts' shared runs dir
+    # then fails. Each host's failure goes to the [notify] hook once (h01 and h02 are
+    # aliases of one machine: both see the run), and a host's dashboard opened after it
+    # does not tell it again.
+    hook_log = tmp_path / "hook.jsonl"
+    hook = [sys.executable, "-c",
+            f"import sys; open({str(hook_log)!r}, 'a').write(sys.stdin.read().strip() + '\\n')"]
+    text = config_text(tmp_path).replace(
+        'command = ["' + sys.executable + '", "-c", "import time; time.sleep(60)"]',
+        'command = ["' + sys.executable + '", "-c", "import time; time.sleep(2); raise SystemExit(3)"]')
+    text += f"[notify]\ncommand = {json.dumps(hook)}\n"
+    cfg = parse_config(text)
+    assert "SystemExit(3)" in " ".join(cfg.run.command) and cfg.notify.command
+    clients = {h: new_client(h, cfg, ssh_config=str(fleet_hosts.ssh_config)) for h in ("h01", "h02")}
+    app = make_fleet_app(clients, cfg, limit=2)
+
+    def told() -> list[dict[str, Any]]:
+        return [json.loads(ln) for ln in hook_log.read_text().splitlines()] if hook_log.exists() else []
+
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await until(pilot, lambda: screen.first_full_frame is not None, "every row settled")
+        launcher = new_client("local", cfg, reconnect=False)
+        await launcher.start()
+        try:
+            run_id = (await services.launch(launcher, cfg))["run_id"]
+        finally:
+            await launcher.close()
+        await until(pilot, lambda: len(told()) >= 2, "the hook told of both hosts", timeout=30)
+        assert sorted((e["host"], e["event"], e["run_id"]) for e in told()) == [
+            ("h01", "failed", run_id), ("h02", "failed", run_id)]
+        table = screen.query_one("#fleet")
+        table.move_cursor(row=[r.host for r in screen.rows].index("h01"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "h01's dashboard")
+        await pilot.pause(1.5)  # a few snapshots on the dashboard
+        assert len(told()) == 2
+        await pilot.press("q")

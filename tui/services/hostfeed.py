@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from tui import protocol as p
 from tui.services import actions as services
-from tui.services import ledger
+from tui.services import ledger, notify
 from tui.services.config import Config
 from tui.state import view
 from tui.state.model import AppState
@@ -50,6 +50,14 @@ class HostFeed:
         self._follow_lock = asyncio.Lock()
         self._ledger_at = float("-inf")
         self._ledger_task: asyncio.Task[None] | None = None
+        self._notifier: notify.Notifier | None = None
+
+    def notifier(self, write: Callable[[str], None] | None) -> notify.Notifier:
+        """The feed's one notifier: the fleet and the host's dashboard both hand it the
+        watch's events, and each is told once (bell, desktop, hook) whichever comes first."""
+        if self._notifier is None:
+            self._notifier = notify.Notifier(self.cfg.notify.command, host=self.target, write=write)
+        return self._notifier
 
     # ---- the one route ------------------------------------------------------------
     def listen(self, listener: Listener) -> Callable[[], None]:

@@ -25,7 +25,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui import protocol as p
-from tui.services import notify
 from tui.services.hostfeed import HostFeed
 from tui.state import logparse, view
 from tui.state.model import AppState, Run
@@ -36,7 +35,7 @@ from tui.views.screens.dashboard_actions import DashboardActions
 from tui.views.widgets.gpus import GpuPanel
 from tui.views.widgets.logtail import BUSY_S, LogPane
 from tui.views.widgets.progress import RunProgress
-from tui.views.widgets.render import set_content, set_title
+from tui.views.widgets.render import set_content, set_title, terminal_write
 from tui.views.widgets.status import StatusBar
 from tui.views.widgets.tables import ProcessTable, RunsTable
 
@@ -66,7 +65,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self.feed = feed
         self.attached = attached
         self._launch_on_connect = launch
-        self._notifier = notify.Notifier(feed.cfg.notify.command, host=feed.target, write=self._terminal_write)
+        self._notifier = feed.notifier(lambda seq: terminal_write(self.app, seq))
         self._notified = feed.state.notice_serial if attached else 0  # last notice shown
         self._stale_shown = False
         self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
@@ -232,12 +231,6 @@ class DashboardScreen(DashboardActions, Screen[None]):
 
     def _phase(self, run: Run | None) -> str | None:
         return view.phase(self.state, run, time.time())
-
-    def _terminal_write(self, seq: str) -> None:
-        """Bell and desktop-notification escapes, through Textual's own writer."""
-        app = self.app
-        if not app.is_headless and app._driver is not None:
-            app._driver.write(seq)
 
     def _render_banner(self) -> None:
         banner = self._banner

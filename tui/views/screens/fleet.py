@@ -10,6 +10,7 @@ comes back; `s` cycles the sort column. Rows come from `tui.state.fleet`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tui.services.hostfeed import HostFeed
 from tui.state import fleet
-from tui.views.widgets.render import set_content
+from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
 
 REPAINT_S = 0.1  # events of many hosts are coalesced into one repaint this soon after
@@ -74,12 +75,16 @@ class FleetScreen(Screen[None]):
     def on_mount(self) -> None:
         gate = asyncio.Semaphore(self.limit)
         for feed in self.feeds.values():
-            feed.listen(self._changed)
+            feed.listen(functools.partial(self._changed, feed))
             self.run_worker(feed.run(gate), group="feeds", exit_on_error=False)
         self._repaint()
         self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
 
-    def _changed(self, event: Any) -> None:
+    def _changed(self, feed: HostFeed, event: Any) -> None:
+        # any host's failed, finished, stalled or hung run: told once, whatever is on screen
+        for ev in feed.notifier(lambda seq: terminal_write(self.app, seq)).send_new(feed.state.watch):
+            self.notify(ev.message, title=f"{feed.target}: run {ev.run_id} {ev.kind}", timeout=15,
+                        severity="information" if ev.kind in ("finished", "resumed") else "error")
         if not self._due:  # one repaint for a burst of events from many hosts
             self._due = True
             self.set_timer(REPAINT_S, self._repaint)

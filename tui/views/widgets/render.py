@@ -1,4 +1,5 @@
-"""Small text renderers shared by widgets: bars, sparklines, N/A-aware numbers."""
+"""Small text renderers shared by widgets: bars, sparklines, N/A-aware numbers; and the
+terminal writer for notification escapes."""
 
 from __future__ import annotations
 
@@ -39,6 +40,12 @@ def sparkline(values: Iterable[float | None], width: int, top: float = 1.0) -> T
         level = min(max(v / top, 0.0), 1.0)
         out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="cyan")
     return out
+
+
+def terminal_write(app: Any, seq: str) -> None:
+    """Bell and desktop-notification escapes, through Textual's own writer (not in tests)."""
+    if not app.is_headless and app._driver is not None:
+        app._driver.write(seq)
 
 
 def set_title(widget: Any, title: str | None) -> None:
