@@ -4,7 +4,8 @@
 (many aliases share a server: each alias is its own SSH connection and agent);
 `add_refusing()` an alias onto a port nobody listens on, `add_unknown_key(sshd)` one
 onto an sshd whose key is not in the fleet's known_hosts, `add_silent()` one onto a
-socket that accepts and never says a word. `write()` writes the ssh config (for `-F`)
+socket that accepts and never says a word, `add_late(sshd)` one onto a port that a
+test later forwards to `sshd`. `write()` writes the ssh config (for `-F`)
 and the known_hosts file it names.
 """
 
@@ -76,6 +77,14 @@ class FleetHosts:
         s = Silent()
         self.silent.append(s)
         return self._alias(name, s.port, None)
+
+    def add_late(self, sshd: Sshd, name: str = "late") -> int:
+        """An alias onto a port nobody listens on yet, trusted with ``sshd``'s key: a test
+        later forwards that port to ``sshd`` (a host that comes back). Returns the port."""
+        port = free_port()
+        self._known.append(sshd.host_key_line().replace(f"]:{sshd.port} ", f"]:{port} ", 1))
+        self._alias(name, port, sshd)
+        return port
 
     def write(self) -> Path:
         self.known_hosts.write_text("".join(k + "\n" for k in self._known))

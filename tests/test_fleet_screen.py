@@ -174,3 +174,48 @@ async def test_a_run_failing_on_a_host_not_on_screen_is_told_once_per_host(fleet
         await pilot.pause(1.5)  # a few snapshots on the dashboard
         assert len(told()) == 2
         await pilot.press("q")
+
+
+async def test_a_host_down_at_start_is_tried_again_and_fills_in_when_it_answers(
+        fleet_hosts: FleetHosts, sshd: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from tui.views.screens import fleet as fleet_screen
+
+    port = fleet_hosts.add_late(sshd)
+    fleet_hosts.write()
+    monkeypatch.setattr(fleet_screen, "RETRY_S", (0.5,))
+    cfg = parse_config(config_text(tmp_path))
+    clients = {h: new_client(h, cfg, ssh_config=str(fleet_hosts.ssh_config)) for h in ("h01", "late", "newkey")}
+    app = make_fleet_app(clients, cfg, limit=3)
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", sshd.port)
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+            w.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+
+        def row(host: str) -> Any:
+            return next(r for r in screen.rows if r.host == host)
+
+        await until(pilot, lambda: "retry" in row("late").link_text, "the late host's retry")
+        assert row("late").link == "error" and "refused" in row("late").link_text
+        await until(pilot, lambda: row("newkey").link == "error", "the unknown key's error")
+        server = await asyncio.start_server(forward, "127.0.0.1", port)  # the host comes back
+        try:
+            await until(pilot, lambda: row("late").link == "ok" and row("late").gpus_total is not None,
+                        "the late host filled in", timeout=30)
+            assert screen.feeds["late"].error is None
+            assert "retry" not in row("newkey").link_text  # a key nobody trusts is not retried
+            await pilot.press("q")
+        finally:
+            server.close()

@@ -27,6 +27,7 @@ from tui.transport import AgentClient, AgentRequestError, TransportError
 
 TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
+RETRY_S = (5.0, 10.0, 20.0, 30.0, 60.0)  # a host whose first connect failed is tried again
 
 Listener = Callable[[Any], None]
 
@@ -83,6 +84,7 @@ class HostFeed:
         except (TransportError, AgentRequestError, OSError) as exc:
             self.error, self.error_exc = str(exc) or type(exc).__name__, exc
             raise
+        self.error = self.error_exc = None
         self.started = True
 
     async def follow(self, on_ready: Callable[[], Awaitable[None] | None] | None = None) -> None:
@@ -106,12 +108,24 @@ class HostFeed:
                     self._ledger_at = time.monotonic()
                     self.refresh_ledger()
 
-    async def run(self, gate: asyncio.Semaphore | None = None) -> None:
-        """`connect` then `follow`; a failed connect ends here, kept in `error`."""
-        try:
-            await self.connect(gate)
-        except (TransportError, AgentRequestError, OSError):
-            return
+    async def run(self, gate: asyncio.Semaphore | None = None, retry: tuple[float, ...] = ()) -> None:
+        """`connect` then `follow`. A failed connect is kept in `error`; with `retry`
+        (seconds to wait, the last repeating) a host that may come back (refused, timed
+        out, unresolvable: not a bad key or a refused login) is tried again with a fresh
+        client until it answers, and the row says so meanwhile."""
+        attempt = 0
+        while True:
+            try:
+                await self.connect(gate)
+                break
+            except (TransportError, AgentRequestError, OSError) as exc:
+                if not retry or getattr(exc, "permanent", True):
+                    return
+                wait = retry[min(attempt, len(retry) - 1)]
+                attempt += 1
+                self.error = f"{self.error} (retry {attempt} in {wait:.0f} s)"
+                await asyncio.sleep(wait)
+                self.client = self.client.fresh()
         await self.follow()
 
     def reread_ledger_soon(self) -> None:

@@ -114,6 +114,12 @@ class AgentClient:
 
     # -- public -------------------------------------------------------------------
 
+    def fresh(self) -> AgentClient:
+        """A new client over the same link and settings: a first connect that failed is
+        not retried by ``start``; whoever wants to try again starts a fresh one."""
+        return AgentClient(self.link, reconnect=self.reconnect, backoff=self.backoff,
+                           hello_timeout=self.hello_timeout, max_attempts=self.max_attempts)
+
     async def start(self) -> Hello:
         """Connect and wait for the agent's hello. The first failure is raised, not retried.
 

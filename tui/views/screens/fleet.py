@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui.services.hostfeed import HostFeed
+from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
 from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
@@ -76,7 +76,7 @@ class FleetScreen(Screen[None]):
         gate = asyncio.Semaphore(self.limit)
         for feed in self.feeds.values():
             feed.listen(functools.partial(self._changed, feed))
-            self.run_worker(feed.run(gate), group="feeds", exit_on_error=False)
+            self.run_worker(feed.run(gate, RETRY_S), group="feeds", exit_on_error=False)
         self._repaint()
         self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
 
