@@ -14,7 +14,9 @@ the log's mtime (``source: "mtime"``). The thresholds stay with the client
 After the load it also keeps ``idle_since``: since when the run's process group has
 used no CPU (utime+stime from /proc unchanged between looks) and its GPUs (those it
 holds, else all) stayed at most ``GPU_IDLE_UTIL`` % busy; ``gpu`` names the GPU
-source, or says "none: why" when only the CPU was judged. That is what lets a client
+source, or says "none: why" when only the CPU was judged. The GPUs are asked only when
+the CPU ticks stood still since the last look: a run working on its CPU is awake
+anyway, so a busy run costs no NVML or nvidia-smi call at all. That is what lets a client
 call a run hung without having watched it.
 
 Stdlib only, Python >= 3.9. ``now`` is always passed in, so tests use a fake clock.
@@ -261,7 +263,10 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
             changed = pace.update(now)
             if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
                 cpu, pids = group_cpu(pgid)
-                busy, gpu = _gpu_look(source, pids)
+                if cpu is not None and cpu == pace.cpu:  # asleep on the CPU: are its GPUs working?
+                    busy, gpu = _gpu_look(source, pids)
+                else:  # working on the CPU (or gone): awake whatever the GPUs do; no query
+                    busy, gpu = None, pace.gpu
                 changed = pace.sample(now, cpu, busy, gpu) or changed
             elif pgid:
                 changed = pace.sample(now, None, None, None) or changed

@@ -354,8 +354,10 @@ def _hang_status(tmp_path: Path, mode: str, wait_s: float, env: dict[str, str] |
 
 # A stand-in for nvidia-smi (no GPU here): one card whose utilisation the test sets in a file.
 FAKE_SMI = """#!{python}
-import sys
+import os, sys
 arg = sys.argv[1]
+caller = open("/proc/%d/cmdline" % os.getppid()).read().replace("\\0", " ")
+open({util!r} + ".calls", "a").write(("shim " if "supervise" in caller else "agent ") + arg + "\\n")
 util = open({util!r}).read().strip()
 if arg.startswith("--query-gpu="):
     print("0, NVIDIA H200, GPU-75dc73da-78d6-3405-d610-419a0819d22a, 2575, 143771, %s, 35, 87.86, 700.00" % util)
@@ -389,6 +391,28 @@ def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> 
     assert seen.get("condition") == "hung", (seen, pace)
     assert pace["phase"] == "loaded" and pace["gpu"].startswith("none: ") and pace["idle_since"]
     assert re.fullmatch(r"no CPU activity for \d+ s \(after the load\)", seen["message"]), seen
+
+
+def test_a_run_busy_on_its_cpu_costs_no_gpu_query(tmp_path: Path) -> None:
+    """The GPUs are asked only when the CPU stood still: a spinning run is awake without
+    them, so the nvidia-smi stand-in is never called; a sleeping one's are asked."""
+    bin_dir, util = tmp_path / "bin", tmp_path / "util"
+    bin_dir.mkdir()
+    util.write_text("0")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(python=sys.executable, util=str(util)))
+    smi.chmod(0o755)
+    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    calls = tmp_path / "util.calls"
+    (tmp_path / "spin").mkdir()
+    (tmp_path / "sleep").mkdir()
+    _, seen, pace = _hang_status(tmp_path / "spin", "spin", 6, env=env)
+    assert pace.get("phase") == "loaded" and pace.get("sampled_at") and seen.get("condition") == "ok", (seen, pace)
+    shim_calls = [ln for ln in calls.read_text().splitlines() if ln.startswith("shim ")]
+    assert shim_calls == [], shim_calls  # (the agent's own snapshots still read the GPUs)
+    _, seen, pace = _hang_status(tmp_path / "sleep", "sleep", 20, env=env)
+    assert seen.get("condition") == "hung" and pace["gpu"] == "nvidia-smi", (seen, pace)
+    assert any(ln.startswith("shim --query-gpu=") for ln in calls.read_text().splitlines())
 
 
 def test_a_busy_run_is_never_hung(tmp_path: Path) -> None:
