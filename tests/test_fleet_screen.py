@@ -207,7 +207,7 @@ async def test_a_host_down_at_start_is_tried_again_and_fills_in_when_it_answers(
         def row(host: str) -> Any:
             return next(r for r in screen.rows if r.host == host)
 
-        await until(pilot, lambda: "retry" in row("late").link_text, "the late host's retry")
+        await until(pilot, lambda: row("late").link_text.startswith("retry in "), "the late host's retry")
         assert row("late").link == "error" and "refused" in row("late").link_text
         await until(pilot, lambda: row("newkey").link == "error", "the unknown key's error")
         server = await asyncio.start_server(forward, "127.0.0.1", port)  # the host comes back

@@ -45,6 +45,7 @@ class HostFeed:
                            ConfigRead(services.settings_of(cfg)), time.time())
         self.error: str | None = None  # why the first connect failed (one line)
         self.error_exc: BaseException | None = None
+        self.retry_at: float | None = None  # time.time() of the next try after a failed connect
         self.started = False
         self._listeners: list[Listener] = []
         self._log_subs = 0  # each followed log gets a fresh subscription name
@@ -123,8 +124,9 @@ class HostFeed:
                     return
                 wait = retry[min(attempt, len(retry) - 1)]
                 attempt += 1
-                self.error = f"{self.error} (retry {attempt} in {wait:.0f} s)"
+                self.retry_at = time.time() + wait
                 await asyncio.sleep(wait)
+                self.retry_at = None
                 self.client = self.client.fresh()
         await self.follow()
 

@@ -58,10 +58,12 @@ def gpu_busy(gpu: Gpu) -> bool:
     return bool(gpu.processes) or (gpu.util is not None and gpu.util > BUSY_UTIL)
 
 
-def link_of(state: AppState, now: float, error: str | None = None) -> tuple[str, str]:
-    """(kind, text) of the host's connection; `error` is a failed first connect."""
+def link_of(state: AppState, now: float, error: str | None = None,
+            retry_at: float | None = None) -> tuple[str, str]:
+    """(kind, text) of the host's connection; `error` is a failed first connect, tried
+    again at `retry_at` (the countdown comes first: a long error is clipped)."""
     if error is not None:
-        return "error", error
+        return "error", (f"retry in {max(0, round(retry_at - now))} s: {error}" if retry_at is not None else error)
     link = state.link
     if link.state in ("connecting", "closed") and link.last_data is None:
         return "connecting", "connecting"
@@ -93,9 +95,11 @@ def progress_text(state: AppState, run: Run | None) -> str:
     return " ".join(parts)
 
 
-def host_row(host: str, state: AppState, now: float, error: str | None = None) -> HostRow:
-    """The fleet row of one host. `error`: why its first connect failed (one line)."""
-    link, link_text = link_of(state, now, error)
+def host_row(host: str, state: AppState, now: float, error: str | None = None,
+             retry_at: float | None = None) -> HostRow:
+    """The fleet row of one host. `error`: why its first connect failed (one line),
+    `retry_at`: when it is tried again."""
+    link, link_text = link_of(state, now, error, retry_at)
     seen = state.seq >= 0
     runs = view.visible_runs(state)
     run = view.select_run(state)

@@ -92,7 +92,7 @@ class FleetScreen(Screen[None]):
     def _repaint(self) -> None:
         self._due = False
         now = time.time()
-        rows = [fleet.host_row(h, f.state, now, f.error) for h, f in self.feeds.items()]
+        rows = [fleet.host_row(h, f.state, now, f.error, f.retry_at) for h, f in self.feeds.items()]
         self.rows = fleet.sort_rows(rows, self.sort_key)
         table = self.query_one(FleetTable)
         table.sync({r.host: self._cells(r) for r in self.rows})
