@@ -199,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
     skip_crc32(torch)
     # Threads blocked in fsync or on a CUDA event hold no GIL: more of them than cores.
     pool = ThreadPoolExecutor(max_workers=max(4, min(32, 2 * (os.cpu_count() or 2))))
+    # Seconds the next forward waited for the writers (IN_FLIGHT batches in their hands),
+    # and the writing left after the last forward: where the output's disk is the limit.
+    waited = tail = 0.0
     try:
         for b, idx in enumerate(plan):
             futures: List[Future] = []
@@ -209,9 +212,14 @@ def run(args: argparse.Namespace) -> int:
             pending.append((b, futures))
             while pending and (len(pending) > IN_FLIGHT
                                or all(f.done() for f in pending[0][1])):
+                t0 = time.monotonic()
+                full = len(pending) > IN_FLIGHT
                 finish_oldest()
+                waited += time.monotonic() - t0 if full else 0.0
+        t0 = time.monotonic()
         while pending:
             finish_oldest()
+        tail = time.monotonic() - t0
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     fsync_path(out)  # the renames of the sample files
@@ -219,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
     config_path = out / CONFIG_FILE
     atomic_write(config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
     elapsed = time.monotonic() - t_start
+    if todo:
+        note("%s waited %.2f s for the output writers before a forward, %.2f s after the "
+             "last one (of %.2f s)" % (PREFIX, waited, tail, elapsed))
     rate = done["work"] / elapsed if elapsed > 0 else 0.0
     say("%s done: %d sequences, %d tokens in %s (%.1f tok/s) -> %s"
         % (PREFIX, total_seqs, total_tokens, hms(elapsed), rate, config_path))
