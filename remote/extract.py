@@ -42,9 +42,10 @@ Progress goes to stdout (flushed), in exactly these forms (the TUI's parser read
 The tok/s of the done line counts this run's extracted tokens over the wall time from
 the first batch to the last file on disk (token_freq.pth, from the input alone, is
 written before the first batch; on CUDA the hf backend first makes one untimed pass over
-the first batch, and says how long it took on stderr). The hf backend reports shard loading on
-stderr in vLLM's bar format, one line per shard, then `Loading weights took X.XX
-seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
+the first batch, and says how long it took on stderr). At the end a stderr line says how
+long the forwards waited for the output writers (where the disk is the limit). The hf
+backend reports shard loading on stderr in vLLM's bar format, one line per shard, then
+`Loading weights took X.XX seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
 be watched on a tiny model.
 
 --backend vllm drives speculators' VllmHiddenStatesGenerator (tensor parallel, --tp).
@@ -57,6 +58,7 @@ stderr), 3 extraction failed.
 This file is the CLI and the run loop; its sibling modules (shipped with it: the client
 uploads every remote/*.py) hold the rest: extract_common.py (errors, progress lines),
 extract_input.py (dataset, batches, layers), extract_files.py (the output files),
+extract_zip.py (their zip layout, by hand),
 extract_hf.py and extract_vllm.py (the backends).
 """
 
