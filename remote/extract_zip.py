@@ -58,7 +58,7 @@ def zip_pieces(archive: str, records: List[Tuple[str, Union[bytes, Tuple[int, in
     buf = bytearray()
     central = bytearray()
     offset = 0
-    for k, (suffix, payload) in enumerate(records):
+    for suffix, payload in records:
         name = ("%s/%s" % (archive, suffix)).encode()
         size = payload[1] if isinstance(payload, tuple) else len(payload)
         pad = -(offset + LOCAL.size + len(name) + 4) % align
@@ -125,7 +125,8 @@ class Layout:
 
     def __init__(self, torch: Any, dtype: Any, n_layers: int, hidden: int,
                  records: List[Tuple[str, bytes]]) -> None:
-        self.hidden, self.n_layers, self.itemsize = hidden, n_layers, dtype.itemsize
+        self.hidden, self.n_layers = hidden, n_layers
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.records = records
         self.align = int(dict(records)[".storage_alignment"])
         self.long = getattr(torch, STORAGE_TYPES["torch.int64"])
