@@ -19,6 +19,8 @@ same batches of the same data:
   disk   the same bytes written as files by 16 threads with fsync, nothing else: the
          disk's ceiling.
   --old  another extract.py (e.g. the previous version) run the same way, for comparison.
+  writers  extract.py's own writer alone, the same files from host memory to /dev/shm
+         on as many threads as extract.py, no GPU: what the writing allows.
   --min-len  mixed lengths, as real conversations are: each sequence cut to a length drawn
          uniformly from [N, --seq-len] (fixed seed), so batches are padded.
 
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +55,7 @@ from tui.services.demo import build_demo  # noqa: E402
 EXTRACT = ROOT / "remote" / "extract.py"
 IN_FLIGHT = 4  # extract.py's batches in the writers' hands besides the one being made
 DONE = re.compile(r"^\[extract\] done: .* \((?P<rate>[\d.]+) tok/s\) -> ", re.M)
+WAITED = re.compile(r"^\[extract\] (waited .*)$", re.M)
 
 
 def default_layers(n: int) -> list[int]:
@@ -133,7 +137,43 @@ def run_extract(script: Path, model_dir: Path, data: Path, out: Path, batch_size
     m = DONE.search(proc.stdout)
     if not m:
         sys.exit(f"no done line from {script}: {proc.stdout[-500:]}")
+    w = WAITED.search(proc.stderr)
+    if w:
+        print(f"  {out}: {w[1]}", flush=True)
     return float(m["rate"]), wall
+
+
+def writers_alone(data: Path, out: Path, layers: int, hidden: int, batch_size: int,
+                  threads: int | None = None) -> float:
+    """tok/s of extract.py's own writer (remote/extract_files.py's write_sample, on as many
+    threads as extract.py runs) writing the same files from host memory, no GPU: what
+    the writing alone allows. The rows come from batch-shaped buffers, as in extract.py."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "remote"))
+    import extract_files
+    from extract_common import Sample
+
+    samples = [Sample(json.loads(line)["input_ids"], None)
+               for line in data.read_text().splitlines()]
+    width = max(len(s.ids) for s in samples)
+    bufs = [torch.randn(batch_size, width, hidden).to(torch.bfloat16) for _ in range(layers)]
+    extract_files.skip_crc32(torch)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+
+    def write(i: int) -> None:
+        n = len(samples[i].ids)
+        extract_files.write_sample(out / f"data_{i}.pt", samples[i],
+                                   [b[i % batch_size, :n] for b in bufs], None)
+
+    threads = threads or max(4, min(32, 2 * (os.cpu_count() or 2)))  # as extract.py
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(write, range(len(samples))))
+    rate = sum(len(s.ids) for s in samples) / (time.perf_counter() - t0)
+    shutil.rmtree(out, ignore_errors=True)
+    return rate
 
 
 def disk_ceiling(d: Path, files: int, size: int, threads: int = 16) -> float:
@@ -218,6 +258,9 @@ def main() -> None:
         ex_shm, wall_shm = run_extract(EXTRACT, paths.model, paths.data, shm, args.batch_size)
         shutil.rmtree(shm, ignore_errors=True)
         rows.append((f"extract.py -> /dev/shm (tmpfs; process wall {wall_shm:.1f} s)", ex_shm))
+        alone = writers_alone(paths.data, shm, len(default_layers(args.layers)), args.hidden,
+                              args.batch_size)
+        rows.append(("extract.py's writers alone -> /dev/shm (no GPU)", alone))
     else:
         print("no room in /dev/shm for the tmpfs run", flush=True)
     if args.old:

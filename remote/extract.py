@@ -42,9 +42,10 @@ Progress goes to stdout (flushed), in exactly these forms (the TUI's parser read
 The tok/s of the done line counts this run's extracted tokens over the wall time from
 the first batch to the last file on disk (token_freq.pth, from the input alone, is
 written before the first batch; on CUDA the hf backend first makes one untimed pass over
-the first batch, and says how long it took on stderr). The hf backend reports shard loading on
-stderr in vLLM's bar format, one line per shard, then `Loading weights took X.XX
-seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
+the first batch, and says how long it took on stderr). At the end a stderr line says how
+long the forwards waited for the output writers (where the disk is the limit). The hf
+backend reports shard loading on stderr in vLLM's bar format, one line per shard, then
+`Loading weights took X.XX seconds`. `--shard-delay S` sleeps S seconds per shard: a demo aid only, so the bar can
 be watched on a tiny model.
 
 --backend vllm drives speculators' VllmHiddenStatesGenerator (tensor parallel, --tp).
@@ -57,6 +58,7 @@ stderr), 3 extraction failed.
 This file is the CLI and the run loop; its sibling modules (shipped with it: the client
 uploads every remote/*.py) hold the rest: extract_common.py (errors, progress lines),
 extract_input.py (dataset, batches, layers), extract_files.py (the output files),
+extract_zip.py (their zip layout, by hand),
 extract_hf.py and extract_vllm.py (the backends).
 """
 
@@ -199,6 +201,9 @@ def run(args: argparse.Namespace) -> int:
     skip_crc32(torch)
     # Threads blocked in fsync or on a CUDA event hold no GIL: more of them than cores.
     pool = ThreadPoolExecutor(max_workers=max(4, min(32, 2 * (os.cpu_count() or 2))))
+    # Seconds the next forward waited for the writers (IN_FLIGHT batches in their hands),
+    # and the writing left after the last forward: where the output's disk is the limit.
+    waited = tail = 0.0
     try:
         for b, idx in enumerate(plan):
             futures: List[Future] = []
@@ -209,9 +214,14 @@ def run(args: argparse.Namespace) -> int:
             pending.append((b, futures))
             while pending and (len(pending) > IN_FLIGHT
                                or all(f.done() for f in pending[0][1])):
+                t0 = time.monotonic()
+                full = len(pending) > IN_FLIGHT
                 finish_oldest()
+                waited += time.monotonic() - t0 if full else 0.0
+        t0 = time.monotonic()
         while pending:
             finish_oldest()
+        tail = time.monotonic() - t0
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     fsync_path(out)  # the renames of the sample files
@@ -219,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
     config_path = out / CONFIG_FILE
     atomic_write(config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
     elapsed = time.monotonic() - t_start
+    if todo:
+        note("%s waited %.2f s for the output writers before a forward, %.2f s after the "
+             "last one (of %.2f s)" % (PREFIX, waited, tail, elapsed))
     rate = done["work"] / elapsed if elapsed > 0 else 0.0
     say("%s done: %d sequences, %d tokens in %s (%.1f tok/s) -> %s"
         % (PREFIX, total_seqs, total_tokens, hms(elapsed), rate, config_path))

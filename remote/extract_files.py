@@ -1,31 +1,31 @@
 """extract.py's output: speculators 0.3.0's training-data files, written atomically.
 
-One data_{i}.pt per sequence is the file torch.save writes for {"input_ids",
-"hidden_states", "loss_mask"} (CRC32 fields left 0, as torch does with its
-compute_crc32 switch off; torch.load never checks them). Where torch has
-torch.serialization.skip_data (torch >= 2.5), torch.save writes only the archive's small
-records (pickle, headers; the storages' space left empty) and the tensors' bytes are
-then written into their places with os.pwrite straight from the host buffers, so the GIL
-is free while the bytes move and the host tensors need not be cloned into storages of
-their own. The bytes equal what plain torch.save writes (tests/test_extract_files.py checks).
+One data_{i}.pt per sequence holds the bytes torch.save writes for {"input_ids",
+"hidden_states", "loss_mask"} (CRC32 fields left 0, as torch does with its compute_crc32
+switch off; torch.load never checks them). The archive's small records are laid out by
+extract_zip.py for the sample's length, and the whole file is written with one writev,
+the tensors' bytes straight from the host buffers: the GIL is free while the bytes move,
+and the host tensors need not be cloned into storages of their own. Where torch.save
+would write other bytes than extract_zip.py lays out, every file goes through torch.save
+itself. tests/test_extract_files.py checks the bytes against plain torch.save.
 Every file goes to a temp name that does not end in "pt", is fsynced, then renamed.
 Stdlib only at import; torch is imported when files are written."""
 
 from __future__ import annotations
 
 import argparse
+import array
 import collections
 import ctypes
 import fcntl
-import mmap
 import os
 import re
-import struct
-import zipfile
+import threading
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from extract_common import Fail, Sample, mask_of
+from extract_zip import Layout
 
 SAMPLE_FILE = "data_%d.pt"
 TOKEN_FREQ_FILE = "token_freq.pth"
@@ -74,7 +74,6 @@ def lock_out_dir(out: Path) -> Any:
     return fh
 
 
-
 def own_storage(t: Any) -> Any:
     """`t` alone on its storage: torch.save writes a view's whole storage, and the loader
     estimates each sample's length from its file size."""
@@ -103,9 +102,9 @@ def sample_ok(path: Path, s: Sample, n_layers: int, hidden: int, dtype: Any) -> 
 
 
 def skip_crc32(torch: Any) -> None:
-    """torch.save computes a CRC32 of every record while holding the GIL, which halves
-    what the writer threads can save together; torch.load never checks it (torch >= 2.6
-    has the switch; older versions keep computing it)."""
+    """Off: torch.save's CRC32 of every record, which torch.load never checks. With it
+    on, torch.save's bytes are not what extract_zip.py lays out (CRC fields 0), and every
+    file would go through torch.save (torch >= 2.6 has the switch)."""
     try:
         import torch.utils.serialization as ser
 
@@ -114,109 +113,69 @@ def skip_crc32(torch: Any) -> None:
         pass
 
 
-
-def _record_spans(path: Path) -> Dict[str, Tuple[int, int]]:
-    """{record name: (offset of its bytes, size)} of a torch.save archive, from its
-    central directory and each record's local header (whose padding aligns the data)."""
-    spans = {}
-    with open(path, "rb") as f, zipfile.ZipFile(f) as z:
-        for info in z.infolist():
-            f.seek(info.header_offset)
-            header = f.read(30)
-            name_len, extra_len = struct.unpack("<HH", header[26:30])
-            spans[info.filename] = (info.header_offset + 30 + name_len + extra_len,
-                                    info.file_size)
-    return spans
-
-
-def _pwrite_all(fd: int, t: Any, offset: int) -> None:
-    """Write contiguous CPU tensor `t`'s bytes at `offset`, from its own memory (no copy;
-    the GIL is released during each write)."""
+def _memory_of(t: Any) -> memoryview:
+    """Contiguous CPU tensor `t`'s bytes, in its own memory (no copy)."""
     size = t.numel() * t.element_size()
-    view = memoryview((ctypes.c_char * size).from_address(t.data_ptr())).cast("B")
-    done = 0
-    while done < size:
-        done += os.pwrite(fd, view[done:], offset + done)
+    return memoryview((ctypes.c_char * size).from_address(t.data_ptr())).cast("B")
 
 
-# Kept small: the writer threads' Python work holds the GIL the main thread needs to
-# launch the next forward. Files of one layout share their records' places (bounded;
-# cleared when full); the stand-in tensors of every file are views of one anonymous
-# mapping whose pages are never touched (allocating them each time cost more than
-# writing the bytes).
-_SPANS: Dict[Any, Dict[str, Tuple[int, int]]] = {}
-_CACHE_MAX = 256
-_ARENA: List[Any] = [None]
+def _writev_all(fd: int, pieces: List[Any]) -> None:
+    """Write `pieces` (bytes-like) one after the other from the file's start: one
+    writev, more only where the kernel writes less (the GIL is free meanwhile)."""
+    views = [memoryview(p).cast("B") for p in pieces]
+    while views:
+        done = os.writev(fd, views[:IOV_MAX])
+        while views and done >= len(views[0]):
+            done -= len(views.pop(0))
+        if views and done:
+            views[0] = views[0][done:]
 
 
-def _stand_ins(hidden_states: List[Any]) -> List[Any]:
-    """Tensors shaped like `hidden_states`, each on a storage of its own (at its own
-    offset of the mapping), for the skip_data save: torch.save reads only their shapes."""
-    import torch
-
-    sizes = [h.numel() * h.element_size() for h in hidden_states]
-    arena = _ARENA[0]
-    if arena is None or len(arena) < sum(sizes):
-        arena = _ARENA[0] = mmap.mmap(-1, max(sum(sizes), 1 << 28))  # address space only
-    out, offset = [], 0
-    for h, size in zip(hidden_states, sizes):
-        out.append(torch.frombuffer(arena, dtype=h.dtype, count=h.numel(),
-                                    offset=offset).view(h.shape))
-        offset += size
-    return out
+# The zip layout per (dtype, layers, hidden): made once, None where torch.save writes
+# something else (extract_zip.py says when), then every file goes through torch.save.
+_LAYOUTS: Dict[Tuple[str, int, int], Optional[Layout]] = {}
+_LAYOUTS_LOCK = threading.Lock()
+IOV_MAX = 1024
 
 
-def _spans_of(tmp: Path, tensors: List[Any]) -> Dict[str, Tuple[int, int]]:
-    """{"data/K": (offset, size)} of the skip_data archive `tmp` holding `tensors` in
-    pickling order. torch.save lays out archives of the same archive-name length, tensor
-    shapes and dtypes alike, so the places are parsed once per layout (the file's size is
-    part of the key, as a check that the layout did not change)."""
-    archive = tmp.name.split(".")[0]
-    key = (len(archive), tuple((tuple(t.shape), t.dtype) for t in tensors),
-           os.path.getsize(str(tmp)))
-    got = _SPANS.get(key)
-    if got is None:
-        prefix = archive + "/"
-        got = {name[len(prefix):]: span for name, span in _record_spans(tmp).items()
-               if name.startswith(prefix)}
-        if len(_SPANS) >= _CACHE_MAX:
-            _SPANS.clear()
-        _SPANS[key] = got
-    return got
+def _layout(h: Any, n_layers: int) -> Optional[Layout]:
+    key = (str(h.dtype), n_layers, h.shape[-1])
+    with _LAYOUTS_LOCK:
+        if key not in _LAYOUTS:
+            _LAYOUTS[key] = Layout.make(h.dtype, n_layers, h.shape[-1])
+        return _LAYOUTS[key]
 
 
 def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) -> None:
     """One data_{i}.pt, as speculators' own generator saves it; runs in a writer thread.
-    `hidden_states`: contiguous CPU tensors [seq, hidden] (views of a batch buffer are
-    fine); `ready`: a CUDA event the copies into them complete at, or None."""
+    `hidden_states`: CPU tensors [seq, hidden] (views of a batch buffer are fine);
+    `ready`: a CUDA event the copies into them complete at, or None. The file is laid out
+    by extract_zip.py and written with one writev straight from these tensors."""
     import torch
 
     if ready is not None:
         ready.synchronize()  # the copies to these host tensors are done
-    ids = torch.tensor(s.ids, dtype=torch.int64)
-    mask = torch.tensor(mask_of(s), dtype=torch.int64)
+    n = len(s.ids)
+    ids, mask = array.array("q", s.ids), array.array("q", mask_of(s))
     tmp = tmp_path(path)
-    skip_data = getattr(torch.serialization, "skip_data", None)
-    if skip_data is None or not all(h.is_contiguous() for h in hidden_states):
-        torch.save(dict(zip(KEYS, (ids, [own_storage(h) for h in hidden_states], mask))),
-                    str(tmp))
+    layout = _layout(hidden_states[0], len(hidden_states))
+    try:
+        if layout is None or ids.itemsize != 8 or not all(
+                h.is_contiguous() and tuple(h.shape) == (n, layout.hidden)
+                and h.dtype == hidden_states[0].dtype for h in hidden_states):
+            raise ValueError("not laid out here")
+        pieces = layout.pieces(path.name.split(".")[0], n)  # torch's archive name
+    except ValueError:
+        torch.save(dict(zip(KEYS, (torch.tensor(s.ids, dtype=torch.int64),
+                                   [own_storage(h) for h in hidden_states],
+                                   torch.tensor(mask_of(s), dtype=torch.int64)))), str(tmp))
         fsync_path(tmp)
         os.replace(tmp, path)
         return
-    # Stand-ins of the same shapes and dtypes, each on a storage of its own (the loader
-    # estimates lengths from file sizes); never touched, so their pages are never
-    # allocated. torch.save numbers the storages in pickling order: ids, layers, mask.
-    with skip_data():
-        torch.save(dict(zip(KEYS, (ids, _stand_ins(hidden_states), mask))), str(tmp))
-    spans = _spans_of(tmp, [ids, *hidden_states, mask])
-    fd = os.open(str(tmp), os.O_WRONLY)
+    tensors = [ids, *[_memory_of(h) for h in hidden_states], mask]
+    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        for k, t in enumerate([ids, *hidden_states, mask]):
-            offset, size = spans["data/%d" % k]
-            if size != t.numel() * t.element_size():
-                raise OSError("record data/%d of %s has %d bytes, not %d"
-                              % (k, tmp, size, t.numel() * t.element_size()))
-            _pwrite_all(fd, t, offset)
+        _writev_all(fd, [p if isinstance(p, bytes) else tensors[p] for p in pieces])
         os.fsync(fd)
     finally:
         os.close(fd)

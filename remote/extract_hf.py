@@ -27,6 +27,10 @@ class HfBackend:
         self.dtype = getattr(torch, dtype)
         self.shard_delay = shard_delay
         self.model: Any = None
+        # Elements of every pinned host buffer: all of one size, so that torch's host
+        # allocator (which keeps freed buffers by size, rounded up to a power of two)
+        # reuses them for batches of any width instead of pinning new memory.
+        self._host_numel = 0
 
     def shard_files(self) -> List[Path]:
         index = self.model_dir / "model.safetensors.index.json"
@@ -112,7 +116,8 @@ class HfBackend:
         done.synchronize()
         shape = (len(batch), max(len(s.ids) for s in batch), out[0][0].shape[-1])
         del out
-        spare = [torch.empty(shape, dtype=self.dtype, pin_memory=True)
+        self._host_numel = max(self._host_numel, shape[0] * shape[1] * shape[2])
+        spare = [torch.empty(self._host_numel, dtype=self.dtype, pin_memory=True)
                  for _ in range(buffer_sets * len(self.layers))]
         del spare  # back to the host allocator's cache, reused by the batches
         torch.cuda.synchronize()
@@ -174,12 +179,17 @@ class HfBackend:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             bufs = []
+            self._host_numel = max(self._host_numel, hs[0].numel())
             for h in hs:
-                buf = torch.empty(h.shape, dtype=self.dtype, pin_memory=True)
+                buf = torch.empty(self._host_numel, dtype=self.dtype, pin_memory=True)
+                buf = buf[:h.numel()].view(h.shape)
                 buf.copy_(h, non_blocking=True)
                 h.record_stream(side)  # the allocator must not reuse it before the copy
                 bufs.append(buf)
-            done = torch.cuda.Event()
+            # Blocking: the writer threads that wait for it sleep; CUDA's default with
+            # more cores than GPUs is to spin, and a batch's writers would spin on every
+            # core while the main thread launches the next forward.
+            done = torch.cuda.Event(blocking=True)
             done.record(side)
         out = [[buf[row, :n] for buf in bufs] for row, n in enumerate(lens)]
         return out, done

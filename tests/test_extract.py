@@ -147,6 +147,10 @@ def test_log_lines_parse(demo, first_run) -> None:
     assert int(bars[-1]["pct"]) == 100 and bars[-1]["rem"] == "00:00"
     assert int(bars[3]["pct"]) == 50
     assert re.search(r"^Loading weights took \d+\.\d\d seconds$", proc.stderr, re.M)
+    waited = re.search(r"^\[extract\] waited (\d+\.\d\d) s for the output writers before a "
+                       r"forward, (\d+\.\d\d) s after the last one \(of (\d+\.\d\d) s\)$",
+                       proc.stderr, re.M)
+    assert waited and float(waited[1]) + float(waited[2]) <= float(waited[3]) + 0.02, proc.stderr
     lines = proc.stdout.splitlines()
     progress = [PROGRESS.match(line) for line in lines[:-1]]
     assert all(progress), proc.stdout

@@ -1,6 +1,6 @@
-"""remote/extract_files.py writes each data_{i}.pt itself (torch.save of the small records
-under skip_data, then the tensors' bytes with os.pwrite): the files must be the very
-bytes plain torch.save writes, and load as speculators loads them."""
+"""remote/extract_files.py writes each data_{i}.pt itself (the archive laid out by
+remote/extract_zip.py, written with one writev from the host buffers): the files must be
+the very bytes plain torch.save writes, and load as speculators loads them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ REMOTE = ROOT / "remote"
 sys.path.insert(0, str(REMOTE))
 
 import extract_files  # noqa: E402
+import extract_zip  # noqa: E402
 from extract_common import Sample  # noqa: E402
 
 from tui.transport.local import agent_files  # noqa: E402
@@ -35,22 +36,15 @@ def _crc_off():
     ser.config.save.compute_crc32 = before
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -> None:
+def _write_both(ours: Path, ref: Path, lengths: list[int], hidden: int, layers: int,
+                dtype: torch.dtype) -> None:
     """Rows of one padded batch buffer (as the CUDA path hands them over: views, not
-    clones) written by write_sample equal torch.save of cloned tensors, byte for byte;
-    also the files whose layout (length, archive-name length) was seen before, written
-    with the cached record places."""
-    assert hasattr(torch.serialization, "skip_data"), "the fast path is what is tested here"
-    extract_files._SPANS.clear()
-    # data_148 and data_185: the layout of data_148 again, with other contents.
-    lengths, hidden, layers = [37, 1, 512, 200, 37, 37], 24, 4
+    clones) written by write_sample, and torch.save of cloned tensors; then compared."""
+    ours.mkdir()
+    ref.mkdir()
     g = torch.Generator().manual_seed(5)
     bufs = [torch.randn(len(lengths), max(lengths), hidden, generator=g).to(dtype)
             for _ in range(layers)]
-    ours, ref = tmp_path / "ours", tmp_path / "ref"
-    ours.mkdir()
-    ref.mkdir()
     for i, n in enumerate(lengths):
         ids = [(7 * i + 3 * t) % 1000 for t in range(n)]
         mask = None if i % 2 else [t % 3 % 2 for t in range(n)]
@@ -71,7 +65,47 @@ def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -
             assert h.untyped_storage().nbytes() == n * hidden * h.element_size()
         assert extract_files.sample_ok(ours / name, s, layers, hidden, dtype)
     assert sorted(os.listdir(ours)) == sorted(os.listdir(ref))  # no temp file left
-    assert len(extract_files._SPANS) == len(lengths) - 1  # one layout parsed once, reused
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -> None:
+    """Every length gets its own layout (one- and two-byte ints in the pickle, paddings
+    of every record), laid out by hand, not by torch.save."""
+    extract_files._LAYOUTS.clear()
+    lengths = [37, 1, 512, 200, 37, 63, 64, 65, 255, 256, 300, 1000]
+    _write_both(tmp_path / "ours", tmp_path / "ref", lengths, 24, 4, dtype)
+    assert list(extract_files._LAYOUTS) == [(str(dtype), 4, 24)]  # made once, reused
+    assert isinstance(extract_files._LAYOUTS[(str(dtype), 4, 24)], extract_zip.Layout)
+
+
+def test_long_sequences_and_other_layer_counts(tmp_path: Path) -> None:
+    """Four-byte ints in the pickle (over 65,535 tokens), and any number of layers."""
+    _write_both(tmp_path / "ours", tmp_path / "ref", [70000, 3], 5, 6, torch.bfloat16)
+    assert extract_files._LAYOUTS[("torch.bfloat16", 6, 5)] is not None
+
+
+def test_where_torch_writes_other_bytes_torch_save_writes_them(tmp_path: Path) -> None:
+    """With torch's CRC32 on, torch.save's bytes are not what extract_zip lays out: the
+    layout check finds that, and the files are torch.save's own (CRCs and all)."""
+    import torch.utils.serialization as ser
+
+    extract_files._LAYOUTS.clear()
+    ser.config.save.compute_crc32 = True
+    _write_both(tmp_path / "ours", tmp_path / "ref", [37, 5], 24, 4, torch.bfloat16)
+    assert extract_files._LAYOUTS == {("torch.bfloat16", 4, 24): None}
+    extract_files._LAYOUTS.clear()
+
+
+def test_writev_all_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
+    """The kernel may write less than asked; the rest follows where it stopped."""
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(bufs[0])[:3]]))
+    fd = os.open(str(tmp_path / "f"), os.O_WRONLY | os.O_CREAT)
+    try:
+        extract_files._writev_all(fd, [b"abcdefgh", b"", memoryview(b"ij"), bytearray(b"k")])
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"abcdefghijk"
 
 
 def test_extract_modules_ship_with_the_agent() -> None:
@@ -90,7 +124,7 @@ def test_extract_modules_ship_with_the_agent() -> None:
                     else [])
             todo += [m for m in mods if m in local and m not in seen]
     assert {"extract_common", "extract_files", "extract_input", "extract_hf",
-            "extract_vllm", "preflight"} <= seen
+            "extract_vllm", "extract_zip", "preflight"} <= seen
     assert all(len(files[m + ".py"].splitlines()) < 500 for m in seen)
 
 
@@ -98,7 +132,8 @@ def test_extract_modules_import_with_the_standard_library_only() -> None:
     """The job's modules load torch, transformers and vLLM only when used: --help,
     --preflight and bad-input errors work on a host Python without them."""
     code = ("import sys; sys.path.insert(0, %r); import extract, extract_common, extract_files, "
-            "extract_hf, extract_input, extract_vllm; print(sorted({m.split('.')[0] for m in "
+            "extract_hf, extract_input, extract_vllm, extract_zip; "
+            "print(sorted({m.split('.')[0] for m in "
             "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
             "'numpy'}))" % str(REMOTE))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
