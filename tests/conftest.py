@@ -1,7 +1,11 @@
-"""Shared fixtures: a real OpenSSH sshd (session-scoped) and a started local agent client."""
+"""Shared fixtures: a real OpenSSH sshd (session-scoped) and a started local agent client;
+and after every test that had a tmp_path, no run of it left alive."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,6 +16,44 @@ from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
 from tests.sshd import Sshd, sshd_missing
 from tui.transport import AgentClient, LocalLink
+
+
+def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
+    """(shim pid, process groups) of every supervisor shim whose run dir is under ``root``."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError):
+            continue
+        if "supervise" not in argv or not any(a.startswith(root + os.sep) for a in argv):
+            continue
+        run_dir = argv[argv.index("supervise") + 1] if argv.index("supervise") + 1 < len(argv) else ""
+        groups = []
+        try:
+            groups.append(os.getpgid(int(name)))
+            groups.append(int(json.loads(Path(run_dir, "manifest.json").read_text())["pgid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        mine = os.getpgid(0)  # never the test session's own group
+        found.append((int(name), [g for g in groups if g > 1 and g != mine]))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that fails before it kills its run must not leave the run (a job that sleeps
+    or spins for minutes) loading the machine under every later test: kill its groups."""
+    root = str(request.getfixturevalue("tmp_path")) if "tmp_path" in request.fixturenames else None
+    yield
+    if root is None:
+        return
+    for _, groups in _runs_alive_under(root):
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
 
 
 @pytest.fixture(scope="session")
