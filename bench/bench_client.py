@@ -85,6 +85,21 @@ def descendant(root: int, needle: bytes) -> int | None:
     return None
 
 
+def first_frame(name: str, cmd: str, needles: list[str], what: str) -> tuple[Tmux, float | None]:
+    """Start `cmd` (an `env … python -m tui.cli …` line) in tmux with a start-up trace;
+    print the seconds from the launch until every needle is on the pane, the client's
+    CPU by then, and the breakdown by step."""
+    trace = Path(tempfile.mkdtemp(prefix="bench-trace-")) / "trace"
+    launched = time.time()
+    dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1))
+    t = dash.wait(needles, 30)
+    seen = None if t is None else time.time() - launched
+    print(f"first full frame after connect ({what}): {fmt(seen)} s wall from the launch,"
+          f" {cpu_s(dash.pid):.2f} s of the client's CPU")
+    print(breakdown(trace, launched, seen))
+    return dash, seen
+
+
 class Tmux:
     def __init__(self, name: str, cmd: str) -> None:
         self.name = f"bc-{name}-{uuid.uuid4().hex[:6]}"
@@ -198,6 +213,22 @@ def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def breakdown(trace: Path, launched: float, seen: float | None) -> str:
+    """The client's start-up milestones (tui/trace.py), in seconds since the launch,
+    each with the time since the one before; the last step is the frame on the pane."""
+    try:
+        marks = [(float(t), step) for t, step in (ln.split(" ", 1) for ln in trace.read_text().splitlines())]
+    except (OSError, ValueError):
+        return "  (no trace)"
+    if seen is not None:
+        marks.append((launched + seen, "full frame on the pane"))
+    out, prev = [], launched
+    for t, step in sorted(marks):
+        out.append(f"  {t - launched:5.2f} s  (+{t - prev:4.2f})  {step}")
+        prev = t
+    return "\n".join(out)
+
+
 def fmt(v: float | None, spec: str = "{:.2f}") -> str:
     return "N/A" if v is None or v != v else spec.format(v)
 
@@ -213,6 +244,8 @@ def main() -> int:
     ap.add_argument("--burst", type=float, default=60)
     ap.add_argument("--rss-minutes", type=float, default=10)
     ap.add_argument("--ssh", action="store_true", help="also measure idle over loopback SSH")
+    ap.add_argument("--first-frame-only", action="store_true",
+                    help="only the first frames (local, and with --ssh over SSH), with their breakdown")
     ap.add_argument("--toolong", default=shutil.which("tl"), help="path of toolong's `tl`")
     args = ap.parse_args()
     if not shutil.which("tmux"):
@@ -238,12 +271,11 @@ def main() -> int:
     order = ["client", "agent", "toolong", "tail -F"]
     results: dict[str, dict[str, float]] = {}
     try:
-        t0 = time.monotonic()
-        dash = Tmux("dash", client_cmd)
+        dash, _ = first_frame("dash", client_cmd, ["Runs", "GPUs", "Processes", "Log", "Progress", "connected",
+                                                   "Starting to load"], "local, one-line log")
         sessions.append(dash)
-        first = dash.wait(["Runs", "GPUs", "Processes", "Log", "Progress", "connected", "Starting to load"], 30)
-        print(f"first full frame after connect (local): {fmt(first)} s wall, {cpu_s(dash.pid):.2f} s of the client's CPU"
-              f" (tmux start included: {time.monotonic() - t0:.2f} s to here)")
+        if args.first_frame_only:
+            raise _FirstFrameOnly
         procs.pids["client"] = dash.pid
         agent = None
         for _ in range(50):
@@ -313,6 +345,8 @@ def main() -> int:
             samples.append((time.monotonic(), s))
             time.sleep(10)
         writer.rate = 0
+    except _FirstFrameOnly:
+        pass
     finally:
         writer.stop()
         for s in sessions:
@@ -321,7 +355,9 @@ def main() -> int:
             s.kill()
     ssh_procs = Procs()
     if args.ssh:  # alone: only one agent.py from an uploaded copy runs now
-        results["idle over SSH"] = ssh_idle(cfg, args.idle, py, env, ssh_procs)
+        results["idle over SSH"] = ssh_idle(cfg, 0 if args.first_frame_only else args.idle, py, env, ssh_procs)
+    if args.first_frame_only:
+        return 0
 
     print(f"\nload at end {load()}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
     print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
@@ -354,6 +390,10 @@ def main() -> int:
         slope = _slope(pts) * 3600
         print(f"| {label} | {pts[0][1]:.1f} | {pts[-1][1]:.1f} | {slope:+.1f} |")
     return 0
+
+
+class _FirstFrameOnly(Exception):
+    """--first-frame-only: the phases after the first frame are skipped."""
 
 
 def _slope(pts: list[tuple[float, float]]) -> float:
@@ -396,10 +436,9 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             cmd = (f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} "
                    f"--config {shlex.quote(str(conf))} connect {sshd.alias}")
             last = conf.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
-            dash = Tmux("ssh", cmd)
-            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", last], 30)
-            print(f"first full frame after connect (loopback SSH, {attempt}): {fmt(t)} s wall"
-                  f" ({fmt(t / peer if t else None)}x `ssh true`), {cpu_s(dash.pid):.2f} s of the client's CPU")
+            dash, t = first_frame("ssh", cmd, ["Runs", "GPUs", "Processes", "Log", "connected", last],
+                                  f"loopback SSH, {attempt}")
+            print(f"  = {fmt(t / peer if t else None)}x `ssh true`")
         assert dash is not None
         try:
             p.pids["client"] = dash.pid

@@ -16,12 +16,13 @@ import time
 from typing import Any, Awaitable, Callable
 
 from tui import protocol as p
+from tui import trace
 from tui.services import actions as services
 from tui.services import ledger
 from tui.services.config import Config
 from tui.state import view
 from tui.state.model import AppState
-from tui.state.reducer import ConfigRead, LedgerRead, LogFollowed, Notice, apply
+from tui.state.reducer import AnalyseLog, ConfigRead, LedgerRead, LogFollowed, Notice, apply
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
 
@@ -50,6 +51,7 @@ class HostFeed:
         self._follow_lock = asyncio.Lock()
         self._ledger_at = float("-inf")
         self._ledger_task: asyncio.Task[None] | None = None
+        self._analysing = False  # an AnalyseLog is scheduled on the loop
 
     # ---- the one route ------------------------------------------------------------
     def listen(self, listener: Listener) -> Callable[[], None]:
@@ -60,8 +62,29 @@ class HostFeed:
     def apply(self, event: Any) -> None:
         """The reducer, then every listener."""
         self.state = apply(self.state, event, time.time())
+        if isinstance(event, (p.Snapshot, p.LogData)):
+            trace.mark(f"first {type(event).__name__} reduced")
         for listener in list(self._listeners):
             listener(event)
+        if self.state.log.backlog and not self._analysing:
+            self._analyse_soon()
+
+    def _analyse_soon(self) -> None:
+        """Fold the log's backlog into its analysis a slice per turn of the loop, so keys,
+        repaints and new events are served in between (one `AnalyseLog` each)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the feed by hand): all of it now
+            while self.state.log.backlog:
+                self.apply(AnalyseLog(self.state.log.sub, sum(len(c[2]) for c in self.state.log.backlog)))
+            return
+        self._analysing = True
+
+        def step() -> None:
+            self._analysing = False
+            self.apply(AnalyseLog(self.state.log.sub))
+
+        loop.call_soon(step)
 
     # ---- the agent stream ---------------------------------------------------------
     async def connect(self, gate: asyncio.Semaphore | None = None) -> None:
@@ -72,6 +95,7 @@ class HostFeed:
                 hello = await self.client.start()
             self.apply(hello)
             await services.configure(self.client, self.cfg)
+            trace.mark("configured")
         except (TransportError, AgentRequestError, OSError) as exc:
             self.error, self.error_exc = str(exc) or type(exc).__name__, exc
             raise
@@ -152,12 +176,13 @@ class HostFeed:
                 return
             self._log_subs += 1
             sub = f"log{self._log_subs}"
-            self.apply(LogFollowed(path, sub))
+            self.apply(LogFollowed(path, sub, defer=True))
             if old is not None:
                 await self._request("unsubscribe", sub=old)
             ok = await self._request("subscribe", sub=sub, path=path, offset=-self.tail_bytes, inode=None)
+            trace.mark("log subscribed")
             if ok is None and self.state.log.sub == sub:
-                self.apply(LogFollowed(path, None, f"cannot follow {path}"))  # tried again next snapshot
+                self.apply(LogFollowed(path, None, f"cannot follow {path}", defer=True))  # tried again next snapshot
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:

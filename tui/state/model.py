@@ -215,6 +215,11 @@ class LogTail:
     analysis: Any = None  # tui.state.logparse.LogAnalysis
     note: str | None = None  # "waiting for /x.log to appear", "log was truncated"
     generation: int = 0  # bumped each time the byte stream restarts (truncate/rotate)
+    # With `defer`, a chunk of more than ANALYSE_SLICE lines (the first tail, a burst) is
+    # shown at once and folded into `analysis` later, a slice per `AnalyseLog` event:
+    # (number of the first line, arrival time, lines) not analysed yet, oldest first.
+    defer: bool = False
+    backlog: tuple[tuple[int, float, tuple[str, ...]], ...] = ()
 
     @property
     def total_lines(self) -> int:

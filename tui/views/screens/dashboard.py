@@ -25,11 +25,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui import protocol as p
+from tui import trace
 from tui.services import notify
 from tui.services.hostfeed import HostFeed
 from tui.state import logparse, view
 from tui.state.model import AppState, Run
-from tui.state.reducer import CursorMoved, LogFollowed, Notice
+from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, Notice
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.screens.dashboard_actions import DashboardActions
@@ -120,6 +121,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         set_title(self.query_one("#progress-box"), "Progress")
         set_title(self.query_one("#gpu-box"), "GPUs")
         set_title(self.query_one("#procs"), "Processes")
+        trace.mark("dashboard mounted")
         self._unlisten = self.feed.listen(self._on_feed_event)
         for err in logparse.signature_errors():
             self._apply(Notice("warning", f"signatures: {err}"))
@@ -187,6 +189,12 @@ class DashboardScreen(DashboardActions, Screen[None]):
             if not self._progress_due:  # the phase follows the log, once per frame too
                 self._progress_due = True
                 self.set_timer(BUSY_S, self._render_progress)
+        elif isinstance(event, AnalyseLog):  # the phase follows once per frame; all of it at the end
+            if not self.state.log.backlog:
+                self._render_all()
+            elif not self._progress_due:
+                self._progress_due = True
+                self.set_timer(BUSY_S, self._render_progress)
         elif isinstance(event, p.KillProgress):
             self._render_banner()
         else:
@@ -216,6 +224,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._render_progress()
         self._render_banner()
         self._refresh_bindings()  # kill/relaunch availability follows the runs
+        if st.seq >= 0:
+            trace.mark("snapshot drawn")
 
     def _refresh_bindings(self) -> None:
         """Rebuild the footer only when a key's availability changed: a rebuild

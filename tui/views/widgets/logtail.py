@@ -26,6 +26,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Log, Static
 
+from tui import trace
 from tui.state.model import LOG_LINES, LogTail
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
@@ -172,6 +173,7 @@ class LogPane(Vertical):
             self._shown = log.total_lines
         if out:
             view.write_lines(out)
+            trace.mark("log lines drawn")
         live, note = log.live[-500:], log.note or ""
         if live != self._live:
             self._live = live
