@@ -138,6 +138,27 @@ def test_lines_after_a_backlog_wait_their_turn_and_a_restart_drops_it() -> None:
     assert state.log.backlog == () and state.log.analysis is None
 
 
+def test_older_lines_fetched_later_come_first_in_the_analysis() -> None:
+    from tui.state.logparse import LogAnalysis
+    from tui.state.reducer import AnalyseLog, LogFollowed, LogOlder
+
+    data = _long_failing_log()
+    start = data.index(b"\n", len(data) - 4000) + 1  # the first tail: the last ~4 KB, whole lines
+    begin = 1000  # the older part starts mid-line: its first bytes are cut
+    whole = feed(AppState(), [data[data.index(b"\n", begin) + 1:]])
+    state = apply(AppState(), LogFollowed("/x.log", "log", defer=True, older=True), 0.0)
+    state = apply(state, p.LogData("log", "/x.log", 1, start, data[start:]), 0.0)
+    assert state.log.backlog and state.log.analysis == LogAnalysis()  # nothing before the older part
+    assert apply(state, AnalyseLog("log"), 0.0) is state
+    state = apply(state, LogOlder("log", data[begin:start], cut=True), 0.0)
+    assert not state.log.older and state.log.prepended == whole.log.total_lines - data[start:].count(b"\n")
+    assert state.log.total_lines == whole.log.total_lines and state.log.lines == whole.log.lines
+    assert apply(state, LogOlder("log", b"late", cut=False), 0.0) is state  # only once
+    while state.log.backlog:
+        state = apply(state, AnalyseLog("log"), 0.0)
+    assert state.log.analysis == whole.log.analysis
+
+
 def test_small_chunks_of_a_deferred_log_are_analysed_at_once() -> None:
     state = _feed_deferred(b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model\n")
     assert state.log.backlog == () and state.log.analysis is not None

@@ -11,6 +11,8 @@ event after the state changed. Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import time
 from typing import Any, Awaitable, Callable
@@ -22,11 +24,21 @@ from tui.services import ledger
 from tui.services.config import Config
 from tui.state import view
 from tui.state.model import AppState
-from tui.state.reducer import AnalyseLog, ConfigRead, LedgerRead, LogFollowed, Notice, apply
+from tui.state.reducer import (
+    AnalyseLog,
+    ConfigRead,
+    LedgerRead,
+    LogFollowed,
+    LogOlder,
+    Notice,
+    TailSize,
+    apply,
+)
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
 
-TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+TAIL_BYTES = 4 * 1024 * 1024  # how far back from the end of a log its analysis starts
+FIRST_TAIL = 256 * 1024  # the subscription starts here; the rest of TAIL_BYTES comes after the first frame
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 
 Listener = Callable[[Any], None]
@@ -52,6 +64,7 @@ class HostFeed:
         self._ledger_at = float("-inf")
         self._ledger_task: asyncio.Task[None] | None = None
         self._analysing = False  # an AnalyseLog is scheduled on the loop
+        self._older_task: asyncio.Task[None] | None = None
 
     # ---- the one route ------------------------------------------------------------
     def listen(self, listener: Listener) -> Callable[[], None]:
@@ -176,13 +189,42 @@ class HostFeed:
                 return
             self._log_subs += 1
             sub = f"log{self._log_subs}"
-            self.apply(LogFollowed(path, sub, defer=True))
+            first = min(self.tail_bytes, FIRST_TAIL)
+            self.apply(LogFollowed(path, sub, defer=True, older=self.tail_bytes > first))
             if old is not None:
                 await self._request("unsubscribe", sub=old)
-            ok = await self._request("subscribe", sub=sub, path=path, offset=-self.tail_bytes, inode=None)
+            ok = await self._request("subscribe", sub=sub, path=path, offset=-first, inode=None)
             trace.mark("log subscribed")
+            if ok is not None and isinstance(ok.get("size"), int):
+                self.apply(TailSize(sub, ok["size"]))
+            if ok is not None and self.tail_bytes > first:
+                start, inode = ok.get("offset"), ok.get("inode")
+                if isinstance(start, int) and start > 0 and isinstance(inode, int):
+                    self._older_task = asyncio.create_task(self._read_older(sub, path, inode, start))
+                else:
+                    self.apply(LogOlder(sub, b""))  # the first tail is the whole file
             if ok is None and self.state.log.sub == sub:
                 self.apply(LogFollowed(path, None, f"cannot follow {path}", defer=True))  # tried again next snapshot
+
+    async def _read_older(self, sub: str, path: str, inode: int, start: int) -> None:
+        """The bytes of `path` before `start` (up to `tail_bytes` from the end), in
+        read_range chunks, for the analysis; nothing if the file was replaced meanwhile."""
+        begin = max(0, start - (self.tail_bytes - FIRST_TAIL))
+        parts: list[bytes] = []
+        offset = begin
+        try:
+            while offset < start:
+                r = await self.client.request("read_range", path=path, offset=offset,
+                                              length=min(ledger.READ_CHUNK, start - offset))
+                data = base64.b64decode(r.get("b64") or "")
+                if r.get("inode") != inode or not data:
+                    parts = []
+                    break
+                parts.append(data)
+                offset += len(data)
+        except (AgentRequestError, TransportError, binascii.Error):
+            parts = []
+        self.apply(LogOlder(sub, b"".join(parts), cut=begin > 0))
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:
@@ -192,6 +234,7 @@ class HostFeed:
             return None
 
     async def close(self) -> None:
-        if self._ledger_task is not None:
-            self._ledger_task.cancel()
+        for task in (self._ledger_task, self._older_task):
+            if task is not None:
+                task.cancel()
         await self.client.close()

@@ -30,7 +30,7 @@ from tui.services import notify
 from tui.services.hostfeed import HostFeed
 from tui.state import logparse, view
 from tui.state.model import AppState, Run
-from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, Notice
+from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, LogOlder, Notice, TailSize
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.screens.dashboard_actions import DashboardActions
@@ -184,7 +184,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
 
     def _render_event(self, event: Any) -> None:
-        if isinstance(event, (p.LogData, p.LogReset, LogFollowed)):
+        if isinstance(event, (p.LogData, p.LogReset, LogFollowed, TailSize, LogOlder)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
                 self._progress_due = True
