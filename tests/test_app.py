@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from typing import Any, Callable
@@ -14,7 +15,7 @@ from tui import protocol as p
 from tui.services.config import parse_config
 from tui.services.hostfeed import FIRST_TAIL
 from tui.state.model import LOG_LINES
-from tui.state.reducer import LedgerRead
+from tui.state.reducer import ANALYSE_SLICE, AnalyseLog, LedgerRead
 from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen
@@ -113,12 +114,22 @@ async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() 
     size = len(older) + len(tail)
     answers = {"subscribe": {"inode": 7, "size": size, "offset": len(older)},
                "read_range": {"offset": 0, "b64": base64.b64encode(older).decode(), "size": size, "inode": 7}}
-    client = ReplayClient([snapshot(2, runs=[RUN]), log_event(tail, offset=len(older))], answers)
+
+    class SlowRead(ReplayClient):  # the older bytes take a while to come
+        async def call_with_progress(self, op: str, on_event: Any, **args: Any) -> dict[str, Any]:
+            if op == "read_range":
+                await asyncio.sleep(0.5)
+            return await super().call_with_progress(op, on_event, **args)
+
+    client = SlowRead([snapshot(2, runs=[RUN]), log_event(tail, offset=len(older))], answers)
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    slices: list[AnalyseLog] = []
+    app.dashboard.feed.listen(lambda ev: slices.append(ev) if isinstance(ev, AnalyseLog) else None)
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.log.offset == size and not app.state.log.older
                     and not app.state.log.backlog)
         log = app.state.log
+        assert len(slices) == -(-log.total_lines // ANALYSE_SLICE)  # no slice while waiting for the older bytes
         assert ("read_range", {"path": "/srv/x.log", "offset": 0, "length": len(older)}) in client.requests
         assert log.total_lines == older.count(b"\n") + tail.count(b"\n") and log.prepended == older.count(b"\n")
         assert log.analysis.root_cause is not None and log.analysis.root_cause.id == "cuda-oom"

@@ -79,7 +79,8 @@ class HostFeed:
             trace.mark(f"first {type(event).__name__} reduced")
         for listener in list(self._listeners):
             listener(event)
-        if self.state.log.backlog and not self._analysing:
+        log = self.state.log
+        if log.backlog and not log.older and not self._analysing:  # older bytes first: none spins
             self._analyse_soon()
 
     def _analyse_soon(self) -> None:
@@ -88,7 +89,7 @@ class HostFeed:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a test driving the feed by hand): all of it now
-            while self.state.log.backlog:
+            while self.state.log.backlog and not self.state.log.older:
                 self.apply(AnalyseLog(self.state.log.sub, sum(len(c[2]) for c in self.state.log.backlog)))
             return
         self._analysing = True
