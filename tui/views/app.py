@@ -108,8 +108,14 @@ class EagleApp(App[None]):
         return super().check_action(action, parameters)
 
     def action_help(self) -> None:
-        """The help of the screen `?` was pressed on (each screen declares its keys)."""
-        self.push_screen(HelpScreen.for_screen(self.screen, self))
+        """The help of the screen `?` was pressed on (each screen declares its keys). Each
+        distinct help is built once and kept installed: a press during a burst pushes a
+        screen that is already composed and styled."""
+        help_ = HelpScreen.for_screen(self.screen, self)
+        name = f"help-{hash(help_.contents)}"
+        if not self.is_screen_installed(name):
+            self.install_screen(help_, name)
+        self.push_screen(name)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
