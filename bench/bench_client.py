@@ -65,24 +65,29 @@ def rss_mb(pid: int) -> float:
 
 
 def descendant(root: int, needle: bytes) -> int | None:
-    """A process under `root` (children, grandchildren, ...) whose command line holds `needle`."""
+    """The newest process under `root` (children, grandchildren, ...) whose command line
+    holds `needle` (an agent of a connection closed a moment ago may still be exiting)."""
     parent: dict[int, int] = {}
+    started: dict[int, int] = {}
     cmds: dict[int, bytes] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                parent[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(d)], started[int(d)] = int(fields[1]), int(fields[19])
                 cmds[int(d)] = Path(f"/proc/{d}/cmdline").read_bytes()
             except (OSError, IndexError, ValueError):
                 pass
+    found = []
     for pid, cmd in cmds.items():
         if needle in cmd:
             p = pid
             while p > 1:
                 p = parent.get(p, 0)
                 if p == root:
-                    return pid
-    return None
+                    found.append(pid)
+                    break
+    return max(found, key=lambda pid: (started.get(pid, 0), pid)) if found else None
 
 
 def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1) -> tuple[Tmux, float | None]:
