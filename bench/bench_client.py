@@ -472,6 +472,7 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             if agent:
                 p.pids["agent"] = agent
             time.sleep(3)
+            print(f"\nidle over SSH: pids {p.pids}")
             return p.phase(seconds)
         finally:
             dash.kill()
