@@ -65,24 +65,55 @@ def rss_mb(pid: int) -> float:
 
 
 def descendant(root: int, needle: bytes) -> int | None:
-    """A process under `root` (children, grandchildren, ...) whose command line holds `needle`."""
+    """The newest process under `root` (children, grandchildren, ...) whose command line
+    holds `needle` (an agent of a connection closed a moment ago may still be exiting)."""
     parent: dict[int, int] = {}
+    started: dict[int, int] = {}
     cmds: dict[int, bytes] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                parent[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(d)], started[int(d)] = int(fields[1]), int(fields[19])
                 cmds[int(d)] = Path(f"/proc/{d}/cmdline").read_bytes()
             except (OSError, IndexError, ValueError):
                 pass
+    found = []
     for pid, cmd in cmds.items():
         if needle in cmd:
             p = pid
             while p > 1:
                 p = parent.get(p, 0)
                 if p == root:
-                    return pid
-    return None
+                    found.append(pid)
+                    break
+    return max(found, key=lambda pid: (started.get(pid, 0), pid)) if found else None
+
+
+def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1) -> tuple[Tmux, float | None]:
+    """Start `cmd` (an `env … python -m tui.cli …` line) in tmux with a start-up trace,
+    `repeat` times (each closed before the next starts); print the seconds from the
+    launch until every needle is on the pane, the client's CPU by then, and the breakdown
+    by step of the median start. Returns the last session (left running) and the median."""
+    starts: list[tuple[float, float, Path, float]] = []  # (seen, cpu, trace, launched)
+    dash: Tmux | None = None
+    for _ in range(repeat):
+        if dash is not None:
+            dash.kill()
+            time.sleep(1)
+        trace = Path(tempfile.mkdtemp(prefix="bench-trace-")) / "trace"
+        launched = time.time()
+        dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1))
+        t = dash.wait(needles, 30)
+        starts.append((float("inf") if t is None else time.time() - launched, cpu_s(dash.pid), trace, launched))
+    assert dash is not None
+    seen, cpu, trace, launched = sorted(starts, key=lambda s: s[0])[len(starts) // 2]
+    median = None if seen == float("inf") else seen
+    every = ", ".join(fmt(s[0]) for s in starts)
+    print(f"first full frame after connect ({what}): {fmt(median)} s wall from the launch"
+          + (f" (median of {repeat}: {every})" if repeat > 1 else "") + f", {cpu:.2f} s of the client's CPU")
+    print(breakdown(trace, launched, median))
+    return dash, median
 
 
 class Tmux:
@@ -198,6 +229,22 @@ def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def breakdown(trace: Path, launched: float, seen: float | None) -> str:
+    """The client's start-up milestones (tui/trace.py), in seconds since the launch,
+    each with the time since the one before; the last step is the frame on the pane."""
+    try:
+        marks = [(float(t), step) for t, step in (ln.split(" ", 1) for ln in trace.read_text().splitlines())]
+    except (OSError, ValueError):
+        return "  (no trace)"
+    if seen is not None:
+        marks.append((launched + seen, "full frame on the pane"))
+    out, prev = [], launched
+    for t, step in sorted(marks):
+        out.append(f"  {t - launched:5.2f} s  (+{t - prev:4.2f})  {step}")
+        prev = t
+    return "\n".join(out)
+
+
 def fmt(v: float | None, spec: str = "{:.2f}") -> str:
     return "N/A" if v is None or v != v else spec.format(v)
 
@@ -213,6 +260,9 @@ def main() -> int:
     ap.add_argument("--burst", type=float, default=60)
     ap.add_argument("--rss-minutes", type=float, default=10)
     ap.add_argument("--ssh", action="store_true", help="also measure idle over loopback SSH")
+    ap.add_argument("--first-frame-only", action="store_true",
+                    help="only the first frames (local, and with --ssh over SSH; the log then grown to 20 MB"
+                         " at once), with their breakdown")
     ap.add_argument("--toolong", default=shutil.which("tl"), help="path of toolong's `tl`")
     args = ap.parse_args()
     if not shutil.which("tmux"):
@@ -238,12 +288,14 @@ def main() -> int:
     order = ["client", "agent", "toolong", "tail -F"]
     results: dict[str, dict[str, float]] = {}
     try:
-        t0 = time.monotonic()
-        dash = Tmux("dash", client_cmd)
+        dash, _ = first_frame("dash", client_cmd, ["Runs", "GPUs", "Processes", "Log", "Progress", "connected",
+                                                   "Starting to load"], "local, one-line log", 3)
         sessions.append(dash)
-        first = dash.wait(["Runs", "GPUs", "Processes", "Log", "Progress", "connected", "Starting to load"], 30)
-        print(f"first full frame after connect (local): {fmt(first)} s wall, {cpu_s(dash.pid):.2f} s of the client's CPU"
-              f" (tmux start included: {time.monotonic() - t0:.2f} s to here)")
+        if args.first_frame_only:  # the log as long as a full run leaves it (~20 MB), at once
+            with open(log, "a") as f:
+                while f.tell() < 20e6:
+                    f.write("".join(writer.line_and_count() for _ in range(1000)))
+            raise _FirstFrameOnly
         procs.pids["client"] = dash.pid
         agent = None
         for _ in range(50):
@@ -313,6 +365,8 @@ def main() -> int:
             samples.append((time.monotonic(), s))
             time.sleep(10)
         writer.rate = 0
+    except _FirstFrameOnly:
+        pass
     finally:
         writer.stop()
         for s in sessions:
@@ -321,7 +375,9 @@ def main() -> int:
             s.kill()
     ssh_procs = Procs()
     if args.ssh:  # alone: only one agent.py from an uploaded copy runs now
-        results["idle over SSH"] = ssh_idle(cfg, args.idle, py, env, ssh_procs)
+        results["idle over SSH"] = ssh_idle(cfg, 0 if args.first_frame_only else args.idle, py, env, ssh_procs)
+    if args.first_frame_only:
+        return 0
 
     print(f"\nload at end {load()}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
     print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
@@ -356,6 +412,10 @@ def main() -> int:
     return 0
 
 
+class _FirstFrameOnly(Exception):
+    """--first-frame-only: the phases after the first frame are skipped."""
+
+
 def _slope(pts: list[tuple[float, float]]) -> float:
     n = len(pts)
     mx = sum(t for t, _ in pts) / n
@@ -387,19 +447,19 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             ssh_true.append(time.monotonic() - t0)
         peer = sorted(ssh_true)[1]
         print(f"`ssh {sshd.alias} true` (OpenSSH, median of 3): {peer:.2f} s wall")
-        dash = None
-        for attempt, conf in (("first connect", small), ("again, agent on the host", small),
-                              (f"the bench's {cfg.parent.joinpath('run.log').stat().st_size / 1e6:.0f} MB log", cfg)):
+        dash: Tmux | None = None
+        size = cfg.parent.joinpath("run.log").stat().st_size / 1e6
+        for attempt, conf, repeat in (("first connect", small, 1), ("again, agent on the host", small, 5),
+                                      (f"the bench's {size:.0f} MB log", cfg, 3)):
             if dash is not None:
                 dash.kill()
                 time.sleep(1)
             cmd = (f"env {env} {py} -m tui.cli -F {shlex.quote(str(sshd.ssh_config))} "
                    f"--config {shlex.quote(str(conf))} connect {sshd.alias}")
             last = conf.parent.joinpath("run.log").read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].decode()[:60]
-            dash = Tmux("ssh", cmd)
-            t = dash.wait(["Runs", "GPUs", "Processes", "Log", "connected", last], 30)
-            print(f"first full frame after connect (loopback SSH, {attempt}): {fmt(t)} s wall"
-                  f" ({fmt(t / peer if t else None)}x `ssh true`), {cpu_s(dash.pid):.2f} s of the client's CPU")
+            dash, t = first_frame("ssh", cmd, ["Runs", "GPUs", "Processes", "Log", "connected", last],
+                                  f"loopback SSH, {attempt}", repeat)
+            print(f"  = {fmt(t / peer if t else None)}x `ssh true`")
         assert dash is not None
         try:
             p.pids["client"] = dash.pid
@@ -412,6 +472,7 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             if agent:
                 p.pids["agent"] = agent
             time.sleep(3)
+            print(f"\nidle over SSH: pids {p.pids}")
             return p.phase(seconds)
         finally:
             dash.kill()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from typing import Any, Callable
 
 import pytest
+from textual.widgets import Log
 
-from tests.replay import ReplayClient, snapshot
+from tests.replay import FIXTURES, ReplayClient, snapshot
 from tui import protocol as p
 from tui.services.config import parse_config
-from tui.state.reducer import LedgerRead
+from tui.services.hostfeed import FIRST_TAIL
+from tui.state.model import LOG_LINES
+from tui.state.reducer import ANALYSE_SLICE, AnalyseLog, LedgerRead
 from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen
@@ -94,7 +98,46 @@ async def test_shard_progress_and_log_tail() -> None:
         more = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed | 25/64 [07:30<11:40, 18.0s/it]\n"
         client.push(log_event(more, offset=len(lines)))
         await until(pilot, lambda: "25/64" in str(app.query_one("#progress").render()))
-        assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -4 * 1024 * 1024, "inode": None}) in client.requests
+        # The first frame's tail is small; the older part of the analysis comes after it.
+        assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -FIRST_TAIL, "inode": None}) in client.requests
+
+
+async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() -> None:
+    """The subscription starts FIRST_TAIL from the end; the bytes before it (up to
+    TAIL_BYTES) are read afterwards and analysed first: the root cause in them shows,
+    the line numbers count from the start of the whole tail, and the pane draws only
+    the lines of the subscription, once."""
+    older = (FIXTURES / "logs" / "vllm_prefix_zoo.log").read_bytes()  # ends in a CUDA OOM
+    tail = b"".join(b"INFO 11-30 03:00:%02d [engine.py:1] after the failure %d\n" % (i % 60, i) for i in range(5000))
+    tail = tail[len(tail) - FIRST_TAIL + 100:]
+    tail = tail[tail.index(b"\n") + 1:]
+    size = len(older) + len(tail)
+    answers = {"subscribe": {"inode": 7, "size": size, "offset": len(older)},
+               "read_range": {"offset": 0, "b64": base64.b64encode(older).decode(), "size": size, "inode": 7}}
+
+    class SlowRead(ReplayClient):  # the older bytes take a while to come
+        async def call_with_progress(self, op: str, on_event: Any, **args: Any) -> dict[str, Any]:
+            if op == "read_range":
+                await asyncio.sleep(0.5)
+            return await super().call_with_progress(op, on_event, **args)
+
+    client = SlowRead([snapshot(2, runs=[RUN]), log_event(tail, offset=len(older))], answers)
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    slices: list[AnalyseLog] = []
+    app.dashboard.feed.listen(lambda ev: slices.append(ev) if isinstance(ev, AnalyseLog) else None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.log.offset == size and not app.state.log.older
+                    and not app.state.log.backlog)
+        log = app.state.log
+        assert len(slices) == -(-log.total_lines // ANALYSE_SLICE)  # no slice while waiting for the older bytes
+        assert ("read_range", {"path": "/srv/x.log", "offset": 0, "length": len(older)}) in client.requests
+        assert log.total_lines == older.count(b"\n") + tail.count(b"\n") and log.prepended == older.count(b"\n")
+        assert log.analysis.root_cause is not None and log.analysis.root_cause.id == "cuda-oom"
+        assert log.analysis.root_cause.line_no <= older.count(b"\n")
+        await pilot.pause(0.5)
+        pane = app.query_one("#log").query_one(Log)
+        assert list(pane.lines) == tail.decode().splitlines()[-LOG_LINES:]  # each drawn once
+        assert not any("OutOfMemory" in line or "out of memory" in line for line in pane.lines)
 
 
 async def test_kill_asks_first_and_cancel_is_the_default() -> None:

@@ -85,6 +85,85 @@ def test_chunks_of_a_previous_subscription_are_dropped() -> None:
     assert fresh.log.lines == ("new line",)
 
 
+# ---- a big first tail is shown at once and analysed in slices afterwards -------------
+
+def _long_failing_log() -> bytes:
+    from pathlib import Path
+
+    filler = b"".join(b"INFO 11-30 01:%02d:%02d [engine.py:1] filler line %d\n" % (i // 60 % 60, i % 60, i)
+                      for i in range(6000))
+    return filler + (Path(__file__).parent / "fixtures/logs/vllm016_tp8_sample_tokens.log").read_bytes()
+
+
+def _feed_deferred(data: bytes, size: int = 256 * 1024) -> AppState:
+    from tui.state.reducer import LogFollowed
+
+    state = apply(AppState(), LogFollowed("/x.log", "log", defer=True), 0.0)
+    return feed(state, [data[i:i + size] for i in range(0, len(data), size)])
+
+
+def test_a_deferred_tail_shows_its_lines_first_and_ends_with_the_same_analysis() -> None:
+    from tui.state.reducer import ANALYSE_SLICE, AnalyseLog
+
+    data = _long_failing_log()
+    whole = feed(AppState(), [data])
+    state = _feed_deferred(data)
+    assert state.log.lines == whole.log.lines and state.log.total_lines == whole.log.total_lines
+    assert state.log.backlog and state.log.analysis.root_cause is None  # not analysed yet
+    steps = 0
+    while state.log.backlog:
+        before = sum(len(c[2]) for c in state.log.backlog)
+        state = apply(state, AnalyseLog("log"), 0.0)
+        assert before - sum(len(c[2]) for c in state.log.backlog) == min(before, ANALYSE_SLICE)
+        steps += 1
+    assert steps == -(-whole.log.total_lines // ANALYSE_SLICE)
+    assert state.log.analysis == whole.log.analysis  # root cause, shards, phase, line numbers
+    assert state.log.analysis.root_cause.id == "sample-tokens-state"
+
+
+def test_lines_after_a_backlog_wait_their_turn_and_a_restart_drops_it() -> None:
+    from tui.state.reducer import AnalyseLog
+
+    data = _long_failing_log()
+    state = _feed_deferred(data[: len(data) // 2])
+    state = feed(state, [data[len(data) // 2:]])  # a small chunk behind a backlog is queued
+    whole = feed(AppState(), [data])
+    stale = apply(state, AnalyseLog("another-sub"), 0.0)
+    assert stale is state  # a slice for a log no longer followed does nothing
+    while state.log.backlog:
+        state = apply(state, AnalyseLog("log", 10_000), 0.0)
+    assert state.log.analysis == whole.log.analysis
+    state = _feed_deferred(data)
+    state = apply(state, p.LogReset("log", "/x.log", "truncated", 1, 0), 0.0)
+    assert state.log.backlog == () and state.log.analysis is None
+
+
+def test_older_lines_fetched_later_come_first_in_the_analysis() -> None:
+    from tui.state.logparse import LogAnalysis
+    from tui.state.reducer import AnalyseLog, LogFollowed, LogOlder
+
+    data = _long_failing_log()
+    start = data.index(b"\n", len(data) - 4000) + 1  # the first tail: the last ~4 KB, whole lines
+    begin = 1000  # the older part starts mid-line: its first bytes are cut
+    whole = feed(AppState(), [data[data.index(b"\n", begin) + 1:]])
+    state = apply(AppState(), LogFollowed("/x.log", "log", defer=True, older=True), 0.0)
+    state = apply(state, p.LogData("log", "/x.log", 1, start, data[start:]), 0.0)
+    assert state.log.backlog and state.log.analysis == LogAnalysis()  # nothing before the older part
+    assert apply(state, AnalyseLog("log"), 0.0) is state
+    state = apply(state, LogOlder("log", data[begin:start], cut=True), 0.0)
+    assert not state.log.older and state.log.prepended == whole.log.total_lines - data[start:].count(b"\n")
+    assert state.log.total_lines == whole.log.total_lines and state.log.lines == whole.log.lines
+    assert apply(state, LogOlder("log", b"late", cut=False), 0.0) is state  # only once
+    while state.log.backlog:
+        state = apply(state, AnalyseLog("log"), 0.0)
+    assert state.log.analysis == whole.log.analysis
+
+
+def test_small_chunks_of_a_deferred_log_are_analysed_at_once() -> None:
+    state = _feed_deferred(b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model\n")
+    assert state.log.backlog == () and state.log.analysis is not None
+
+
 # ---- actions through the reducer (issue 13) -----------------------------------------
 
 def test_an_action_lost_with_the_link_ends_as_the_host_says_and_only_once() -> None:

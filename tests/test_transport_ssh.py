@@ -92,7 +92,10 @@ async def test_alias_through_ssh_config_and_upload_once(
     await client.close()
     assert first.uploads == 1 and first.remote_dir
     remote = Path(first.remote_dir)
-    assert sorted(p.name for p in remote.iterdir() if p.name != "__pycache__") == sorted(
+    names = sorted(p.name for p in remote.iterdir() if p.name != "__pycache__")
+    remembered = [n for n in names if n.startswith(".python-")]  # the interpreter found
+    assert len(remembered) == 1
+    assert sorted(set(names) - set(remembered)) == sorted(
         [".complete"] + [p.name for p in first.agent_dir.glob("*.py")]
     )
     mtime = (remote / "agent.py").stat().st_mtime_ns
@@ -148,6 +151,44 @@ async def test_warm_start_is_one_exec_and_first_contact_uploads(
     first, warm = channels
     assert len(first) == 3 and "sftp" in first  # probe, upload, agent
     assert len(warm) == 1 and "agent.py" in warm[0] and "python3" in warm[0]
+
+
+async def test_the_interpreter_found_is_remembered_per_login_path(
+    sshd: Sshd, tmp_path: Path, no_agent: None
+) -> None:
+    """A warm start execs the remembered interpreter without asking the candidates (a
+    pyenv shim costs ~0.3 s a call); another PATH at login, or that file gone, asks again."""
+
+    async def start() -> CountingLink:
+        lnk = CountingLink(sshd.alias, ssh_config=sshd.ssh_config, cache_dir=str(tmp_path / "cache"),
+                           runs_dir=str(tmp_path / "runs"))
+        client = AgentClient(lnk, reconnect=False)
+        hello = await client.start()
+        await client.close()
+        assert hello.python == ".".join(map(str, sys.version_info[:3]))
+        return lnk
+
+    first = await start()  # uploads, and remembers what the probe found
+    assert first.remote_dir and first.found
+    [cache] = Path(first.remote_dir).glob(".python-*")
+    login_path, line = cache.read_text().splitlines()
+    assert line == f"{first.found.name}\t{first.found.dotted} {first.found.path}"
+    # A stand-in interpreter that says it ran, then is the real one: is it the one used?
+    marker, wrapper = tmp_path / "wrapper-ran", tmp_path / "wrapper-python"
+    wrapper.write_text(f"#!/bin/sh\ntouch {marker}\nexec {first.found.path} \"$@\"\n")
+    wrapper.chmod(0o755)
+    cache.write_text(f"{login_path}\n{first.found.name}\t{first.found.dotted} {wrapper}\n")
+    warm = await start()
+    assert marker.exists() and len(warm.channels) == 1
+    assert warm.found is not None and warm.found.path == str(wrapper)
+    marker.unlink()
+    cache.write_text(f"/another/path\n{first.found.name}\t{first.found.dotted} {wrapper}\n")
+    await start()
+    assert not marker.exists()  # asked again, and remembered anew
+    assert cache.read_text().splitlines() == [login_path, line]
+    wrapper.unlink()
+    cache.write_text(f"{login_path}\n{first.found.name}\t{first.found.dotted} {wrapper}\n")
+    assert (await start()).found == first.found  # the remembered one is gone: asked again
 
 
 async def test_unknown_host_key_refused_then_accepted(

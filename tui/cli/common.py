@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, NoReturn, TypeVar
 
 import click
 
+from tui import trace
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, AgentRequestError, TransportError
@@ -109,10 +110,12 @@ def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
     dashboard reports a failure of this early start as its own)."""
 
     async def main() -> Any:
+        trace.mark("cli ready")
         if client is not None:
             early = asyncio.ensure_future(client.start())
             early.add_done_callback(lambda f: f.cancelled() or f.exception())  # reported by the app
         await asyncio.to_thread(importlib.import_module, "tui.views.app")
+        trace.mark("textual imported")
         app = make()
         await app.run_async()
         return app

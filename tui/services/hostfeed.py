@@ -11,21 +11,34 @@ event after the state changed. Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import time
 from typing import Any, Awaitable, Callable
 
 from tui import protocol as p
+from tui import trace
 from tui.services import actions as services
 from tui.services import ledger, notify
 from tui.services.config import Config
 from tui.state import view
 from tui.state.model import AppState
-from tui.state.reducer import ConfigRead, LedgerRead, LogFollowed, Notice, apply
+from tui.state.reducer import (
+    AnalyseLog,
+    ConfigRead,
+    LedgerRead,
+    LogFollowed,
+    LogOlder,
+    Notice,
+    TailSize,
+    apply,
+)
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
 
-TAIL_BYTES = 4 * 1024 * 1024  # a new subscription starts this far from the end of the log
+TAIL_BYTES = 4 * 1024 * 1024  # how far back from the end of a log its analysis starts
+FIRST_TAIL = 256 * 1024  # the subscription starts here; the rest of TAIL_BYTES comes after the first frame
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 RETRY_S = (5.0, 10.0, 20.0, 30.0, 60.0)  # a host whose first connect failed is tried again
 
@@ -53,6 +66,8 @@ class HostFeed:
         self._ledger_at = float("-inf")
         self._ledger_task: asyncio.Task[None] | None = None
         self._notifier: notify.Notifier | None = None
+        self._analysing = False  # an AnalyseLog is scheduled on the loop
+        self._older_task: asyncio.Task[None] | None = None
 
     def notifier(self, write: Callable[[str], None] | None) -> notify.Notifier:
         """The feed's one notifier: the fleet and the host's dashboard both hand it the
@@ -70,8 +85,30 @@ class HostFeed:
     def apply(self, event: Any) -> None:
         """The reducer, then every listener."""
         self.state = apply(self.state, event, time.time())
+        if isinstance(event, (p.Snapshot, p.LogData)):
+            trace.mark(f"first {type(event).__name__} reduced")
         for listener in list(self._listeners):
             listener(event)
+        log = self.state.log
+        if log.backlog and not log.older and not self._analysing:  # older bytes first: none spins
+            self._analyse_soon()
+
+    def _analyse_soon(self) -> None:
+        """Fold the log's backlog into its analysis a slice per turn of the loop, so keys,
+        repaints and new events are served in between (one `AnalyseLog` each)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the feed by hand): all of it now
+            while self.state.log.backlog and not self.state.log.older:
+                self.apply(AnalyseLog(self.state.log.sub, sum(len(c[2]) for c in self.state.log.backlog)))
+            return
+        self._analysing = True
+
+        def step() -> None:
+            self._analysing = False
+            self.apply(AnalyseLog(self.state.log.sub))
+
+        loop.call_soon(step)
 
     # ---- the agent stream ---------------------------------------------------------
     async def connect(self, gate: asyncio.Semaphore | None = None) -> None:
@@ -82,6 +119,7 @@ class HostFeed:
                 hello = await self.client.start()
             self.apply(hello)
             await services.configure(self.client, self.cfg)
+            trace.mark("configured")
         except (TransportError, AgentRequestError, OSError) as exc:
             self.error, self.error_exc = str(exc) or type(exc).__name__, exc
             raise
@@ -176,12 +214,42 @@ class HostFeed:
                 return
             self._log_subs += 1
             sub = f"log{self._log_subs}"
-            self.apply(LogFollowed(path, sub))
+            first = min(self.tail_bytes, FIRST_TAIL)
+            self.apply(LogFollowed(path, sub, defer=True, older=self.tail_bytes > first))
             if old is not None:
                 await self._request("unsubscribe", sub=old)
-            ok = await self._request("subscribe", sub=sub, path=path, offset=-self.tail_bytes, inode=None)
+            ok = await self._request("subscribe", sub=sub, path=path, offset=-first, inode=None)
+            trace.mark("log subscribed")
+            if ok is not None and isinstance(ok.get("size"), int):
+                self.apply(TailSize(sub, ok["size"]))
+            if ok is not None and self.tail_bytes > first:
+                start, inode = ok.get("offset"), ok.get("inode")
+                if isinstance(start, int) and start > 0 and isinstance(inode, int):
+                    self._older_task = asyncio.create_task(self._read_older(sub, path, inode, start))
+                else:
+                    self.apply(LogOlder(sub, b""))  # the first tail is the whole file
             if ok is None and self.state.log.sub == sub:
-                self.apply(LogFollowed(path, None, f"cannot follow {path}"))  # tried again next snapshot
+                self.apply(LogFollowed(path, None, f"cannot follow {path}", defer=True))  # tried again next snapshot
+
+    async def _read_older(self, sub: str, path: str, inode: int, start: int) -> None:
+        """The bytes of `path` before `start` (up to `tail_bytes` from the end), in
+        read_range chunks, for the analysis; nothing if the file was replaced meanwhile."""
+        begin = max(0, start - (self.tail_bytes - FIRST_TAIL))
+        parts: list[bytes] = []
+        offset = begin
+        try:
+            while offset < start:
+                r = await self.client.request("read_range", path=path, offset=offset,
+                                              length=min(ledger.READ_CHUNK, start - offset))
+                data = base64.b64decode(r.get("b64") or "")
+                if r.get("inode") != inode or not data:
+                    parts = []
+                    break
+                parts.append(data)
+                offset += len(data)
+        except (AgentRequestError, TransportError, binascii.Error):
+            parts = []
+        self.apply(LogOlder(sub, b"".join(parts), cut=begin > 0))
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:
@@ -191,6 +259,7 @@ class HostFeed:
             return None
 
     async def close(self) -> None:
-        if self._ledger_task is not None:
-            self._ledger_task.cancel()
+        for task in (self._ledger_task, self._older_task):
+            if task is not None:
+                task.cancel()
         await self.client.close()

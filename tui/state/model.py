@@ -215,6 +215,16 @@ class LogTail:
     analysis: Any = None  # tui.state.logparse.LogAnalysis
     note: str | None = None  # "waiting for /x.log to appear", "log was truncated"
     generation: int = 0  # bumped each time the byte stream restarts (truncate/rotate)
+    # With `defer`, a chunk of more than ANALYSE_SLICE lines (the first tail, a burst) is
+    # shown at once and folded into `analysis` later, a slice per `AnalyseLog` event:
+    # (number of the first line, arrival time, lines) not analysed yet, oldest first.
+    defer: bool = False
+    tail_end: int | None = None  # the file's size at subscribe: the first tail is in at this offset
+    # `older`: the lines before the first tail are still being fetched (the analysis waits
+    # for them, they come first); `prepended`: how many came (not drawn by the pane).
+    older: bool = False
+    prepended: int = 0
+    backlog: tuple[tuple[int, float, tuple[str, ...]], ...] = ()
 
     @property
     def total_lines(self) -> int:

@@ -91,11 +91,46 @@ class LedgerRead:
 
 @dataclass(frozen=True)
 class LogFollowed:
-    """The screen now follows `path` through subscription `sub` (None: no log; `note` says why)."""
+    """The screen now follows `path` through subscription `sub` (None: no log; `note` says why).
+    `defer`: the follower drains the log's analysis backlog (`AnalyseLog`)."""
 
     path: str | None
     sub: str | None
     note: str | None = None
+    defer: bool = False
+    older: bool = False  # a LogOlder will bring the lines before the subscription's start
+
+
+@dataclass(frozen=True)
+class AnalyseLog:
+    """Fold the next `lines` of the followed log's backlog into its analysis. A feed with
+    `defer` sends these one at a time until the backlog is empty, so a big chunk (the
+    first tail of a long log, a burst) never holds the screen's loop for long."""
+
+    sub: str | None
+    lines: int = 0  # 0: ANALYSE_SLICE
+
+
+@dataclass(frozen=True)
+class TailSize:
+    """The subscription `sub` started on a file of `size` bytes (its reply): once the
+    stream reaches that offset, the first tail is all there and can be drawn at once."""
+
+    sub: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LogOlder:
+    """The bytes before the subscription's first tail (fetched after the first frame),
+    ending where the tail starts; `cut`: they start mid-line. Empty: there are none."""
+
+    sub: str
+    data: bytes
+    cut: bool = False
+
+
+ANALYSE_SLICE = 400  # lines per AnalyseLog (~15 ms of logparse.step on one core)
 
 
 @dataclass(frozen=True)
@@ -114,6 +149,16 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
             return state  # a chunk of the log followed before, still in flight
         log = feed_log(state.log, event, now) if isinstance(event, p.LogData) else reset_log(state.log, event)
         return replace(state, log=log, link=_seen(state.link, now))
+    if isinstance(event, TailSize):
+        return state if event.sub != state.log.sub else replace(state, log=replace(state.log, tail_end=event.size))
+    if isinstance(event, LogOlder):
+        if event.sub != state.log.sub or not state.log.older:
+            return state
+        return replace(state, log=older_log(state.log, event, now))
+    if isinstance(event, AnalyseLog):
+        if event.sub != state.log.sub or not state.log.backlog or state.log.older:
+            return state
+        return replace(state, log=analyse_log(state.log, event.lines or ANALYSE_SLICE))
     if isinstance(event, p.Hello):
         agent = f"agent {event.agent_version} ({event.agent_sha[:8]}) on Python {event.python}"
         return replace(
@@ -168,7 +213,8 @@ def _client_event(state: AppState, event: Any) -> AppState:
         return replace(state, summaries=dict(event.summaries), applied_patch=event.applied_patch,
                        version_order=tuple(event.version_order))
     if isinstance(event, LogFollowed):
-        return replace(state, log=LogTail(path=event.path, sub=event.sub, note=event.note))
+        return replace(state, log=LogTail(path=event.path, sub=event.sub, note=event.note, defer=event.defer,
+                                          older=event.older))
     return _notice(state, event.severity, event.text)
 
 
@@ -257,10 +303,14 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         data = data[log.offset - event.offset :]  # keep only the bytes not seen yet
     lines, partial = logparse.split_lines(log.partial, data)
     analysis = log.analysis if log.analysis is not None else logparse.LogAnalysis()
-    line_no = log.total_lines
-    for line in lines:
-        line_no += 1
-        analysis = logparse.step(analysis, line, line_no, now)
+    line_no, backlog = log.total_lines, log.backlog
+    if lines and log.defer and (log.older or backlog or len(lines) > ANALYSE_SLICE):
+        backlog += ((line_no + 1, now, tuple(lines)),)  # analysed later, in order
+        line_no += len(lines)
+    else:
+        for line in lines:
+            line_no += 1
+            analysis = logparse.step(analysis, line, line_no, now)
     kept = (log.lines + tuple(lines))[-LOG_LINES:]
     first = line_no - len(kept) + 1
     return replace(
@@ -273,8 +323,45 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         partial=partial,
         live=logparse.live_segment(partial),
         analysis=analysis,
+        backlog=backlog,
         note=None,
     )
+
+
+def older_log(log: LogTail, event: LogOlder, now: float) -> LogTail:
+    """Put the lines before the first tail first: numbered from 1, analysed first."""
+    data = event.data
+    if event.cut:
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
+    older = tuple(logparse.split_lines(b"", data)[0]) if data else ()
+    n = len(older)
+    kept = (older + log.lines)[-LOG_LINES:]
+    shifted = tuple((first + n, t, lines) for first, t, lines in log.backlog)
+    return replace(
+        log,
+        older=False,
+        prepended=log.prepended + n,
+        lines=kept,
+        first_line_no=log.total_lines + n - len(kept) + 1,
+        backlog=(((1, now, older),) if older else ()) + shifted,
+    )
+
+
+def analyse_log(log: LogTail, budget: int) -> LogTail:
+    """Fold up to `budget` lines of the backlog into the analysis, oldest first."""
+    analysis = log.analysis if log.analysis is not None else logparse.LogAnalysis()
+    backlog = list(log.backlog)
+    while backlog and budget > 0:
+        first, t, lines = backlog[0]
+        take = lines[:budget]
+        for i, line in enumerate(take):
+            analysis = logparse.step(analysis, line, first + i, t)
+        budget -= len(take)
+        if len(take) < len(lines):
+            backlog[0] = (first + len(take), t, lines[len(take):])
+        else:
+            backlog.pop(0)
+    return replace(log, analysis=analysis, backlog=tuple(backlog))
 
 
 def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
@@ -294,6 +381,9 @@ def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
         partial=b"",
         live="",
         analysis=None if restart else log.analysis,
+        backlog=() if restart else log.backlog,  # the old stream's lines no longer count
+        older=False if restart else log.older,
+        prepended=0 if restart else log.prepended,
         note=notes.get(event.reason),
         generation=log.generation + 1 if restart else log.generation,
     )

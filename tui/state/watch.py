@@ -375,6 +375,8 @@ def update_state(state: Any, now: float) -> Any:
     if ws is None:
         return state
     log = state.log
+    if getattr(log, "backlog", ()):
+        return state  # the log's analysis is still catching up: look at the next snapshot
     run = next((r for r in state.runs if r.log and r.log == log.path), None) or state.run(ws.run_id)
     if run is None:
         return state

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui import trace
 from tui.protocol import (
     PROTOCOL_VERSION,
     AgentError,
@@ -253,6 +254,7 @@ class AgentClient:
                     f"agent on {self.link.describe()} speaks protocol {msg.protocol}, "
                     f"this client speaks {PROTOCOL_VERSION}"
                 )
+            trace.mark("hello")
             return msg
         raise AgentStartFailed(f"agent on {self.link.describe()} printed no hello")
 

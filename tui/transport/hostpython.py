@@ -4,7 +4,10 @@ The agent needs Python >= 3.9. One command on the host (`start_command`) asks th
 candidates for their versions in order (`[host] python` when set; else `python3`, then
 `python3.X` from the newest down to 3.9) until one is new enough, and when the agent of
 this content hash is already uploaded, execs it on that interpreter at once: a warm
-start is one round trip. Otherwise it prints what it found and the client uploads,
+start is one round trip. The interpreter found is remembered beside the agent
+(`.python-<key>`, with the login's PATH), so the next start execs it without asking the
+candidates again (a pyenv shim alone costs ~0.3 s per call); a changed PATH, or the
+interpreter gone, asks again. Otherwise it prints what it found and the client uploads,
 then starts the agent. When no candidate is new enough, the user gets one line naming
 what was found and the setting that fixes it.
 
@@ -15,6 +18,7 @@ writes each atomically and checks its sha256 before the `.complete` marker is wr
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from dataclasses import dataclass
 
@@ -50,24 +54,52 @@ STARTED = "EAGLE3-TUI-AGENT-STARTS"  # the agent's own output follows this line
 PROBED = "EAGLE3-TUI-PROBED"  # the probe ended without starting the agent
 
 
+def _names(python: str | None) -> str:
+    return " ".join(shlex.quote(n) for n in ((python,) if python else CANDIDATES))
+
+
+def cache_file(python: str | None, rdir: str) -> str:
+    """Where the interpreter found for these candidates is remembered on the host."""
+    return f"{rdir}/.python-{hashlib.sha256(_names(python).encode()).hexdigest()[:8]}"
+
+
+def _remember(cache: str, name: str, answer: str) -> str:
+    """Shell: write `$PATH` and `NAME<TAB>ANSWER` to `cache` (atomically; no error if it cannot)."""
+    tmp = shlex.quote(cache + ".tmp") + "$$"
+    return (f'{{ printf "%s\\n" "$PATH"; printf "%s\\t%s\\n" {name} {answer}; }} 2>/dev/null >{tmp} '
+            f'&& mv -f {tmp} {shlex.quote(cache)}; ')
+
+
 def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
     """One shell line: find the interpreter; exec `rdir/agent.py` on it if uploaded.
 
-    Prints `NAME<TAB>VERSION EXECUTABLE` for each candidate that answered, then
-    either STARTED and the agent's own output, or PROBED.
+    Prints `NAME<TAB>VERSION EXECUTABLE` for the remembered interpreter, or for each
+    candidate that answered, then either STARTED and the agent's own output, or PROBED.
     """
-    names = " ".join(shlex.quote(n) for n in ((python,) if python else CANDIDATES))
     agent = shlex.join(["-u", f"{rdir}/agent.py", *agent_args])
+    complete, cache = shlex.quote(rdir + "/.complete"), cache_file(python, rdir)
+    remember = _remember(cache, '"$p"', '"$v"')
     script = (
-        f'for p in {names}; do '
+        f'if [ -f {complete} ] && {{ IFS= read -r c && IFS= read -r l; }} 2>/dev/null <{shlex.quote(cache)} '
+        '&& [ "$c" = "$PATH" ] && v=${l#*	} && [ -x "${v#* }" ]; then '
+        f'printf "%s\\n" "$l"; echo {STARTED}; exec "${{v#* }}" {agent}; fi; '
+        f'for p in {_names(python)}; do '
         f'v=$("$p" -c {shlex.quote(PROBE)} 2>/dev/null) || continue; '
         r'printf "%s\t%s\n" "$p" "$v"; '
         f'case "$v" in {NEW_ENOUGH}) ;; *) continue ;; esac; '
-        f'if [ -f {shlex.quote(rdir + "/.complete")} ]; then echo {STARTED}; exec "${{v#* }}" {agent}; fi; '
+        f'if [ -f {complete} ]; then {remember}'
+        f'echo {STARTED}; exec "${{v#* }}" {agent}; fi; '
         f'break; done; echo {PROBED}'
     )
     # Through sh: the login shell may be fish or csh, which read loops differently.
     return shlex.join(["sh", "-c", script])
+
+
+def start_after_upload(found: Found, python: str | None, rdir: str, agent_args: list[str]) -> str:
+    """Start the just-uploaded agent on `found`, remembering it for the next start."""
+    agent = shlex.join([found.path, "-u", f"{rdir}/agent.py", *agent_args])
+    remember = _remember(cache_file(python, rdir), shlex.quote(found.name), shlex.quote(f"{found.dotted} {found.path}"))
+    return shlex.join(["sh", "-c", remember + "exec " + agent])
 
 
 def parse_probe(output: str, python: str | None) -> list[Found]:

@@ -20,6 +20,8 @@ from typing import Any
 
 import asyncssh
 
+from tui import trace
+
 from . import hostpython
 from .errors import (
     AgentStartFailed,
@@ -221,13 +223,16 @@ class SshLink:
 
     # -- host Python, agent upload and start ------------------------------------
 
+    def _asked(self) -> str | None:
+        """The interpreter to ask for: the one found before, else `[host] python`, else None."""
+        return self.found.path if self.found else self.python
+
     async def _probe_or_start(
         self, conn: asyncssh.SSHClientConnection, rdir: str, args: list[str]
     ) -> tuple[hostpython.Found, asyncssh.SSHClientProcess[bytes] | None]:
         """One exec: the host's interpreter, and the agent already running on it when
         `rdir` holds a complete upload (else None: upload, then start it)."""
-        asked = self.found.path if self.found else self.python
-        proc = await conn.create_process(hostpython.start_command(asked, rdir, args), encoding=None)
+        proc = await conn.create_process(hostpython.start_command(self._asked(), rdir, args), encoding=None)
         lines: list[str] = []
 
         async def until_marker() -> bool:
@@ -240,6 +245,7 @@ class SshLink:
 
         try:
             started = await asyncio.wait_for(until_marker(), self.connect_timeout)
+            trace.mark("host python probed")
         except asyncio.TimeoutError:
             proc.close()
             raise AgentStartFailed(
@@ -301,8 +307,10 @@ class SshLink:
 
     async def open(self) -> AgentStream:
         await self.close()
+        trace.mark("ssh connecting")
         conn = await self._connect()
         self._conn = conn
+        trace.mark("ssh authenticated")
         files = agent_files(self.agent_dir)
         sha = agent_sha(files)
         rdir = f"{self.cache_dir}/agent-{sha[:12]}"
@@ -312,8 +320,9 @@ class SshLink:
             python = found.path
             if proc is None:  # first contact with this agent version: upload, then start
                 await self._upload(conn, python, files, sha, rdir)
+                trace.mark("agent uploaded")
                 proc = await conn.create_process(
-                    shlex.join([python, "-u", f"{rdir}/agent.py", *args]), encoding=None)
+                    hostpython.start_after_upload(found, self.python, rdir, args), encoding=None)
             self.remote_dir = rdir
         except TransportError:
             await self.close()

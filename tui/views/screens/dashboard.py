@@ -25,10 +25,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui import protocol as p
+from tui import trace
 from tui.services.hostfeed import HostFeed
 from tui.state import logparse, view
 from tui.state.model import AppState, Run
-from tui.state.reducer import CursorMoved, LogFollowed, Notice
+from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, LogOlder, Notice, TailSize
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.screens.dashboard_actions import DashboardActions
@@ -119,6 +120,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         set_title(self.query_one("#progress-box"), "Progress")
         set_title(self.query_one("#gpu-box"), "GPUs")
         set_title(self.query_one("#procs"), "Processes")
+        trace.mark("dashboard mounted")
         self._unlisten = self.feed.listen(self._on_feed_event)
         for err in logparse.signature_errors():
             self._apply(Notice("warning", f"signatures: {err}"))
@@ -181,9 +183,15 @@ class DashboardScreen(DashboardActions, Screen[None]):
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
 
     def _render_event(self, event: Any) -> None:
-        if isinstance(event, (p.LogData, p.LogReset, LogFollowed)):
+        if isinstance(event, (p.LogData, p.LogReset, LogFollowed, TailSize, LogOlder)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too
+                self._progress_due = True
+                self.set_timer(BUSY_S, self._render_progress)
+        elif isinstance(event, AnalyseLog):  # the phase follows once per frame; all of it at the end
+            if not self.state.log.backlog:
+                self._render_all()
+            elif not self._progress_due:
                 self._progress_due = True
                 self.set_timer(BUSY_S, self._render_progress)
         elif isinstance(event, p.KillProgress):
@@ -215,6 +223,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._render_progress()
         self._render_banner()
         self._refresh_bindings()  # kill/relaunch availability follows the runs
+        if st.seq >= 0:
+            trace.mark("snapshot drawn")
 
     def _refresh_bindings(self) -> None:
         """Rebuild the footer only when a key's availability changed: a rebuild

@@ -34,6 +34,11 @@ class HelpScreen(ModalScreen[None]):
         self._keys = bindings
         self._about = about
 
+    @property
+    def contents(self) -> tuple[tuple[tuple[str, str], ...], str]:
+        """What this help says (two helps that say the same are interchangeable)."""
+        return tuple(self._keys), self._about
+
     @classmethod
     def for_screen(cls, screen: Any, app: Any) -> HelpScreen:
         """The help of `screen`: the dashboard's keys (and the command palette) on a

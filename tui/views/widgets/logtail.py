@@ -3,8 +3,9 @@ only ever appends the new lines, plus one line below it for the bar being redraw
 place (`\\r` without a newline).
 
 `show()` only records the newest tail; the lines that arrived since the last frame are
-written in one append: `FRAME_S` after a line that follows a quiet spell, and at most
-once per `BUSY_S` while lines keep coming, so a log of 20 or 2,000 lines/s costs three
+written in one append: the first tail of a log as soon as all of it is in, then
+`FRAME_S` after a line that follows a quiet spell, and at most once per `BUSY_S` while
+lines keep coming, so a log of 20 or 2,000 lines/s costs three
 repaints a second, not one per line (each repaint redraws every visible row, and Textual
 asks every top-level widget for its lines, so fewer frames is the lever that counts)."""
 
@@ -26,6 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Log, Static
 
+from tui import trace
 from tui.state.model import LOG_LINES, LogTail
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
@@ -123,7 +125,7 @@ class LogPane(Vertical):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._shown = 0  # log.total_lines already written
+        self._shown = 0  # log.total_lines (less log.prepended) already written
         self._generation = 0
         self._path: str | None = None
         self._pending: LogTail | None = None  # the newest tail not on screen yet
@@ -131,6 +133,7 @@ class LogPane(Vertical):
         self._flushed_at = 0.0  # monotonic time of the last repaint
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
+        self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
@@ -143,9 +146,17 @@ class LogPane(Vertical):
         """Record the newest tail; one `flush` per frame draws what came since the last."""
         if log is self._drawn:
             return
+        first = log.tail_end is not None and (log.path, log.sub) != self._tail_of
+        if first and log.offset >= log.tail_end:  # type: ignore[operator]
+            self._tail_of = (log.path, log.sub)  # this log's first tail is all in: drawn now
+            self._pending = log
+            self.flush()
+            trace.mark("first tail drawn")
+            return
         if self._pending is None:
             since = time.monotonic() - self._flushed_at
-            self.set_timer(max(FRAME_S, BUSY_S - since), self.flush)
+            # While the first tail still comes, a partial draw would only be drawn over.
+            self.set_timer(BUSY_S if first else max(FRAME_S, BUSY_S - since), self.flush)
         self._pending = log
 
     def flush(self) -> None:
@@ -165,13 +176,14 @@ class LogPane(Vertical):
             out.append(f"{MARK}{log.note or 'log restarted'} ──")
             self._generation = log.generation
             self._shown = 0
-        new = log.total_lines - self._shown
+        new = log.total_lines - log.prepended - self._shown  # lines put before the first tail are not new
         if new > 0:
             # `Log` splits on every line break Python knows and drops empty lines: one row each.
             out.extend(" ".join(clip(line).splitlines()) or " " for line in log.lines[-min(new, len(log.lines)) :])
-            self._shown = log.total_lines
+            self._shown = log.total_lines - log.prepended
         if out:
             view.write_lines(out)
+            trace.mark("log lines drawn")
         live, note = log.live[-500:], log.note or ""
         if live != self._live:
             self._live = live
