@@ -5,7 +5,7 @@ place (`\\r` without a newline).
 `show()` only records the newest tail; the lines that arrived since the last frame are
 written in one append: the first tail of a log as soon as all of it is in, then
 `FRAME_S` after a line that follows a quiet spell, and at most once per `BUSY_S` while
-lines keep coming, so a log of 20 or 2,000 lines/s costs three
+lines keep coming, so a log of 20 or 2,000 lines/s costs two
 repaints a second, not one per line (each repaint redraws every visible row, and Textual
 asks every top-level widget for its lines, so fewer frames is the lever that counts)."""
 
@@ -37,7 +37,7 @@ _WARN = re.compile(r"\bWARN(?:ING)?\b")
 SCAN = 4096  # only a line's head decides its colour
 SHOW = 2000  # characters of a line shown in the tail pane (the viewer shows more)
 FRAME_S = 0.05  # a line after a quiet spell is on screen this long after it arrives
-BUSY_S = 1 / 3  # while lines keep coming, one repaint per this many seconds at most
+BUSY_S = 0.5  # while lines keep coming, one repaint per this many seconds at most
 MARK = "── "  # a restart marker line: "── log was truncated ──"
 
 
