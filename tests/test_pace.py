@@ -368,16 +368,22 @@ else:
 """
 
 
-def test_a_working_gpu_keeps_a_sleeping_run_from_hung(tmp_path: Path) -> None:
-    """The run's processes sleep after the load, but its GPU (nvidia-smi's stand-in) is
-    90 % busy: not hung. At 0 %, hung, and the message names CPU and GPU."""
+def _fake_smi(tmp_path: Path, util_pct: int) -> tuple[Path, dict[str, str]]:
+    """FAKE_SMI as `nvidia-smi` first on PATH, its card at ``util_pct`` % (the file it
+    returns, which the test rewrites); the env that makes the agent use it."""
     bin_dir, util = tmp_path / "bin", tmp_path / "util"
     bin_dir.mkdir()
-    util.write_text("90")
+    util.write_text(str(util_pct))
     smi = bin_dir / "nvidia-smi"
     smi.write_text(FAKE_SMI.format(python=sys.executable, util=str(util)))
     smi.chmod(0o755)
-    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return util, {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_working_gpu_keeps_a_sleeping_run_from_hung(tmp_path: Path) -> None:
+    """The run's processes sleep after the load, but its GPU (nvidia-smi's stand-in) is
+    90 % busy: not hung. At 0 %, hung, and the message names CPU and GPU."""
+    util, env = _fake_smi(tmp_path, 90)
     _, seen, pace = _hang_status(tmp_path, "sleep", 6, env=env, then=lambda: util.write_text("0"))
     assert seen.get("condition") == "hung", (seen, pace)
     assert pace["gpu"] == "nvidia-smi"
@@ -396,13 +402,7 @@ def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> 
 def test_a_run_busy_on_its_cpu_costs_no_gpu_query(tmp_path: Path) -> None:
     """The GPUs are asked only when the CPU stood still: a spinning run is awake without
     them, so the nvidia-smi stand-in is never called; a sleeping one's are asked."""
-    bin_dir, util = tmp_path / "bin", tmp_path / "util"
-    bin_dir.mkdir()
-    util.write_text("0")
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(python=sys.executable, util=str(util)))
-    smi.chmod(0o755)
-    env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    _, env = _fake_smi(tmp_path, 0)
     calls = tmp_path / "util.calls"
     (tmp_path / "spin").mkdir()
     (tmp_path / "sleep").mkdir()
