@@ -39,7 +39,11 @@ def _interrupted(tmp_path: Path, mode: str, sig: int) -> tuple[Run, object]:
     """Run the job, send ``sig`` once it is ready; (its run record, its log's analysis)."""
     log = tmp_path / "out.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", JOB, mode], stdout=out, stderr=subprocess.STDOUT)
+        # SIGINT at its default in the job, as the supervisor shim leaves it: a test
+        # session started in the background (`cmd &`) inherits it ignored, and then
+        # Python never raises KeyboardInterrupt
+        proc = subprocess.Popen([sys.executable, "-c", JOB, mode], stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 20
         while b"ready" not in log.read_bytes() and time.monotonic() < deadline:
             time.sleep(0.05)
