@@ -11,7 +11,6 @@ event after the state changed. Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import contextlib
 import time
@@ -235,21 +234,13 @@ class HostFeed:
         """The bytes of `path` before `start` (up to `tail_bytes` from the end), in
         read_range chunks, for the analysis; nothing if the file was replaced meanwhile."""
         begin = max(0, start - (self.tail_bytes - FIRST_TAIL))
-        parts: list[bytes] = []
-        offset = begin
         try:
-            while offset < start:
-                r = await self.client.request("read_range", path=path, offset=offset,
-                                              length=min(ledger.READ_CHUNK, start - offset))
-                data = base64.b64decode(r.get("b64") or "")
-                if r.get("inode") != inode or not data:
-                    parts = []
-                    break
-                parts.append(data)
-                offset += len(data)
-        except (AgentRequestError, TransportError, binascii.Error):
-            parts = []
-        self.apply(LogOlder(sub, b"".join(parts), cut=begin > 0))
+            data = await ledger.read_span(self.client, path, begin, start, inode)
+        except (AgentRequestError, TransportError, ledger.LedgerError, binascii.Error, KeyError):
+            data = b""
+        if len(data) < start - begin:  # truncated meanwhile: none of it, as for a replaced file
+            data = b""
+        self.apply(LogOlder(sub, data, cut=begin > 0))
 
     async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
         try:

@@ -38,18 +38,14 @@ class LedgerError(Exception):
     """A log that could not be read consistently; `str()` is one line."""
 
 
-async def read_tail(client: AgentLike, path: str, tail_bytes: int) -> tuple[bytes, bool]:
-    """The last ``tail_bytes`` of ``path`` (from the first line break when cut) and
-    whether that is the whole file. Raises the client's errors, or LedgerError when
-    the file changes identity while being read."""
-    probe = await client.request("read_range", path=path, offset=0, length=0)
-    size, inode = int(probe["size"]), probe.get("inode")
-    start = max(0, size - max(0, tail_bytes))
+async def read_span(client: AgentLike, path: str, start: int, end: int, inode: Any) -> bytes:
+    """Bytes ``[start, end)`` of ``path`` in ``READ_CHUNK`` reads; shorter if the file was
+    truncated under us. Raises the client's errors, or LedgerError when the file is no
+    longer inode ``inode``."""
     parts: list[bytes] = []
     offset = start
-    while offset < size:
-        r = await client.request("read_range", path=path, offset=offset,
-                                 length=min(READ_CHUNK, size - offset))
+    while offset < end:
+        r = await client.request("read_range", path=path, offset=offset, length=min(READ_CHUNK, end - offset))
         if r.get("inode") != inode:
             raise LedgerError(f"{path} was replaced while being read")
         data = base64.b64decode(r["b64"])
@@ -57,7 +53,17 @@ async def read_tail(client: AgentLike, path: str, tail_bytes: int) -> tuple[byte
             break
         parts.append(data)
         offset += len(data)
-    data = b"".join(parts)
+    return b"".join(parts)
+
+
+async def read_tail(client: AgentLike, path: str, tail_bytes: int) -> tuple[bytes, bool]:
+    """The last ``tail_bytes`` of ``path`` (from the first line break when cut) and
+    whether that is the whole file. Raises the client's errors, or LedgerError when
+    the file changes identity while being read."""
+    probe = await client.request("read_range", path=path, offset=0, length=0)
+    size, inode = int(probe["size"]), probe.get("inode")
+    start = max(0, size - max(0, tail_bytes))
+    data = await read_span(client, path, start, size, inode)
     if start > 0:
         # the first line is cut; drop it so line-level patterns see whole lines only
         cut = data.find(b"\n")
