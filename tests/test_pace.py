@@ -264,19 +264,26 @@ def _e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
                                                **(env or {})))
 
 
+def _launch(tmp_path: Path, job: str, name: str, args: list[str], watch: str,
+            env: dict[str, str] | None = None) -> str:
+    """Write ``job`` and an eagle3.toml with ``[watch]`` ``watch`` into ``tmp_path``, launch
+    it through the CLI (the real agent and shim), and return the run id."""
+    (tmp_path / "job.py").write_text(job)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "{name}"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), *args])}\n'
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
+        f"[watch]\n{watch}")
+    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
+    assert launched.returncode == 0, launched.stderr
+    return str(json.loads(launched.stdout)["run_id"])
+
+
 def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) -> None:
     """A real run launched by one client prints four shard bars, then hangs; a later,
     separate `eagle3-tui status --json` (which never saw the run move) says it stalled,
     from the shim's pace.json and the config's [watch] thresholds (scaled down to seconds)."""
-    (tmp_path / "job.py").write_text(JOB)
-    (tmp_path / "eagle3.toml").write_text(
-        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
-        f'[run]\nname = "paced"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py")])}\n'
-        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
-        "[watch]\nfactor = 3.0\nstall_loading_s = 2.0\n")
-    launched = _e3("launch", "local", "--json", cwd=tmp_path)
-    assert launched.returncode == 0, launched.stderr
-    run_id = json.loads(launched.stdout)["run_id"]
+    run_id = _launch(tmp_path, JOB, "paced", [], "factor = 3.0\nstall_loading_s = 2.0\n")
     try:
         deadline = time.monotonic() + 30
         seen: dict = {}
@@ -318,15 +325,7 @@ def _hang_status(tmp_path: Path, mode: str, wait_s: float, env: dict[str, str] |
     """Launch a real job that loads, then sleeps or spins, and read `status --json`
     until it says hung or ``wait_s`` passes (``then``, if given, runs at that point and
     the wait starts again); (run_id, its watch, its pace)."""
-    (tmp_path / "job.py").write_text(LOADS_THEN)
-    (tmp_path / "eagle3.toml").write_text(
-        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
-        f'[run]\nname = "hang-{mode}"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), mode])}\n'
-        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n'
-        "[watch]\nhang_s = 2.0\n")
-    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
-    assert launched.returncode == 0, launched.stderr
-    run_id = json.loads(launched.stdout)["run_id"]
+    run_id = _launch(tmp_path, LOADS_THEN, f"hang-{mode}", [mode], "hang_s = 2.0\n", env)
     seen: dict = {}
     rec: dict = {}
     try:
