@@ -7,7 +7,8 @@ Starts, each in its own tmux session at 160x50, `eagle3-tui connect local` follo
 generated log, toolong (`tl`) and `tail -F` on the same file, then:
 
 1. first full frame: seconds from start until every panel and "connected" are on screen;
-2. idle: no line written for --idle s;
+2. idle: no line written for --idle s; then sparse lines (--sparse, one every 0.5 s): each
+   line's time from its write to the pane, for the client and `tail -F` (p50 and max);
 3. steady: 20 lines/s for --steady s;
 4. burst: 2,000 lines/s for --burst s (vLLM-style lines with tqdm redraws); during it `?`
    is pressed every few seconds and the time until the help screen is on the pane is
@@ -259,6 +260,7 @@ def main() -> int:
     ap.add_argument("--steady", type=float, default=60)
     ap.add_argument("--burst", type=float, default=60)
     ap.add_argument("--rss-minutes", type=float, default=10)
+    ap.add_argument("--sparse", type=int, default=20, help="lines written one every 0.5 s for the latency phase")
     ap.add_argument("--ssh", action="store_true", help="also measure idle over loopback SSH")
     ap.add_argument("--first-frame-only", action="store_true",
                     help="only the first frames (local, and with --ssh over SSH; the log then grown to 20 MB"
@@ -316,6 +318,7 @@ def main() -> int:
 
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         results["idle"] = procs.phase(args.idle)
+        sparse = sparse_latency(writer, {"client": dash, "tail -F": tail}, args.sparse)
         writer.rate = 20
         time.sleep(2)
         results["20 lines/s"] = procs.phase(args.steady)
@@ -390,6 +393,12 @@ def main() -> int:
         ratio_tf = c / tf if c is not None and tf else None
         print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
               + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} | {l0} -> {l1} |")
+    print(f"\nsparse lines (one every 0.5 s, n={args.sparse}): write -> on the pane, ms")
+    for label, times in sparse.items():
+        finite = sorted(t for t in times if t != float("inf"))
+        p50 = finite[len(finite) // 2] if finite else None
+        print(f"  {label}: p50 {fmt(None if p50 is None else 1000 * p50, '{:.0f}')},"
+              f" max {fmt(1000 * max(times) if times else None, '{:.0f}')}")
     print("\nburst (2,000 lines/s):")
     for what, times in (("`?` -> help on the pane", keys), ("Escape -> dashboard back", closes)):
         finite = sorted(k for k in times if k != float("inf"))
@@ -410,6 +419,27 @@ def main() -> int:
         slope = _slope(pts) * 3600
         print(f"| {label} | {pts[0][1]:.1f} | {pts[-1][1]:.1f} | {slope:+.1f} |")
     return 0
+
+
+def sparse_latency(writer: Writer, panes: dict[str, Tmux], n: int) -> dict[str, list[float]]:
+    """Write `n` marked lines 0.5 s apart; for each pane, the seconds from each write until
+    the line is on it (inf: not within 5 s)."""
+    out: dict[str, list[float]] = {label: [] for label in panes}
+    for _ in range(n):
+        marker = f"sparse-{uuid.uuid4().hex[:10]}"
+        t0 = time.monotonic()
+        writer.write_marker(marker)
+        waiting = dict(panes)
+        while waiting and time.monotonic() - t0 < 5:
+            for label, pane in list(waiting.items()):
+                if marker in pane.screen():
+                    out[label].append(time.monotonic() - t0)
+                    del waiting[label]
+            time.sleep(0.005)
+        for label in waiting:
+            out[label].append(float("inf"))
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - t0)))
+    return out
 
 
 class _FirstFrameOnly(Exception):

@@ -8,7 +8,6 @@ import time
 from typing import Any, Callable
 
 import pytest
-from textual.widgets import Log
 
 from tests.replay import FIXTURES, ReplayClient, snapshot
 from tui import protocol as p
@@ -20,6 +19,7 @@ from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen
 from tui.views.widgets.gpus import GpuPanel
+from tui.views.widgets.logtail import TailLog
 from tui.views.widgets.tables import ProcessTable, RunsTable
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
@@ -135,7 +135,7 @@ async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() 
         assert log.analysis.root_cause is not None and log.analysis.root_cause.id == "cuda-oom"
         assert log.analysis.root_cause.line_no <= older.count(b"\n")
         await pilot.pause(0.5)
-        pane = app.query_one("#log").query_one(Log)
+        pane = app.query_one("#log").query_one(TailLog)
         assert list(pane.lines) == tail.decode().splitlines()[-LOG_LINES:]  # each drawn once
         assert not any("OutOfMemory" in line or "out of memory" in line for line in pane.lines)
 

@@ -4,8 +4,12 @@ characters froze the dashboard for minutes with an unanchored `\\w+Error`)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from tui.views.widgets.logtail import style_line
+from textual.app import App, ComposeResult
+
+from tui.state.model import LogTail
+from tui.views.widgets.logtail import BUSY_S, LogPane, TailLog, style_line
 
 
 def test_long_lines_are_coloured_quickly_and_shown_cut() -> None:
@@ -21,3 +25,46 @@ def test_severity_colours() -> None:
     assert style_line("RuntimeError: Worker failed with error 'State error'").style == "red"
     assert style_line("WARNING 11-30 02:00:00 [x.py:1] slow").style == "yellow"
     assert style_line("INFO ValueErrors are counted").style == ""
+
+
+class _PaneApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LogPane()
+
+
+def _tail(n: int) -> LogTail:
+    return LogTail(path="/srv/x.log", lines=tuple(f"line {i}" for i in range(n)), offset=7 * n)
+
+
+async def test_a_line_after_a_quiet_spell_is_drawn_within_a_frame_and_a_flood_is_throttled() -> None:
+    """The repaint throttle costs latency only under a flood: a line every ~0.35 s is
+    written to the view at once (drawn with the next frame, no timer); 50 updates a
+    second repaint at most once per BUSY_S."""
+    app = _PaneApp()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane, view = app.query_one(LogPane), app.query_one(TailLog)
+        delays: list[float] = []
+        timer = pane.set_timer
+
+        def spy(delay: float, callback: Any) -> Any:
+            delays.append(delay)
+            return timer(delay, callback)
+
+        pane.set_timer = spy  # type: ignore[method-assign]
+        for n in range(1, 4):  # sparse: ~3 lines a second
+            await pilot.pause(0.35)
+            pane.show(_tail(n))
+            assert list(view.lines) == [f"line {i}" for i in range(n)]
+        assert delays == []
+        await pilot.pause(0.6)
+        drawn: list[int] = []
+        write = view.write_lines
+        view.write_lines = lambda lines: (drawn.append(1), write(lines))  # type: ignore[method-assign,func-returns-value]
+        t0, n = time.monotonic(), 3
+        while time.monotonic() - t0 < 2.0:  # a flood: an update every 20 ms for 2 s
+            n += 1
+            pane.show(_tail(n))
+            await pilot.pause(0.02)
+        await pilot.pause(BUSY_S + 0.2)
+        assert list(view.lines)[-1] == f"line {n - 1}"  # everything arrived on screen
+        assert len(drawn) <= 2.0 / BUSY_S + 3, drawn  # ~2 repaints a second, not 50

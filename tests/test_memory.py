@@ -46,7 +46,7 @@ def _drop_render_caches(app: Any) -> None:
     cells.cached_cell_len.cache_clear()
     for table in app.query(DataTable):
         table._clear_caches()
-    app.query_one(TailLog)._strips.clear()
+    app.query_one(TailLog).clear_render_cache()
     gc.collect()
 
 

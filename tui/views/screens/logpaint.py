@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tui.state.logindex import MATCH_MAX, Line, LogDocument
-from tui.views.widgets.logtail import _ERROR as ERROR_PATTERN
+from tui.views.widgets.logtail import ERROR_PATTERN
 from tui.views.widgets.logtail import style_line
 
 

@@ -32,7 +32,7 @@ from textual.widgets import Footer, Input, Static
 from tui.state.logindex import Chunk, FileChanged, Line, LogDocument, RootCause
 from tui.transport import AgentRequestError, TransportError
 from tui.views.screens.logpaint import LogPainter
-from tui.views.widgets.logtail import _ERROR as ERROR_PATTERN
+from tui.views.widgets.logtail import ERROR_PATTERN
 
 CONTEXT = 3  # lines shown above a search hit
 POLL_S = 0.5  # follow-mode tail poll

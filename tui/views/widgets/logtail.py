@@ -1,43 +1,47 @@
-"""The log tail: a bounded `Log` (plain lines, only the visible ones are rendered) that
-only ever appends the new lines, plus one line below it for the bar being redrawn in
-place (`\\r` without a newline).
+"""The log tail: a bounded line widget of its own (Textual's line API: a `ScrollView`
+with `render_line`) that only ever appends the new lines, plus one line below it for the
+bar being redrawn in place (`\\r` without a newline).
 
 `show()` only records the newest tail; the lines that arrived since the last frame are
-written in one append: the first tail of a log as soon as all of it is in, then
-`FRAME_S` after a line that follows a quiet spell, and at most once per `BUSY_S` while
-lines keep coming, so a log of 20 or 2,000 lines/s costs two
-repaints a second, not one per line (each repaint redraws every visible row, and Textual
-asks every top-level widget for its lines, so fewer frames is the lever that counts)."""
+written in one append: the first tail of a log as soon as all of it is in, a line that
+follows a quiet spell with the next frame, and, only while lines keep coming (more than
+`SPARSE_PER_S` updates in the last second), at most once per `BUSY_S`. A log of 20
+or 2,000 lines/s so costs two repaints a second, not one per line (each repaint redraws
+every visible row), and a line every few seconds is on screen within a frame."""
 
 from __future__ import annotations
 
 import re
 import time
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.cells import cell_len
-from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.selection import Selection
 from textual.strip import Strip
-from textual.widget import Widget
-from textual.widgets import Log, Static
+from textual.widgets import Static
 
 from tui import trace
 from tui.state.model import LOG_LINES, LogTail
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
 # costs one linear scan (an unanchored `\w+Error` was quadratic: minutes on a 1 MB line).
-_ERROR = re.compile(r"\b(?:ERROR|CRITICAL|FATAL|Traceback)\b|Error:|Exception:|\b[A-Za-z_]\w*Error\b")
+ERROR_PATTERN = re.compile(r"\b(?:ERROR|CRITICAL|FATAL|Traceback)\b|Error:|Exception:|\b[A-Za-z_]\w*Error\b")
 _WARN = re.compile(r"\bWARN(?:ING)?\b")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # the edge's sanitizer drops these; never drawn raw
 SCAN = 4096  # only a line's head decides its colour
 SHOW = 2000  # characters of a line shown in the tail pane (the viewer shows more)
-FRAME_S = 0.05  # a line after a quiet spell is on screen this long after it arrives
+FRAME_S = 0.05  # the shortest wait before a throttled repaint
 BUSY_S = 0.5  # while lines keep coming, one repaint per this many seconds at most
+SPARSE_PER_S = 4  # up to this many updates in the last second, each is drawn at once
 MARK = "── "  # a restart marker line: "── log was truncated ──"
 
 
@@ -46,7 +50,7 @@ def line_style(line: str) -> str:
     head = line[:SCAN]
     if line.startswith(MARK) and line.endswith(" ──"):
         return "bold magenta"
-    if _ERROR.search(head):
+    if ERROR_PATTERN.search(head):
         return "red"
     if _WARN.search(head):
         return "yellow"
@@ -64,61 +68,97 @@ def style_line(line: str) -> Text:
     return Text(clip(line), style=line_style(line))
 
 
-class SeverityHighlighter(Highlighter):
-    """Colours a whole line by its severity, when the `Log` renders it (visible lines only)."""
+class TailLog(ScrollView, can_focus=True):
+    """The newest `max_lines` lines of a log, one row each, coloured by severity.
 
-    def highlight(self, text: Text) -> None:
-        style = line_style(text.plain)
-        if style:
-            text.stylize(style)
+    It owns its lines and a cache of their rendered rows keyed by (text, style), so a
+    line is styled and rendered once, not again each time the tail scrolls by one row;
+    only the visible rows are asked for. Selection (mouse drag, copy) works on the
+    lines as written."""
 
+    ALLOW_SELECT = True
+    DEFAULT_CSS = """
+    TailLog { background: $surface; color: $foreground; overflow: scroll; }
+    TailLog:focus { background-tint: $foreground 5%; }
+    """
 
-class TailLog(Log):
-    """`Log` whose appends never lay the whole screen out again.
-
-    `Log.write_lines` assigns `virtual_size`, a reactive declared with `layout=True`, so
-    each append that grows the log re-lays and repaints the whole dashboard (41 % of the
-    client's samples at 20 lines/s in py-spy), and measures widths in a thread worker.
-    The log's own box never changes size, so here the virtual size is set without a
-    layout and only the scrollbars and the log itself are refreshed. Each line is
-    styled and rendered once, not again each time the tail scrolls by one line."""
-
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, max_lines: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.max_lines = max_lines
+        self._rows: list[str] = []
+        self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
 
-    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
-        if self.text_selection is not None:
-            return super()._render_line_strip(y, rich_style)
-        key = (self._lines[y], rich_style)
-        strip = self._strips.get(key)
-        if strip is None:
-            strip = self._strips[key] = super()._render_line_strip(y, rich_style)
+    @property
+    def lines(self) -> Sequence[str]:
+        """The rows held, oldest first (read only)."""
+        return self._rows
+
+    def clear_render_cache(self) -> None:
+        """Forget every rendered row (they are made again when next shown)."""
+        self._strips.clear()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        """Append rows (a line holding line breaks becomes several); keep the view at
+        the end if it was there, else leave the user where they scrolled to."""
+        new = [_CONTROL.sub("\ufffd", ln.expandtabs()) for line in lines for ln in line.splitlines()]
+        if not new:
+            return
+        at_end = self.is_vertical_scroll_end
+        self._rows.extend(new)
+        if len(self._rows) > self.max_lines:
+            del self._rows[: len(self._rows) - self.max_lines]
+        self._widest = max(self._widest, max(cell_len(ln) for ln in new))
+        self.virtual_size = Size(self._widest, len(self._rows))
+        self.refresh()
+        if at_end and not self.is_vertical_scrollbar_grabbed:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def clear(self) -> None:
+        self._rows.clear()
+        self._widest = 0
+        self._strips.clear()
+        self.virtual_size = Size(0, 0)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index, width, base = scroll_y + y, self.size.width, self.rich_style
+        if index >= len(self._rows):
+            return Strip.blank(width, base)
+        return self._row(index, base).crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
+
+    def _row(self, index: int, base: Style) -> Strip:
+        line = self._rows[index]
+        selection = self.text_selection
+        if selection is None and (strip := self._strips.get((line, base))) is not None:
+            return strip
+        text = Text(line, no_wrap=True, end="")
+        text.stylize(base)
+        if style := line_style(line):
+            text.stylize(style)
+        if selection is not None and (span := selection.get_span(index)) is not None:
+            start, end = span
+            text.stylize(self.screen.get_component_rich_style("screen--selection"), start, len(text) if end == -1 else end)
+        strip = Strip(text.render(self.app.console), cell_len(line))
+        if selection is None:
+            self._strips[(line, base)] = strip
         return strip
 
-    def write_lines(self, lines: Any, scroll_end: bool | None = None) -> TailLog:
-        new = [ln for line in lines for ln in line.splitlines()]
-        if not new:
-            return self
-        at_end = self.is_vertical_scroll_end
-        self._lines.extend(new)
-        if self.max_lines is not None and len(self._lines) > self.max_lines:
-            self._prune_max_lines()
-        self._width = max(self._width, max(cell_len(self._process_line(ln)) for ln in new))
-        size = Size(self._width, len(self._lines))
-        if size != self.virtual_size:
-            self.set_reactive(Widget.virtual_size, size)
-            self._scroll_update(size)
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        return selection.extract("\n".join(self._rows)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
-        auto = self.auto_scroll if scroll_end is None else scroll_end
-        if auto and at_end and not self.is_vertical_scrollbar_grabbed:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
-        return self
 
 
 class LogPane(Vertical):
     DEFAULT_CSS = """
-    LogPane Log { height: 1fr; background: $surface; color: $foreground; overflow-x: auto; overflow-y: scroll; }
+    LogPane TailLog { height: 1fr; overflow-x: auto; overflow-y: scroll; }
     LogPane #live { height: auto; max-height: 1; color: $accent; }
     LogPane #note { height: auto; max-height: 1; color: $warning; }
     """
@@ -131,15 +171,14 @@ class LogPane(Vertical):
         self._pending: LogTail | None = None  # the newest tail not on screen yet
         self._drawn: LogTail | None = None
         self._flushed_at = 0.0  # monotonic time of the last repaint
+        self._arrivals: deque[float] = deque(maxlen=SPARSE_PER_S + 1)  # when the last updates came
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
         self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
-        view = TailLog(max_lines=LOG_LINES, highlight=True, auto_scroll=True)
-        view.highlighter = SeverityHighlighter()
-        yield view
+        yield TailLog(max_lines=LOG_LINES)
         yield Static("", id="live")
 
     def show(self, log: LogTail) -> None:
@@ -153,10 +192,17 @@ class LogPane(Vertical):
             self.flush()
             trace.mark("first tail drawn")
             return
+        now = time.monotonic()
+        self._arrivals.append(now)
+        busy = len(self._arrivals) > SPARSE_PER_S and now - self._arrivals[0] < 1.0
+        if self._pending is None and not busy and not first:  # a line after a quiet spell: this frame
+            self._pending = log
+            self.flush()
+            return
         if self._pending is None:
-            since = time.monotonic() - self._flushed_at
-            # While the first tail still comes, a partial draw would only be drawn over.
-            self.set_timer(BUSY_S if first else max(FRAME_S, BUSY_S - since), self.flush)
+            # Throttle only while lines keep coming; while the first tail still comes, a
+            # partial draw would only be drawn over.
+            self.set_timer(BUSY_S if first else max(FRAME_S, BUSY_S - (now - self._flushed_at)), self.flush)
         self._pending = log
 
     def flush(self) -> None:
@@ -164,12 +210,12 @@ class LogPane(Vertical):
         if log is None:
             return
         self._drawn, self._flushed_at = log, time.monotonic()
-        view = self.query_one(Log)
+        view = self.query_one(TailLog)
         out: list[str] = []
         if log.path != self._path:  # another run's log: start afresh
             view.clear()
             self._path, self._shown, self._generation = log.path, 0, log.generation
-            self.border_title = f"Log {log.path or '(none)'}"
+            self.border_title = Text(f"Log {log.path or '(none)'}")  # a host path: never markup
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.
@@ -178,7 +224,7 @@ class LogPane(Vertical):
             self._shown = 0
         new = log.total_lines - log.prepended - self._shown  # lines put before the first tail are not new
         if new > 0:
-            # `Log` splits on every line break Python knows and drops empty lines: one row each.
+            # One row per line: a line holding other line breaks Python knows is joined.
             out.extend(" ".join(clip(line).splitlines()) or " " for line in log.lines[-min(new, len(log.lines)) :])
             self._shown = log.total_lines - log.prepended
         if out:
@@ -190,4 +236,4 @@ class LogPane(Vertical):
             self.query_one("#live", Static).update(Text(live))
         if note != self._note:
             self._note = note
-            self.query_one("#note", Static).update(note)
+            self.query_one("#note", Static).update(Text(note))
