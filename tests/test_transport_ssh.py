@@ -239,7 +239,8 @@ async def test_wrong_key_is_auth_failed(sshd: Sshd, tmp_path: Path, no_agent: No
     err = await expect_failure(link(sshd, tmp_path, "box", ssh_config=cfg))
     assert isinstance(err, AuthFailed) and err.permanent
     assert f"{sshd.user}@{sshd.host}:{sshd.port}" in str(err)
-    assert "wrong-key" in str(err)  # the identity that was offered, by its comment
+    # the key file that was offered, where the user can look, not the key's comment
+    assert str(tmp_path / "wrong") in str(err) and "wrong-key" not in str(err)
 
 
 async def test_unreachable_port(sshd: Sshd, tmp_path: Path) -> None:
