@@ -1,0 +1,50 @@
+"""The texts a user reads in toasts, the help and `watch`, as the terminal shows them
+(a toast's markup applied), one test per message that once came out wrong."""
+
+from __future__ import annotations
+
+import time
+
+from textual.widgets._toast import Toast
+
+from tests.replay import ReplayClient, snapshot
+from tests.test_app import RUN, until
+from tui.services.config import parse_config
+from tui.views.app import make_app
+from tui.views.screens.help import HelpScreen
+
+NO_COMMAND = parse_config('[run]\nname = "kimi"\nlog = "/srv/x.log"\n')
+
+
+def toasts(app) -> list[str]:
+    """Each toast on screen as it is drawn (title and body)."""
+    return [str(t.render()) for t in app.screen.query(Toast)]
+
+
+async def test_launch_without_a_command_names_the_run_section() -> None:
+    app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.press("l")
+        await until(pilot, lambda: bool(toasts(app)))
+        assert toasts(app) == ["no [run] command in the config: nothing to launch"]
+
+
+async def test_relaunch_without_a_run_or_a_command_names_the_run_section() -> None:
+    app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await app.screen.run_action("relaunch")  # `r` is offered only with a run to relaunch
+        await until(pilot, lambda: bool(toasts(app)))
+        assert toasts(app) == ["no run to relaunch and no [run] command in the config"]
+
+
+async def test_help_says_how_to_close_it() -> None:
+    app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert "esc, q or ? closes this help" in str(app.screen.query_one("#closes").render())
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
