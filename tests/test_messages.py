@@ -48,3 +48,20 @@ async def test_help_says_how_to_close_it() -> None:
         assert "esc, q or ? closes this help" in str(app.screen.query_one("#closes").render())
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_a_finished_run_is_one_toast_that_says_how_it_ended() -> None:
+    now = time.time()
+    running = dict(RUN, launched_at=now - 16)
+    done = dict(running, state="exited", exit_code=0, pid=None, ended_at=now)
+    cfg = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
+    client = ReplayClient([snapshot(1, runs=[running])])
+    app = make_app(client, cfg, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        for seq in (1, 2, 3):  # ended, then the snapshots after (the log's last lines may lag one)
+            client.push(snapshot(1, seq=seq, runs=[done], processes=[]))
+        await until(pilot, lambda: any("finished" in t for t in toasts(app)))
+        await pilot.pause(0.5)
+        said = [t for t in toasts(app) if "finished" in t]
+        assert said == [f"run {RUN['run_id']} finished\nexit 0 after 00:16"], toasts(app)
