@@ -65,3 +65,12 @@ async def test_a_finished_run_is_one_toast_that_says_how_it_ended() -> None:
         await pilot.pause(0.5)
         said = [t for t in toasts(app) if "finished" in t]
         assert said == [f"run {RUN['run_id']} finished\nexit 0 after 00:16"], toasts(app)
+
+
+async def test_the_status_bar_names_the_gpu_source() -> None:
+    for n, said in ((2, "GPUs via nvml"), (0, "GPUs via none")):
+        app = make_app(ReplayClient([snapshot(n)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+        async with app.run_test(size=(160, 50)) as pilot:
+            await until(pilot, lambda: app.state.seq == 0)
+            await pilot.pause()
+            assert said in str(app.screen.query_one("StatusBar").render())
