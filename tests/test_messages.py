@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from textual.widgets._toast import Toast
 
@@ -74,3 +75,35 @@ async def test_the_status_bar_names_the_gpu_source() -> None:
             await until(pilot, lambda: app.state.seq == 0)
             await pilot.pause()
             assert said in str(app.screen.query_one("StatusBar").render())
+
+
+def test_the_runs_table_keeps_name_in_line_with_a_pristine_patch() -> None:
+    from tui.cli.report import format_runs
+    from tui.services.actions import state_of
+
+    base = {"name": "demo-extract", "state": "exited", "exit_code": 0, "argv": ["python"], "launched_at": 1.0,
+            "ended_at": 17.0}
+    runs = [dict(base, run_id="20261201-055500-52e6", patch_state={"state": "pristine"}),
+            dict(base, run_id="20261201-055400-aaaa", patch_state=None, name="other")]
+    lines = format_runs(state_of(parse_config(""), runs)).splitlines()
+    assert len(lines) == 3
+    at = {line.index(word) for line, word in zip(lines, ("NAME", "demo-extract", "other"))}
+    assert len(at) == 1, lines  # NAME, and each run's name, in one column
+
+
+def test_runs_with_none_says_which_dir_it_read_and_where_the_demos_are(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "eagle3-demo").mkdir()
+    (tmp_path / "eagle3-demo" / "eagle3.toml").write_text("")
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-m", "tui.cli", "runs"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "no runs in ~/.cache/eagle3-tui/runs on local (the default runs dir)",
+        "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config",
+        f"the demo's runs are in {tmp_path}/eagle3-demo/runs: eagle3-tui --config eagle3-demo/eagle3.toml runs",
+    ]
