@@ -335,6 +335,26 @@ def job_imports_missing(python: str, modules: tuple[str, ...] = JOB_MODULES) -> 
     return proc.stdout.strip() or None
 
 
+def torch_of(python: str) -> str:
+    """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU)",
+    "torch 2.13.0+cu130 (CUDA 13.0, 1 GPU)", or a CUDA build that finds no GPU."""
+    code = ("import torch\n"
+            "n = torch.cuda.device_count() if torch.version.cuda else 0\n"
+            "print(torch.__version__, torch.version.cuda or '', n)\n")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return "torch (its version could not be read)"
+    if len(out) == 2:  # a CPU build: no CUDA version
+        return f"torch {out[0]} (CPU)"
+    version, cuda, n = out[0], out[1], int(out[2]) if out[2:] and out[2].isdigit() else 0
+    if n:
+        return f"torch {version} (CUDA {cuda}, {n} GPU{'s' if n > 1 else ''})"
+    return (f"torch {version}, a CUDA {cuda} build on a machine without a usable GPU: it runs on "
+            f"the CPU (the CPU build is a fifth of the disk: see the README's two commands)")
+
+
 def _run_step(argv: list[str]) -> str | None:
     """Run one set-up command; None when it worked, else the last line it printed."""
     try:
