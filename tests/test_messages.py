@@ -107,3 +107,21 @@ def test_runs_with_none_says_which_dir_it_read_and_where_the_demos_are(tmp_path)
         "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config",
         f"the demo's runs are in {tmp_path}/eagle3-demo/runs: eagle3-tui --config eagle3-demo/eagle3.toml runs",
     ]
+
+
+async def test_the_runs_header_fits_once_the_first_run_arrives() -> None:
+    from tui.views.widgets.tables import RunsTable
+
+    done = dict(RUN, name="demo-extract", state="exited", exit_code=0, ended_at=time.time(),
+                patch_state={"state": "pristine"})
+    client = ReplayClient([snapshot(0)])
+    app = make_app(client, NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0)
+        client.push(snapshot(0, seq=1, runs=[done]))  # the table existed empty first
+        await until(pilot, lambda: app.state.seq == 1)
+        await pilot.pause(0.3)
+        table = app.screen.query_one(RunsTable)
+        assert table.virtual_size.width <= table.scrollable_content_region.width, [
+            (str(c.label), c.get_render_width(table)) for c in table.columns.values()]
+        assert str(list(table.columns.values())[-1].label) in ("FAILURE / NOTE", "FAILURE")

@@ -116,6 +116,8 @@ class TailLog(Log):
         return self
 
 
+NO_LOG = "Log · none yet: the selected run's log is tailed here"
+
 class LogPane(Vertical):
     DEFAULT_CSS = """
     LogPane Log { height: 1fr; background: $surface; color: $foreground; overflow-x: auto; overflow-y: scroll; }
@@ -134,6 +136,7 @@ class LogPane(Vertical):
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
         self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
+        self.border_title = NO_LOG  # until a run's log (or [run] log) is followed
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
@@ -169,7 +172,7 @@ class LogPane(Vertical):
         if log.path != self._path:  # another run's log: start afresh
             view.clear()
             self._path, self._shown, self._generation = log.path, 0, log.generation
-            self.border_title = f"Log {log.path or '(none)'}"
+            self.border_title = f"Log {log.path}" if log.path else NO_LOG
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.
