@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from textual.widgets._toast import Toast
 
 from tests.replay import ReplayClient, snapshot
@@ -109,19 +110,20 @@ def test_runs_with_none_says_which_dir_it_read_and_where_the_demos_are(tmp_path)
     ]
 
 
-async def test_the_runs_header_fits_once_the_first_run_arrives() -> None:
+@pytest.mark.parametrize("first_empty", [True, False])
+async def test_the_runs_header_fits_beside_a_run(first_empty: bool) -> None:
     from tui.views.widgets.tables import RunsTable
 
-    done = dict(RUN, name="demo-extract", state="exited", exit_code=0, ended_at=time.time(),
-                patch_state={"state": "pristine"})
-    client = ReplayClient([snapshot(0)])
-    app = make_app(client, NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
+    run = dict(RUN, name="demo-extract", patch_state={"state": "pristine"})
+    cfg = parse_config('[run]\nname = "demo-extract"\ncommand = ["python"]\n')
+    client = ReplayClient([snapshot(0, runs=[] if first_empty else [run])])
+    app = make_app(client, cfg, "local")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.state.seq == 0)
-        client.push(snapshot(0, seq=1, runs=[done]))  # the table existed empty first
+        client.push(snapshot(0, seq=1, runs=[run]))
         await until(pilot, lambda: app.state.seq == 1)
         await pilot.pause(0.3)
         table = app.screen.query_one(RunsTable)
-        assert table.virtual_size.width <= table.scrollable_content_region.width, [
-            (str(c.label), c.get_render_width(table)) for c in table.columns.values()]
-        assert str(list(table.columns.values())[-1].label) in ("FAILURE / NOTE", "FAILURE")
+        widths = [(str(c.label), c.get_render_width(table)) for c in table.columns.values()]
+        assert table.virtual_size.width <= table.scrollable_content_region.width, widths
+        assert widths[-1][0] in ("FAILURE / NOTE", "FAILURE")
