@@ -77,18 +77,14 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     and opens the dashboard on it (or, with --headless, follows it to its end).
     Exits non-zero whenever the demo run did not finish.
     """
-    from tui.services.demo import MARKER, DemoError, build_demo, check_job, torch_of
+    from tui.services.demo import DemoError, build_demo, check_job, demo_intro, torch_of
 
     if not headless:
         need_terminal("demo")
-    if (Path(demo_dir) / MARKER).is_file():  # built before: only the run starts over
-        click.echo(f"reusing the demo's model, dataset and venv in {demo_dir}/; the run starts fresh "
-                   f"(its earlier outputs in {demo_dir}/out/ are cleared; `r` in the dashboard "
-                   f"relaunches and resumes instead)", err=True)
-    else:
-        click.echo(f"preparing the demo in {demo_dir}/ (the first time takes ~10 s)…", err=True)
+    text, finished = demo_intro(Path(demo_dir))
+    click.echo(text, err=True)
     try:
-        paths = build_demo(Path(demo_dir), clear_out=True)
+        paths = build_demo(Path(demo_dir), clear_out=finished)
         check_job(paths)
         cfg = load_config(paths.config)
     except (DemoError, ConfigError) as exc:

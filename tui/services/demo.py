@@ -335,6 +335,24 @@ def job_imports_missing(python: str, modules: tuple[str, ...] = JOB_MODULES) -> 
     return proc.stdout.strip() or None
 
 
+def demo_intro(root: Path) -> tuple[str, bool]:
+    """What `eagle3-tui demo` says before it builds, and whether the earlier run's outputs
+    are cleared: the first time it builds everything; again, it reuses the model, dataset
+    and venv, and the run starts fresh after a finished run or resumes from the samples of
+    one that stopped part-way (as `r` does)."""
+    out = root / "out"
+    finished = (out / "data_config.json").is_file()  # written last: that run finished
+    if not (root / MARKER).is_file():
+        return f"preparing the demo in {root}/ (the first time takes ~10 s)…", finished
+    reuse = f"reusing the demo's model, dataset and venv in {root}/; the run "
+    if finished:
+        return reuse + f"starts fresh (the finished run's outputs in {out}/ are cleared)", True
+    samples = len(list(out.glob("data_*.pt"))) if out.is_dir() else 0
+    if samples:
+        return reuse + f"resumes from the {samples} samples already in {out}/", False
+    return reuse + "starts fresh", False
+
+
 def torch_of(python: str) -> str:
     """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU)",
     "torch 2.13.0+cu130 (CUDA 13.0, 1 GPU)", or a CUDA build that finds no GPU."""
