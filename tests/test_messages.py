@@ -70,7 +70,7 @@ async def test_a_finished_run_is_one_toast_that_says_how_it_ended() -> None:
 
 
 async def test_the_status_bar_names_the_gpu_source() -> None:
-    for n, said in ((2, "GPUs via nvml"), (0, "GPUs via none")):
+    for n, said in ((2, "GPUs: nvml"), (0, "GPUs: none")):
         app = make_app(ReplayClient([snapshot(n)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
         async with app.run_test(size=(160, 50)) as pilot:
             await until(pilot, lambda: app.state.seq == 0)
