@@ -308,6 +308,24 @@ def test_demo_again_says_it_reuses_the_build_and_whether_the_run_starts_fresh_or
                                 True)
 
 
+@pytest.mark.parametrize("version, requires, said", [
+    ("2.13.0+cpu", "", "torch 2.13.0+cpu (CPU build)"),
+    ("2.13.0", 'Requires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == "Linux"\n', "torch 2.13.0, a CUDA build"),
+])
+def test_the_demo_names_the_torch_its_job_runs_on(version: str, requires: str, said: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tui.services.demo import torch_of
+
+    info = tmp_path / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n{requires}")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # found before any installed torch
+    text = torch_of(sys.executable)
+    if "CUDA" in said and os.path.isdir("/proc/driver/nvidia/gpus"):
+        said = "torch 2.13.0 (CUDA build, "
+    assert text.startswith(said), text
+
+
 # ---- runs prune ----------------------------------------------------------------------
 
 

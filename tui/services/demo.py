@@ -354,23 +354,28 @@ def demo_intro(root: Path) -> tuple[str, bool]:
 
 
 def torch_of(python: str) -> str:
-    """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU)",
-    "torch 2.13.0+cu130 (CUDA 13.0, 1 GPU)", or a CUDA build that finds no GPU."""
-    code = ("import torch\n"
-            "n = torch.cuda.device_count() if torch.version.cuda else 0\n"
-            "print(torch.__version__, torch.version.cuda or '', n)\n")
+    """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU
+    build)", "torch 2.13.0 (CUDA build, 1 NVIDIA GPU here)", or a CUDA build on a machine
+    without a GPU. Read from torch's metadata: importing torch takes seconds."""
+    code = ("import importlib.metadata as m, json; d = m.distribution('torch'); "
+            "print(json.dumps([d.version, any(r.startswith('nvidia-') for r in d.requires or [])]))")
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL, check=True).stdout.split()
-    except (OSError, subprocess.SubprocessError):
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, check=True).stdout
+        version, cuda = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
         return "torch (its version could not be read)"
-    if len(out) == 2:  # a CPU build: no CUDA version
-        return f"torch {out[0]} (CPU)"
-    version, cuda, n = out[0], out[1], int(out[2]) if out[2:] and out[2].isdigit() else 0
-    if n:
-        return f"torch {version} (CUDA {cuda}, {n} GPU{'s' if n > 1 else ''})"
-    return (f"torch {version}, a CUDA {cuda} build on a machine without a usable GPU: it runs on "
-            f"the CPU (the CPU build is a fifth of the disk: see the README's two commands)")
+    cuda = cuda or "+cu" in version
+    if not cuda:
+        return f"torch {version} (CPU build)"
+    try:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = 0
+    if gpus:
+        return f"torch {version} (CUDA build, {gpus} NVIDIA GPU{'s' if gpus > 1 else ''} here)"
+    return (f"torch {version}, a CUDA build on a machine without an NVIDIA GPU: it runs on the CPU "
+            f"(the CPU build takes a fifth of the disk: see the README's two commands)")
 
 
 def _run_step(argv: list[str]) -> str | None:
