@@ -10,8 +10,8 @@ fake where minutes must pass: a dilated clock (``Clock``) turns each real second
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
