@@ -66,6 +66,7 @@ class Gpus:
 
     def __init__(self) -> None:
         self.source: Optional[str] = None
+        self.source_detail = ""  # where NVML's bindings came from, when not the host's
         self.error: Optional[str] = None
         self.lock = threading.Lock()  # the kill worker reads GPUs too
         self._nv: Any = None
@@ -97,9 +98,13 @@ class Gpus:
 
     def _init_nvml(self) -> Optional[str]:
         try:
-            import pynvml  # type: ignore
+            import pynvml  # type: ignore  # the host's own (a vLLM venv has one)
         except Exception:
-            return "pynvml not installed"
+            try:  # nvidia-ml-py's pynvml, uploaded with the agent by the client
+                import uploaded_pynvml as pynvml  # type: ignore
+            except Exception:
+                return "pynvml not installed"
+            self.source_detail = "nvidia-ml-py's pynvml, uploaded with the agent"
         try:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()

@@ -8,6 +8,11 @@ runs in this separate environment: torch 2.13.0 (the pinned CPU build), transfor
 not needed to build and train the draft model on CPU) and the few packages its model
 code imports (datasets: its vocab_mapping module imports it).
 
+torch is not installed a second time: like the demo's venv (tui/services/demo.py), the
+environment gets a `.pth` file that adds the test venv's site directories after its own,
+so the test venv's torch 2.13.0 satisfies the pin (a CPU torch is ~1 GB, a CUDA one ~5 GB)
+while the environment's own transformers 4.x and friends come first on its path.
+
 It lives in `$EAGLE3_TUI_TEST_CACHE` or `~/.cache/eagle3-tui-tests` (see spec_wheel),
 built once under a file lock (parallel test runs wait for one build) and reused while
 its marker matches. Without network the tests that need it skip with the reason --
@@ -27,11 +32,13 @@ from pathlib import Path
 import pytest
 
 from tests.spec_wheel import cache_dir
+from tui.services.demo import _site_dirs
 
 PACKAGES = ["torch==2.13.0", "transformers>=4.56,<5", "pydantic>=2", "pydantic-settings",
             "loguru", "numpy", "safetensors", "tqdm", "pyyaml", "huggingface_hub", "datasets>=4"]
 SPECULATORS = "speculators==0.3.0"
 MARKER = ".eagle3-train-env"
+PTH_NAME = "eagle3-test-venv.pth"
 TIMEOUT = 900  # seconds for the whole build (pip downloads torch the first time in CI)
 
 
@@ -47,7 +54,8 @@ def train_python() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     env = root / "speculators-0.3.0-train"
     python = env / "bin" / "python"
-    want = json.dumps({"base": sys.version.split()[0], "packages": PACKAGES,
+    sites = _site_dirs(sys.executable)
+    want = json.dumps({"base": sys.version.split()[0], "packages": PACKAGES, "sites": sites,
                        "speculators": SPECULATORS}, sort_keys=True)
     with open(root / "speculators-0.3.0-train.lock", "w") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another test run may be building it
@@ -60,9 +68,15 @@ def train_python() -> Path:
         pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
                "--disable-pip-version-check"]
         steps = [[sys.executable, "-m", "venv", "--without-pip", str(env)],
+                 "pth",
                  pip + PACKAGES,
                  pip + ["--no-deps", SPECULATORS]]
         for argv in steps:
+            if argv == "pth":  # the test venv's packages after the environment's own
+                own = _site_dirs(str(python))
+                lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
+                (Path(own[0]) / PTH_NAME).write_text(lines)
+                continue
             try:
                 proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT,
                                       stdin=subprocess.DEVNULL, check=False)

@@ -283,6 +283,47 @@ def test_demo_exits_non_zero_when_its_run_fails(tmp_path: Path, monkeypatch: pyt
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("eagle3-tui: demo run ") and " did not finish: exited with code " in last
     assert "launched demo run" in proc.stdout
+    # built above: the CLI reuses it and says so; and it names the torch the job runs on
+    assert f"reusing the demo's model, dataset and venv in {demo}/; the run starts fresh" in proc.stderr
+    assert "the first time" not in proc.stderr
+    assert "the demo's job runs on torch 2.13.0" in proc.stderr
+
+
+def test_demo_again_says_it_reuses_the_build_and_whether_the_run_starts_fresh_or_resumes(
+        tmp_path: Path) -> None:
+    from tui.services.demo import MARKER, demo_intro
+
+    demo = tmp_path / "demo"
+    assert demo_intro(demo) == (f"preparing the demo in {demo}/ (the first time takes ~10 s)…", False)
+    demo.mkdir()
+    (demo / MARKER).write_text("{}")
+    reuse = f"reusing the demo's model, dataset and venv in {demo}/; the run "
+    assert demo_intro(demo) == (reuse + "starts fresh", False)
+    (demo / "out").mkdir()
+    for i in range(3):
+        (demo / "out" / f"data_{i}.pt").write_bytes(b"")
+    assert demo_intro(demo) == (reuse + f"resumes from the 3 samples already in {demo}/out/", False)
+    (demo / "out" / "data_config.json").write_text("{}")
+    assert demo_intro(demo) == (reuse + f"starts fresh (the finished run's outputs in {demo}/out/ are cleared)",
+                                True)
+
+
+@pytest.mark.parametrize("version, requires, said", [
+    ("2.13.0+cpu", "", "torch 2.13.0+cpu (CPU build)"),
+    ("2.13.0", 'Requires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == "Linux"\n', "torch 2.13.0, a CUDA build"),
+])
+def test_the_demo_names_the_torch_its_job_runs_on(version: str, requires: str, said: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tui.services.demo import torch_of
+
+    info = tmp_path / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n{requires}")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # found before any installed torch
+    text = torch_of(sys.executable)
+    if "CUDA" in said and os.path.isdir("/proc/driver/nvidia/gpus"):
+        said = "torch 2.13.0 (CUDA build, "
+    assert text.startswith(said), text
 
 
 # ---- runs prune ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tui.transport import (
     TransportError,
 )
 from tui.transport.hostpython import HostPythonError
+from tui.transport.local import agent_files
 from tui.transport.ssh import SshLink
 
 pytestmark = pytest.mark.ssh
@@ -96,8 +97,9 @@ async def test_alias_through_ssh_config_and_upload_once(
     remembered = [n for n in names if n.startswith(".python-")]  # the interpreter found
     assert len(remembered) == 1
     assert sorted(set(names) - set(remembered)) == sorted(
-        [".complete"] + [p.name for p in first.agent_dir.glob("*.py")]
+        [".complete", *agent_files(first.agent_dir)]  # remote/*.py and nvidia-ml-py's pynvml
     )
+    assert "uploaded_pynvml.py" in names
     mtime = (remote / "agent.py").stat().st_mtime_ns
 
     second = link(sshd, tmp_path, sshd.alias, ssh_config=sshd.ssh_config)
@@ -239,7 +241,8 @@ async def test_wrong_key_is_auth_failed(sshd: Sshd, tmp_path: Path, no_agent: No
     err = await expect_failure(link(sshd, tmp_path, "box", ssh_config=cfg))
     assert isinstance(err, AuthFailed) and err.permanent
     assert f"{sshd.user}@{sshd.host}:{sshd.port}" in str(err)
-    assert "wrong-key" in str(err)  # the identity that was offered, by its comment
+    # the key file that was offered, where the user can look, not the key's comment
+    assert str(tmp_path / "wrong") in str(err) and "wrong-key" not in str(err)
 
 
 async def test_unreachable_port(sshd: Sshd, tmp_path: Path) -> None:

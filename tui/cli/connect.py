@@ -77,17 +77,19 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     and opens the dashboard on it (or, with --headless, follows it to its end).
     Exits non-zero whenever the demo run did not finish.
     """
-    from tui.services.demo import DemoError, build_demo, check_job
+    from tui.services.demo import DemoError, build_demo, check_job, demo_intro, torch_of
 
     if not headless:
         need_terminal("demo")
-    click.echo(f"preparing the demo in {demo_dir}/ (the first time takes ~10 s)…", err=True)
+    text, finished = demo_intro(Path(demo_dir))
+    click.echo(text, err=True)
     try:
-        paths = build_demo(Path(demo_dir), clear_out=True)
+        paths = build_demo(Path(demo_dir), clear_out=finished)
         check_job(paths)
         cfg = load_config(paths.config)
     except (DemoError, ConfigError) as exc:
         fail(str(exc), EXIT_USAGE)
+    click.echo(f"the demo's job runs on {torch_of(paths.python)}", err=True)
     if paths.patches_note:
         click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:

@@ -5,7 +5,9 @@ the same functions the dashboard's Runs table uses."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from tui.state import view
@@ -46,10 +48,25 @@ def format_runs(state: AppState) -> str:
     if not state.runs:
         return "no runs"
     chosen = view.select_run(state)
-    rows = [f"  {'RUN':<24} {'STATE':<9} {'PID':>7} {'DURATION':>9} {'EXIT':>6}  PATCH  NAME"]
-    for r in view.run_rows(state, time.time(), state.runs):
+    found = view.run_rows(state, time.time(), state.runs)
+    pw = max([len("PATCH")] + [len(r.patch) for r in found])  # "pristine", "v3" …: NAME stays in line
+    rows = [f"  {'RUN':<24} {'STATE':<9} {'PID':>7} {'DURATION':>9} {'EXIT':>6}  {'PATCH':<{pw}}  NAME"]
+    for r in found:
         mark = "*" if chosen is not None and r.run_id == chosen.run_id else " "
         line = (f"{mark} {r.run_id:<24} {r.state:<9} {r.pid:>7} {r.duration:>9} "
-                f"{r.exit:>6}  {r.patch:<5}  {r.name}")
+                f"{r.exit:>6}  {r.patch:<{pw}}  {r.name}")
         rows.append(line + (f"  {r.note}" if r.note else ""))
     return "\n".join(rows)
+
+
+def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
+    """`runs` with nothing to list: which runs dir was read, how to read another, and
+    where the demo's runs are when this directory holds the demo."""
+    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {where}"
+             + ("" if runs_dir else " (the default runs dir)"),
+             "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config"]
+    demo = cwd / "eagle3-demo" / "eagle3.toml"
+    if demo.is_file() and (runs_dir is None or Path(runs_dir) != demo.parent / "runs"):
+        lines.append(f"the demo's runs are in {demo.parent / 'runs'}: "
+                     f"eagle3-tui --config {os.path.relpath(demo, cwd)} runs")
+    return "\n".join(lines)

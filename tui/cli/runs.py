@@ -6,6 +6,7 @@ import asyncio
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -88,8 +89,11 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
     if as_json:
         print_json({"runs": result})
         return
-    from tui.cli.report import format_runs
+    from tui.cli.report import format_runs, no_runs
 
+    if not result:
+        click.echo(no_runs(obj.cfg.host.runs_dir, target or obj.cfg.host.target or "local", Path.cwd()))
+        return
     click.echo(format_runs(services.state_of(obj.cfg, result)))
 
 

@@ -63,11 +63,13 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     events = client.events().__aiter__()
     last = run
     snaps = 0
+    said_end = False  # the run's end was one event line already ("run … finished: exit 0 after 00:16")
     while True:
         event = await events.__anext__()
         state = apply(state, event, time.time())
         for ev in notifier.send_new(state.watch):
             print(_line(ev, as_json), file=out, flush=True)
+            said_end = said_end or (ev.run_id == run.run_id and ev.kind in ("finished", "killed", "lost"))
         if not isinstance(event, p.Snapshot):
             continue
         snaps += 1
@@ -87,7 +89,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
             print(json.dumps({"event": "ended", "run_id": run.run_id, "outcome": result, "cause": cause,
                               "exit_code": current.exit_code, "signal": current.signal}, sort_keys=True),
                   file=out, flush=True)
-        else:
+        elif not said_end:
             print(f"run {run.run_id} ended: {result} (exit {code})" + (f": {cause}" if cause else ""),
                   file=out, flush=True)
         return OUTCOME_CODES[result]

@@ -335,6 +335,49 @@ def job_imports_missing(python: str, modules: tuple[str, ...] = JOB_MODULES) -> 
     return proc.stdout.strip() or None
 
 
+def demo_intro(root: Path) -> tuple[str, bool]:
+    """What `eagle3-tui demo` says before it builds, and whether the earlier run's outputs
+    are cleared: the first time it builds everything; again, it reuses the model, dataset
+    and venv, and the run starts fresh after a finished run or resumes from the samples of
+    one that stopped part-way (as `r` does)."""
+    out = root / "out"
+    finished = (out / "data_config.json").is_file()  # written last: that run finished
+    if not (root / MARKER).is_file():
+        return f"preparing the demo in {root}/ (the first time takes ~10 s)…", finished
+    reuse = f"reusing the demo's model, dataset and venv in {root}/; the run "
+    if finished:
+        return reuse + f"starts fresh (the finished run's outputs in {out}/ are cleared)", True
+    samples = len(list(out.glob("data_*.pt"))) if out.is_dir() else 0
+    if samples:
+        return reuse + f"resumes from the {samples} samples already in {out}/", False
+    return reuse + "starts fresh", False
+
+
+def torch_of(python: str) -> str:
+    """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU
+    build)", "torch 2.13.0 (CUDA build, 1 NVIDIA GPU here)", or a CUDA build on a machine
+    without a GPU. Read from torch's metadata: importing torch takes seconds."""
+    code = ("import importlib.metadata as m, json; d = m.distribution('torch'); "
+            "print(json.dumps([d.version, any(r.startswith('nvidia-') for r in d.requires or [])]))")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, check=True).stdout
+        version, cuda = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return "torch (its version could not be read)"
+    cuda = cuda or "+cu" in version
+    if not cuda:
+        return f"torch {version} (CPU build)"
+    try:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = 0
+    if gpus:
+        return f"torch {version} (CUDA build, {gpus} NVIDIA GPU{'s' if gpus > 1 else ''} here)"
+    return (f"torch {version}, a CUDA build on a machine without an NVIDIA GPU: it runs on the CPU "
+            f"(the CPU build takes a fifth of the disk: see the README's two commands)")
+
+
 def _run_step(argv: list[str]) -> str | None:
     """Run one set-up command; None when it worked, else the last line it printed."""
     try:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from tui.state.format import duration
 from tui.state.model import Run
 
 __all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
@@ -199,8 +200,7 @@ def observe(
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
-            said = "interrupted" if kind == "killed" and run.state == "exited" else kind
-            events.append((kind, f"run {said}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
+            events.append((kind, end_text(kind, run), detail))
         ws = replace(ws, condition="ended")
         return _emit(ws, events, run.run_id, now)
 
@@ -346,6 +346,20 @@ def ending(run: Any, analysis: Any) -> str:
             or getattr(analysis, "interrupted_at", None) is not None):
         return "killed"
     return "failed"
+
+
+def end_text(kind: str, run: Any) -> str:
+    """What an ended run's event says beyond its kind (the kind is its title: "run …
+    finished"), e.g. "exit 0 after 00:16", "interrupted (exit 130) after 1:02:03"."""
+    how = f"by {run.signal}" if run.signal else f"exit {run.exit_code}" if run.exit_code is not None else ""
+    if kind == "killed" and run.state == "exited":
+        how = f"interrupted ({how})" if how else "interrupted"
+    elif kind == "lost":
+        how = how or "its processes are gone and no exit status was recorded"
+    took = (run.ended_at - run.launched_at) if run.ended_at and run.launched_at else None
+    if took is not None and took >= 0:
+        how = f"{how} after {duration(took)}".strip()
+    return how or kind
 
 
 def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id: str, now: float) -> WatchState:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import hashlib
+import importlib.metadata
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -48,11 +50,32 @@ def default_agent_dir() -> Path:
     return Path(remote.__file__).resolve().parent
 
 
+# nvidia-ml-py's own `pynvml` module travels with the agent under this name: a login's
+# python3 rarely has it (vLLM installs it into its own venv), and without it the agent
+# reads GPUs by starting nvidia-smi twice a snapshot. The host's own pynvml comes first.
+UPLOADED_PYNVML = "uploaded_pynvml.py"
+
+
+@functools.lru_cache(maxsize=1)
+def client_pynvml() -> bytes | None:
+    """The client's installed nvidia-ml-py `pynvml.py` (pure Python over the driver's
+    libnvidia-ml.so.1), or None where it is not installed."""
+    try:
+        path = importlib.metadata.distribution("nvidia-ml-py").locate_file("pynvml.py")
+        return Path(str(path)).read_bytes()
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+
+
 def agent_files(agent_dir: Path) -> dict[str, bytes]:
-    """Every `*.py` of the agent package, by file name."""
+    """Every `*.py` of the agent package, by file name, and nvidia-ml-py's pynvml (part
+    of the content hash: another nvidia-ml-py is another agent version)."""
     files = {p.name: p.read_bytes() for p in sorted(agent_dir.glob("*.py"))}
     if "agent.py" not in files:
         raise AgentStartFailed(f"no agent.py in {agent_dir}")
+    nvml = client_pynvml()
+    if nvml is not None:
+        files[UPLOADED_PYNVML] = nvml
     return files
 
 

@@ -355,15 +355,27 @@ class SshLink:
             await asyncio.wait_for(conn.wait_closed(), 3.0)
 
 
+_DEFAULT_KEY_FILES = ("id_ed25519_sk", "id_ecdsa_sk", "id_ed448", "id_ed25519", "id_ecdsa", "id_rsa", "id_dsa")
+
+
 def _identities(opts: asyncssh.SSHClientConnectionOptions) -> str:
-    """Names of the client keys offered (files or comments), for AuthFailed."""
+    """The key files offered (the SSH config's IdentityFile, else OpenSSH's defaults in
+    ~/.ssh that exist) and the agent, for AuthFailed: a file says where to look, a key's
+    comment ("me@laptop") does not."""
+    config = getattr(opts, "config", None)
+    configured = [str(f) for f in (config.get("IdentityFile", ()) if config is not None else ()) or ()]
+    files = configured or [os.path.join("~", ".ssh", name) for name in _DEFAULT_KEY_FILES]
+    home = os.path.expanduser("~")
     names = []
-    for pair in opts.client_keys or ():
-        comment = pair.get_comment() if hasattr(pair, "get_comment") else None
-        names.append(comment or pair.get_algorithm())
+    for f in files:
+        path = os.path.expanduser(f)
+        if os.path.isfile(path):
+            names.append("~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path)
+    if not names and opts.client_keys:  # keys given some other way: name them as we can
+        names = [pair.get_comment() or pair.get_algorithm() for pair in opts.client_keys]
     if opts.agent_path:
         names.append("ssh-agent keys")
-    return ", ".join(names) or "no identities"
+    return ", ".join(names) or "no key files in ~/.ssh and no ssh-agent"
 
 
 def _append_known_host(path: str, host: str, port: int, key: asyncssh.SSHKey) -> None:

@@ -214,7 +214,9 @@ class DashboardScreen(DashboardActions, Screen[None]):
         hidden = len(st.runs) - len(visible)
         set_title(
             self.query_one("#runs-box"),
-            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})",
+            f"Runs ({len(visible)}; a: all {len(st.runs)})" if hidden else f"Runs ({len(visible)})"
+            + ("" if visible else " · l: launch" if self.cfg.run.command
+               else " · none: add a run command to eagle3.toml"),
         )
         chosen = self._run()
         if chosen is not None and runs_table.selected_run_id() != chosen.run_id:

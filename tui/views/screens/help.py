@@ -65,6 +65,7 @@ class HelpScreen(ModalScreen[None]):
         with Vertical():
             yield Static(self._about)
             yield Static(table)
+            yield Static("\nesc, q or ? closes this help", id="closes")
 
     def action_close(self) -> None:
         self.dismiss(None)

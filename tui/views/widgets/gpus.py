@@ -3,6 +3,7 @@ and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from rich.text import Text
@@ -38,9 +39,16 @@ class GpuPanel(Static):
         state = self._state
         if state is None:
             return Text("waiting for the first snapshot…", style="dim")
-        if not state.gpus:
-            reason = state.gpu_error or "the host reported no GPUs"
-            return Text.assemble(("no GPU source: ", "bold yellow"), (reason, "yellow"))
+        if not state.gpus:  # say why, one reason a line, and what would fill the panel
+            reasons = (state.gpu_error or "the host reported no GPUs").split("; ")
+            fit = max((self.size.width or 60) - 1, 20)
+            out = Text("no GPU source:", style="bold yellow")
+            for line in [w for r in reasons for w in textwrap.wrap(r, fit)]:
+                out.append("\n" + line, style="yellow")
+            hint = ("On a host with the NVIDIA driver each GPU shows here: memory, load, "
+                    "temperature, power and the processes holding it.")
+            out.append("\n\n" + "\n".join(textwrap.wrap(hint, fit)), style="dim")
+            return out
         width = self.size.width or 80
         # Two lines per card when there is room, one otherwise (100x30 with 8 cards, or
         # a narrow panel).

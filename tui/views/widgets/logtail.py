@@ -156,6 +156,9 @@ class TailLog(ScrollView, can_focus=True):
         self.refresh()
 
 
+NO_LOG = "Log · none yet: the selected run's log is tailed here"
+
+
 class LogPane(Vertical):
     DEFAULT_CSS = """
     LogPane TailLog { height: 1fr; overflow-x: auto; overflow-y: scroll; }
@@ -175,6 +178,7 @@ class LogPane(Vertical):
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
         self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
+        self.border_title = NO_LOG  # until a run's log (or [run] log) is followed
 
     def compose(self) -> ComposeResult:
         yield Static("", id="note")
@@ -215,7 +219,7 @@ class LogPane(Vertical):
         if log.path != self._path:  # another run's log: start afresh
             view.clear()
             self._path, self._shown, self._generation = log.path, 0, log.generation
-            self.border_title = Text(f"Log {log.path or '(none)'}")  # a host path: never markup
+            self.border_title = Text(f"Log {log.path}") if log.path else NO_LOG  # a host path: never markup
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.

@@ -59,6 +59,9 @@ class RunProgress(Static):
         width = max(self.content_region.width, 20)
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
+        if run_label == "no run" and phase is None:  # an empty host: what would fill this, and how
+            out = Text("No run yet. l launches the [run] command\nof eagle3.toml (or: eagle3-tui launch);\n"
+                       "a shows all runs. A run's shard loading\nand extraction show here.", style="dim")
         stopped = phase in ("stalled", "hung")
         if a is not None:
             shards = list(getattr(a, "shards", {}).values()) if isinstance(getattr(a, "shards", None), dict) else []

@@ -45,6 +45,8 @@ class StatusBar(Static):
         if host.mem_total:
             used = host.mem_total - (host.mem_available or 0) if host.mem_available is not None else None
             text.append(f"  mem {gib(used, 0)}/{gib(host.mem_total, 0)} GiB")
+        if state.hostname:  # where the GPU readings come from: NVML, else nvidia-smi (two processes a look)
+            text.append(f"  GPUs: {state.gpu_source or 'none'}")
         if state.agent:
             text.append(f"  {state.agent}", style="dim")
         set_content(self, text, layout=False)  # one line, fixed height: no layout; unchanged: no repaint

@@ -37,6 +37,7 @@ class KeyedTable(DataTable):
     _fitted: tuple[int, tuple[str, ...]] | None = None  # (width, visible columns)
     _all_rows: dict[str, tuple[Any, ...]] = {}
     _shown_cols: tuple[str, ...] = ()
+    _shown_heads: tuple[str, ...] | None = None
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -102,18 +103,20 @@ class KeyedTable(DataTable):
         index = [keys.index(k) for k in cols]
         shown = {rk: tuple(_clip(cells[i], cut.get(keys[i]), keys[i] in self.SHRINK) for i in index)
                  for rk, cells in rows.items()}
+        labels = dict(self.COLUMNS)
+        heads = tuple(self.SHORT_LABELS.get(k, labels[k]) if cut.get(k, len(labels[k])) < len(labels[k])
+                      else labels[k] for k in cols)
+        # a label follows its column's width too: the first row can narrow the FLEX column
+        # ("FAILURE / NOTE" left as it was ran past the edge as "FAILURE / NO")
+        new_cols = (cols, heads) != (self._shown_cols, self._shown_heads)
         with self.app.batch_update():
-            if cols != self._shown_cols or [rk.value for rk in self.rows] != list(shown):
+            if new_cols or [rk.value for rk in self.rows] != list(shown):
                 selected = self._cursor_key()
-                self.clear(columns=cols != self._shown_cols)
-                if cols != self._shown_cols:
-                    labels = dict(self.COLUMNS)
-                    for k in cols:
-                        label = labels[k]
-                        if cut.get(k, len(label)) < len(label):
-                            label = self.SHORT_LABELS.get(k, label)
+                self.clear(columns=new_cols)
+                if new_cols:
+                    for k, label in zip(cols, heads):
                         self.add_column(label, key=k)
-                    self._shown_cols = cols
+                    self._shown_cols, self._shown_heads = cols, heads
                 for key, cells in shown.items():
                     self.add_row(*cells, key=key)
                 if selected in shown:
@@ -164,7 +167,8 @@ class ProcessTable(KeyedTable):
     def show(self, state: AppState) -> None:
         procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.pid))
         self.sync({str(p.pid): self._cells(p) for p in procs})
-        set_title(self, f"Processes ({len(procs)})")
+        set_title(self, f"Processes ({len(procs)})" if procs else
+                  "Processes (0) · none of a run and none holding GPU memory on this host")
 
     @staticmethod
     def _cells(p: Proc) -> tuple[Any, ...]:
