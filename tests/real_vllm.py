@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import spec_wheel
+from tests import checkout, spec_wheel
 
 VLLM = "vllm==0.16.0"
 WHEEL = "vllm-0.16.0-cp38-abi3-manylinux_2_31_x86_64.whl"
@@ -111,7 +111,5 @@ def ensure() -> Path:
 
 def env(site: Path, **extra: str) -> dict[str, str]:
     """Environment for a subprocess that must see the real vLLM first, then the repo."""
-    repo = str(Path(__file__).resolve().parent.parent)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), repo]),
-                VLLM_CACHE_ROOT=str(site.parent / "vllm-cache"), VLLM_LOGGING_LEVEL="WARNING",
-                HF_HUB_OFFLINE="1", **extra)
+    return checkout.env(first=(site,), VLLM_CACHE_ROOT=str(site.parent / "vllm-cache"),
+                        VLLM_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1", **extra)
