@@ -647,7 +647,6 @@ def test_agent_runs_on_python39(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- runs through runner.py
 
 
-@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
 def test_launch_snapshot_kill_through_agent(plain: AgentProc, tmp_path: Path) -> None:
     runs_dir = tmp_path / "runs"
     mark = plain.mark()
@@ -706,7 +705,6 @@ def _read_until(proc: subprocess.Popen, pred: Callable[[dict], bool], timeout: f
     raise TimeoutError("agent never sent the awaited line")
 
 
-@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
 @pytest.mark.parametrize("gone", ["stdin-eof", "link-drop"])
 def test_kill_completes_after_the_client_goes(tmp_path: Path, gone: str) -> None:
     """The client quits (stdin EOF) or the link drops (stdout broken too) right after
@@ -782,7 +780,6 @@ def test_tilde_paths_expand_on_the_host(tmp_path: Path) -> None:
         assert (home / "new.txt").read_bytes() == b"x"
 
 
-@pytest.mark.skipif(not (AGENT.parent / "runner.py").exists(), reason="remote/runner.py absent")
 def test_external_run_listed_and_killed_through_the_agent(plain: AgentProc) -> None:
     marker = "ext-marker-" + uuid.uuid4().hex
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import checkout
+from tests import checkout, need
 from tui.services.config import parse_config
 from tui.services.demo import MISSING_DEPS, build_demo
 
@@ -28,11 +27,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 def need_ml() -> None:
-    """Skip without torch/transformers, except under CI, where that is a failure."""
+    """torch, transformers and safetensors, or `need.missing` (a failure under ./tests/run)."""
     if not HAVE_ML:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install the demo extra (torch, transformers, safetensors)")
-        pytest.skip("needs torch, transformers and safetensors (pip install 'eagle3-tui[demo]')")
+        need.missing("needs torch, transformers and safetensors: pip install 'eagle3-tui[demo]'")
 
 
 @pytest.fixture
