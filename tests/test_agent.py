@@ -351,10 +351,17 @@ def test_log_rotation_drains_old_tail(agent: AgentProc, tmp_path: Path) -> None:
     old = path.read_bytes()
     # Tail of the old file, then atomically put a new file in its place: the path
     # never goes missing, so the only way to see the tail is the drain of the old fd.
-    append(path, b"old tail\n")
+    # The tail goes in through a hard link in another directory, which the agent's
+    # inotify watch does not see: woken first by the rotation, the inotify variant
+    # too has only the drain to read it (written through `path`, the write's own
+    # wake-up would read it before the rotation, drain or not).
     new = tmp_path / "r.log.new"
     new.write_bytes(b"new 1\n")
-    os.link(path, tmp_path / "r.log.1")
+    (tmp_path / "elsewhere").mkdir()
+    alias = tmp_path / "elsewhere" / "r.log.1"
+    os.link(path, alias)
+    time.sleep(0.5)  # the wake-ups of the set-up above are over: only the two steps below
+    append(alias, b"old tail\n")
     os.replace(new, path)
     stream.wait(lambda s: "rotated" in s.resets)
     stream.wait_equal(path)
