@@ -29,8 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # 3.10: tomli is the same parser
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -92,11 +96,20 @@ def results(work: Path, env: dict[str, str]) -> list[dict]:
     return out
 
 
-def mutate(module: str, tests: list[str], cfg: dict, budget: float) -> dict:
+def tests_at(rev: str, work: Path) -> None:
+    """Replace the copy's tests/ by those of commit ``rev`` (a score before new tests)."""
+    shutil.rmtree(work / "tests")
+    archive = subprocess.run(["git", "archive", rev, "tests"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
+
+
+def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | None = None) -> dict:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="eagle3-mutation-") as tmp:
         work = Path(tmp)
         copy_tree(work)
+        if rev:
+            tests_at(rev, work)
         tests = [t for t in tests if not t.startswith("tests/") or (work / t).is_file()]
         (work / "cr.toml").write_text(cr_config(module, tests, cfg))
         env = dict(os.environ, PYTHONPATH=str(work))
@@ -130,6 +143,7 @@ def main() -> int:
     ap.add_argument("module", nargs="*", help="default: every configured module, in order")
     ap.add_argument("--budget", type=float, default=float(cfg["budget"]),
                     help="seconds per module (default %(default)s)")
+    ap.add_argument("--tests-at", metavar="REV", help="use the tests of commit REV (the score before)")
     ap.add_argument("--list", action="store_true", help="print the modules and their tests")
     args = ap.parse_args()
     if args.list:
@@ -143,12 +157,13 @@ def main() -> int:
     out_dir = ROOT / ".mutation"
     out_dir.mkdir(exist_ok=True)
     for module in args.module or list(modules):
-        r = mutate(module, modules[module], cfg, args.budget)
-        (out_dir / (module.replace("/", "_") + ".json")).write_text(json.dumps(r, indent=1))
+        r = mutate(module, modules[module], cfg, args.budget, args.tests_at)
+        tag = f"@{args.tests_at}" if args.tests_at else ""
+        (out_dir / (module.replace("/", "_") + tag + ".json")).write_text(json.dumps(r, indent=1))
         if "error" in r:
             print(f"{module}: {r['error']}")
             continue
-        print(f"{module}: {r['score']}% killed ({r['killed']}/{r['done']} run, "
+        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run, "
               f"{r['mutants'] - r['done']} not run in the budget) in {r['seconds']} s")
         for s in r["survived"]:
             change = [ln for ln in s["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
