@@ -29,9 +29,7 @@ NO_FIXTURE_YET: dict[str, str] = {
     "scheduler-block-size": "raised by the real vLLM 0.16.0 tier (test_real_vllm); no excerpt kept",
     "get-input-embeddings": "raised by the real vLLM 0.16.0 tier (test_real_vllm); no excerpt kept",
     "no-space": "no real excerpt of ENOSPC in a run's log yet",
-    "module-not-found": "no real excerpt of a run failing on a missing module yet",
-    "preflight-failed": "the project's own preflight line; no recorded run log kept",
-    "extract-error": "the project's own extract error line; no recorded run log kept",
+    "preflight-failed": "own_jobs/preflight_without_vllm.log is decided by module-not-found first",
     "worker-failed-wrapper": "a wrapper: decides only where no specific cause is in the log",
     "workerproc-init-failed": "a wrapper: decides only where no specific cause is in the log",
 }
