@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
 from tests.sshd import Sshd, sshd_missing
 from tui.transport import AgentClient, LocalLink
+
+LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
 
 
 def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
@@ -50,6 +53,10 @@ def _no_run_left_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     if root is None:
         return
     leaked = _runs_alive_under(root)
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while leaked and time.monotonic() < deadline:  # a run the test just killed is still ending
+        time.sleep(0.05)
+        leaked = _runs_alive_under(root)
     for _, groups in leaked:
         for pgid in groups:
             try:
