@@ -81,3 +81,46 @@ def test_signature_is_decisive_on_a_real_fixture(sig: Signature) -> None:
                if result(full[name]) != result(without[name])}
     assert changed, (f"taking {sig.id} out of the table changes no fixture's result (failed, phase, "
                      f"stage, root cause); it is reported in {matched[:5]}")
+
+
+# ---- the matcher's edges (survivors of a mutation run over tui/state/signatures.py) ----
+
+
+def _sig(id: str, pattern: str, title: str = "t", **kw: Any) -> Signature:
+    import re
+
+    return Signature(id=id, patterns=(re.compile(pattern),), title=title, **kw)
+
+
+def test_a_back_reference_matches_though_it_cannot_share_the_combined_prefilter() -> None:
+    """``\\1`` would point at another signature's group inside the one combined regex:
+    such a set matches one signature at a time, and still finds it."""
+    sigs = SignatureSet.build([_sig("x", r"(x)y"), _sig("twice", r"(ab)-\1")])
+    assert sigs._prefilter is None
+    found = sigs.match("got ab-ab here")
+    assert found is not None and found[0].id == "twice"
+    assert sigs.match("ab-xy") is not None and sigs.match("ab-cd") is None
+
+
+def test_specific_wrappers_and_the_catch_all_are_apart() -> None:
+    spec, wrap, generic = _sig("s", "a"), _sig("w", "b", wrapper=True), _sig("g", "c", generic=True)
+    sigs = SignatureSet.build([generic, wrap, spec])
+    assert (sigs.specific, sigs.wrappers, sigs.generic) == ((spec,), (wrap,), generic)
+
+
+def test_a_title_it_cannot_fill_is_shown_as_written() -> None:
+    import re
+
+    for title in ("broken {", "field {name.attr} of a str", "{0}"):
+        sig = _sig("t", r"(?P<name>\w+) died", title=title)
+        assert sig.render_title(re.search(sig.patterns[0], "engine died")) == title
+    assert _sig("t", r"(?P<name>\w+) died", title="{name} died").render_title(
+        re.search(r"(?P<name>\w+) died", "engine died")) == "engine died"
+
+
+def test_an_unreadable_signatures_file_is_one_line_with_the_reason(tmp_path: Path) -> None:
+    from tui.state.signatures import SignatureError
+
+    with pytest.raises(SignatureError) as info:
+        load_signatures([tmp_path], user_file=None)  # a directory: cannot be read as a file
+    assert str(info.value) == f"{tmp_path}: cannot read: Is a directory"
