@@ -5,6 +5,7 @@ status, compile check and writes stand on."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -57,3 +58,10 @@ def test_a_python_that_is_not_there_or_not_executable_is_named(tmp_path: Path) -
     plain.write_text("")
     with pytest.raises(BadRequest, match="is not executable on host"):
         fileops.run_python(str(plain), "pass", [])
+
+
+def test_a_bare_python_name_on_path_is_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """[host] python = "python3": a bare name is looked up on PATH and run."""
+    exe = Path(sys.executable)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    assert fileops.run_python(exe.name, "import json; print(json.dumps({'ok': 1}))", []) == {"ok": 1}
