@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
 from tests.sshd import Sshd, sshd_missing
 from tui.transport import AgentClient, LocalLink
+
+LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
 
 
 def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
@@ -42,18 +46,27 @@ def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
 
 @pytest.fixture(autouse=True)
 def _no_run_left_alive(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that fails before it kills its run must not leave the run (a job that sleeps
-    or spins for minutes) loading the machine under every later test: kill its groups."""
+    """A test that leaves a run alive (a job that sleeps or spins for minutes, loading the
+    machine under every later test) fails, naming itself; its run's groups are killed."""
     root = str(request.getfixturevalue("tmp_path")) if "tmp_path" in request.fixturenames else None
     yield
     if root is None:
         return
-    for _, groups in _runs_alive_under(root):
+    leaked = _runs_alive_under(root)
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while leaked and time.monotonic() < deadline:  # a run the test just killed is still ending
+        time.sleep(0.05)
+        leaked = _runs_alive_under(root)
+    for _, groups in leaked:
         for pgid in groups:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
+    if leaked:
+        shims = ", ".join(str(pid) for pid, _ in leaked)
+        pytest.fail(f"{request.node.nodeid} left {len(leaked)} run(s) alive (supervisor shim "
+                    f"pid {shims}); killed them now: kill what a test launches", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -88,9 +101,26 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield cluster
 
 
+def _counts(terminalreporter: pytest.TerminalReporter) -> dict[bool, Counter[str]]:
+    """Outcomes by test, split into architecture checks (marker `arch`) and the rest."""
+    counts: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}
+    for outcome in ("passed", "failed", "error", "skipped", "xfailed", "xpassed"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            if isinstance(rep, pytest.TestReport) and (rep.when == "call" or outcome != "passed"):
+                counts["arch" in rep.keywords][outcome] += 1
+    return counts
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The Slurm tier's story (submit → pending reason → running → kill → GPUs free; a
-    failed job's exit code), printed in every run's summary so CI output shows it."""
+    """Behaviour tests counted apart from the parametrized architecture checks; and the
+    Slurm tier's story (submit → pending reason → running → kill → GPUs free; a failed
+    job's exit code), printed in every run's summary so CI output shows it."""
+    counts = _counts(terminalreporter)
+    if counts[True] or counts[False]:
+        def said(c: Counter[str]) -> str:
+            return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none"
+        terminalreporter.write_line(f"behaviour tests: {said(counts[False])}; "
+                                    f"architecture checks (marker arch): {said(counts[True])}")
     if SLURM_LINES:
         terminalreporter.section("Slurm tier")
         for line in SLURM_LINES:

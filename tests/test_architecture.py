@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Counted apart from the behaviour tests in the run's summary (tests/conftest.py).
+pytestmark = pytest.mark.arch
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 REMOTE = sorted(p for p in (ROOT / "remote").glob("*.py"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests import checkout
 from tests.sshd import Sshd
 
 RUN_SCRIPT = """
@@ -40,7 +41,7 @@ def e3(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProces
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
+        env=checkout.env(),
     )
 
 

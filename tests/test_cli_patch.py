@@ -5,7 +5,6 @@ the hand-edit test runs the command as a real subprocess."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import spec_wheel
+from tests import checkout, spec_wheel
 from tests.patch_fixtures import GEN, HAND_EDIT, SET, WORKER, hand_edit, pkg, site  # noqa: F401
 from tui.cli import Ctx, main
 from tui.cli.patch import patch
@@ -104,7 +103,7 @@ def test_push_asks_first_and_no_changes_nothing(config: Path, site: Path,  # noq
 def test_hand_edit_is_refused_then_forced_real_process(config: Path, site: Path,  # noqa: F811
                                                        pset: P.PatchSet, pristine: dict[str, bytes],
                                                        tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["PYTHONPATH"], str(REPO)]))
+    env = checkout.env()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         # --config after `patch`, as users type it (`eagle3-tui patch --config F status`)

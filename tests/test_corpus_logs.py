@@ -5,7 +5,10 @@ Ray / NCCL issue threads (sources in ``expected.toml``), with what a human readi
 one concludes, written before the parser ran on them (the last 16 are the dev half of a
 later batch; its held-out half is ``tests/test_corpus_heldout.py``). This test runs the same analysis
 ``eagle3-tui inspect`` runs and prints, for each of shard progress, failed-or-not,
-phase and cause, the fraction of excerpts it gets right; each must be at least 95 %.
+phase and cause, the fraction of excerpts it gets right, and pins the misses: a miss not
+listed in KNOWN_MISSES fails (a regression), and so does a listed miss that now passes.
+(It used to require 95 % while scoring 100 %: three failed runs could turn healthy with
+the suite green.) tests/test_corpus_pinned.py pins every excerpt's whole result.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ else:  # the client supports 3.10, where tomli is the same parser
 from tui.services.inspect import inspect_log
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
-GOAL = 0.95
+# (file, aspect) -> why the analysis gets it wrong; empty: it gets every one right.
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 
 
 def _entries() -> list[dict[str, Any]]:
@@ -60,17 +64,17 @@ def test_corpus_has_sources_and_expectations() -> None:
 def test_corpus_fractions(capsys: Any) -> None:
     entries = _entries()
     right = {"shards": 0, "failed": 0, "phase": 0, "cause": 0}
-    misses = []
+    misses: dict[tuple[str, str], str] = {}
     for e in entries:
         for aspect, (ok, got) in score(e).items():
             right[aspect] += ok
             if not ok:
-                misses.append(f"  {e['file']}: {aspect} got {got}")
+                misses[(e["file"], aspect)] = got
     n = len(entries)
     fractions = {k: v / n for k, v in right.items()}
     with capsys.disabled():
         print(f"\ncorpus of {n} real excerpts: " + ", ".join(
             f"{k} {right[k]}/{n} ({fractions[k]:.0%})" for k in right))
-        for m in misses:
-            print(m)
-    assert all(f >= GOAL for f in fractions.values()), (fractions, misses)
+        for (f, aspect), got in misses.items():
+            print(f"  {f}: {aspect} got {got}")
+    assert set(misses) == set(KNOWN_MISSES), (fractions, misses)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import checkout, need
 from tui.services.config import parse_config
 from tui.services.demo import MISSING_DEPS, build_demo
 
@@ -27,11 +27,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 def need_ml() -> None:
-    """Skip without torch/transformers, except under CI, where that is a failure."""
+    """torch, transformers and safetensors, or `need.missing` (a failure under ./tests/run)."""
     if not HAVE_ML:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install the demo extra (torch, transformers, safetensors)")
-        pytest.skip("needs torch, transformers and safetensors (pip install 'eagle3-tui[demo]')")
+        need.missing("needs torch, transformers and safetensors: pip install 'eagle3-tui[demo]'")
 
 
 @pytest.fixture
@@ -105,7 +103,7 @@ def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
     paths = build_demo(tmp_path, shards=7, layers=7, hidden=32, sequences=10, seq_len=12,
                        shard_delay=0.01, patches=False)
     argv = parse_config(paths.config.read_text()).run.command
-    proc = subprocess.run(list(argv), cwd=paths.root, check=False,
+    proc = subprocess.run(list(argv), cwd=paths.root, check=False, env=checkout.env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     bars = [line for line in proc.stderr.splitlines() if "checkpoint shards" in line]
@@ -123,7 +121,7 @@ def test_demo_command_extracts(ml: None, tmp_path: Path) -> None:
 def test_import_is_light() -> None:
     code = ("import sys, tui.services.demo; heavy = [m for m in ('textual', 'rich', 'torch', 'transformers')"
             " if m in sys.modules]; print(heavy)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False, env=checkout.env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -133,7 +131,7 @@ def test_missing_torch_is_one_clear_error(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['torch'] = None\n"  # makes `import torch` raise ImportError
             "from pathlib import Path\nfrom tui.services.demo import build_demo, DemoError\n"
             "try:\n    build_demo(Path(sys.argv[1]))\nexcept DemoError as e:\n    print(e)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")], cwd=ROOT, env=checkout.env(),
                           check=False, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == MISSING_DEPS.format(module="torch", python=sys.executable), proc.stderr
     assert not (tmp_path / "d" / "venv").exists()  # no pip work before the clear error

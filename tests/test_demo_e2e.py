@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
+from tests import need
 
-pytest.importorskip("torch", reason="the demo needs torch (pip install 'eagle3-tui[demo]')")
-pytest.importorskip("transformers", reason="the demo needs transformers")
+need.module("torch", "pip install 'eagle3-tui[demo]'")
+need.module("transformers", "pip install 'eagle3-tui[demo]'")
 
 from tui.services import actions as services  # noqa: E402
 from tui.services.config import load_config  # noqa: E402

@@ -9,7 +9,6 @@ wheel it skips with the reason -- except under CI, where that is a failure.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import spec_wheel
+from tests import checkout, spec_wheel
 from tests.patch_fixtures import GEN, SET, WORKER
 from tests.test_demo_build import need_ml
 from tui.services.config import parse_config
@@ -53,7 +52,7 @@ def venv_python(paths: DemoPaths) -> str:
 
 def patch_cli(paths: DemoPaths, *args: str) -> subprocess.CompletedProcess[str]:
     """`eagle3-tui --config DEMO/eagle3.toml patch ARGS`, as a real process."""
-    env = {**os.environ, "XDG_CONFIG_HOME": str(paths.root / "xdg")}  # no user patch sets
+    env = checkout.env(XDG_CONFIG_HOME=str(paths.root / "xdg"))  # no user patch sets
     return subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(paths.config),
                            "patch", *args], cwd=ROOT, env=env, check=False, capture_output=True,
                           text=True, timeout=60)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import need
+
 try:
     import safetensors.torch  # noqa: F401
     import torch
     import transformers  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI"):
-        raise  # CI installs the demo extra: a missing one is a failure there
-    pytest.skip(f"needs torch, transformers, safetensors ({exc})", allow_module_level=True)
+    need.missing(f"needs torch, transformers, safetensors ({exc}): pip install 'eagle3-tui[demo]'")
 
 from tui.services.demo import build_demo
 

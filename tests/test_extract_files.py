@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests import need
+
+torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT / "remote"

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from tests import need
+
+torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
+transformers = need.module("transformers", "pip install 'eagle3-tui[demo]'")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "remote"))

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import asyncssh
 import pytest
 
+from tests import checkout
 from tests.sshd import Sshd
 from tests.test_cli_e2e import alive  # a live, non-zombie pid
 from tui.services import actions as services
@@ -285,7 +286,7 @@ async def test_cli_kill_whose_link_drops_is_confirmed_after_reconnect(
         "graces = [0.5, 2]\ngpu_wait = 0\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env = checkout.env(env)
     res = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "tui.cli", "-F", str(ssh_cfg), "kill", "cutty", run["run_id"], "--yes"],

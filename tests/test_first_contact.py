@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import checkout
 from tests.sshd import Sshd
 from tui.transport import AgentClient
 from tui.transport.ssh import SshLink
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.ssh
 
 
 def cli(*args: str, cwd: Path | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
+    kw.setdefault("env", checkout.env())  # this checkout's tui, from any cwd
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=120, check=False,
                           stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
@@ -152,7 +154,7 @@ def run_in_pty(args: list[str], cwd: Path, stdout_pipe: bool = False,
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *args], cwd=cwd, stdin=slave,
                             stdout=subprocess.PIPE if stdout_pipe else slave, stderr=slave,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"})
+                            env=checkout.env(TERM="xterm"))
     os.close(slave)
     out = b""
     while proc.poll() is None and time.monotonic() - t0 < timeout:
@@ -271,8 +273,7 @@ def test_demo_exits_non_zero_when_its_run_fails(tmp_path: Path, monkeypatch: pyt
     from tui.services.demo import build_demo
 
     wheel = spec_wheel.wheel_path()
-    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheel.parent),
-           "PYTHONPATH": str(ROOT)}
+    env = checkout.env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheel.parent))
     for var in ("PIP_NO_INDEX", "PIP_FIND_LINKS"):
         monkeypatch.setenv(var, env[var])
     demo = tmp_path / "demo"

@@ -4,7 +4,6 @@ refusing port, one unknown host key and one silent socket (accepts, never answer
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import checkout
 from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
 from tui.services import actions as services
 from tui.services.actions import new_client
@@ -87,7 +87,7 @@ async def test_fleet_rows_sort_and_enter_esc(fleet_hosts: FleetHosts, tmp_path: 
 
 def e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          timeout=120, env=checkout.env())
 
 
 def test_status_json_and_runs_across_hosts(fleet_hosts: FleetHosts, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import need
 from tests.agent_driver import AgentProc
 
 pytestmark = pytest.mark.gpu
@@ -70,7 +71,7 @@ def test_nvml_readings(agent: AgentProc) -> None:
 
 
 def test_gpu_process_listed(agent: AgentProc) -> None:
-    pytest.importorskip("torch")
+    need.module("torch", "pip install torch (a CUDA build, on the GPU machine)")
     marker = "gpu-alloc-" + uuid.uuid4().hex[:8]
     child = subprocess.Popen([sys.executable, "-c", ALLOC, marker], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -119,7 +120,7 @@ def test_memory_used_as_nvidia_smi(agent: AgentProc) -> None:
         pytest.skip("nvidia-smi not found")
     ours, smi = _agent_used_mib(agent), _smi_used_mib()
     assert len(ours) == len(smi) and all(abs(a - s) <= 1 for a, s in zip(ours, smi)), (ours, smi)
-    pytest.importorskip("torch")
+    need.module("torch", "pip install torch (a CUDA build, on the GPU machine)")
     child = subprocess.Popen([sys.executable, "-c", ALLOC, "mem-check"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:

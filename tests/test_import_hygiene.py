@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import checkout
+
 DOMAIN = [
     "tui.protocol",
     "tui.services.config",
@@ -34,7 +36,7 @@ def test_domain_module_imports_without_textual(module: str) -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')); "
         "print(','.join(bad)); sys.exit(1 if bad else 0)" % module
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=checkout.env())
     assert proc.returncode == 0, f"{module} pulled in: {proc.stdout.strip()} {proc.stderr[-500:]}"
 
 
@@ -58,7 +60,7 @@ def _ui_modules_after_import(module: str) -> tuple[int, str, str]:
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))))"
         % module
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=checkout.env())
     return proc.returncode, proc.stdout.strip(), proc.stderr[-500:]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import checkout
 from tui.services.inspect import format_report, inspect_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -99,7 +100,7 @@ def test_cli_inspect_json_on_a_real_file() -> None:
     path = FIXTURES / "vllm016_block_hasher.log"
     proc = subprocess.run(
         [sys.executable, "-c", "from tui.cli import main; main()", "inspect", str(path), "--json"],
-        check=False, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent,
+        check=False, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent, env=checkout.env(),
     )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from tui.services.ledger import fetch_summaries, read_tail
+from tui.services.config import load_config
+from tui.services.hostfeed import FIRST_TAIL, HostFeed
+from tui.services.ledger import READ_CHUNK, LedgerError, fetch_summaries, read_tail
 from tui.state.model import Run
+from tui.state.reducer import LogOlder
 from tui.transport import AgentClient, AgentRequestError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"
@@ -97,3 +101,56 @@ async def test_gone_logs_are_skipped_running_runs_ignored_ended_runs_cached(
     # limit keeps the newest runs
     newest = await fetch_summaries(client, [first, second], limit=1, cache=cache)
     assert list(newest) == [second["run_id"]]
+
+
+class ReplacedMidRead:
+    """The real client; right after the first read_range that returns bytes, the file at
+    ``path`` is replaced by ``other`` (os.replace, as a log rotation or a relaunch that
+    reuses the path does): the reader's next chunk comes from another file."""
+
+    def __init__(self, client: AgentClient, path: Path, other: Path) -> None:
+        self.client, self.path, self.other, self.done = client, path, other, False
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        r = await self.client.request(op, **args)
+        if op == "read_range" and args.get("length") and not self.done:
+            self.done = True
+            os.replace(self.other, self.path)
+        return r
+
+
+def _two_logs(tmp_path: Path) -> tuple[Path, Path]:
+    """A log of three read chunks and a same-size other file to replace it with."""
+    log, other = tmp_path / "run.log", tmp_path / "other.log"
+    log.write_bytes(b"".join(b"first file line %07d\n" % i for i in range(220_000)))
+    other.write_bytes(b"".join(b"other file line %07d\n" % i for i in range(220_000)))
+    assert log.stat().st_size > 2 * READ_CHUNK
+    return log, other
+
+
+async def test_a_log_replaced_while_the_ledger_reads_it_is_refused(client: AgentClient,
+                                                                     tmp_path: Path) -> None:
+    log, other = _two_logs(tmp_path)
+    with pytest.raises(LedgerError, match="was replaced while being read"):
+        await read_tail(ReplacedMidRead(client, log, other), str(log), log.stat().st_size)  # type: ignore[arg-type]
+
+
+async def test_a_log_replaced_while_the_older_log_reader_reads_it_gives_nothing(
+        client: AgentClient, tmp_path: Path) -> None:
+    """The dashboard's reader of the bytes before the first tail: a file replaced under it
+    yields none of them (never half of one file and half of another)."""
+    log, other = _two_logs(tmp_path)
+    cfg = tmp_path / "eagle3.toml"
+    cfg.write_text(f'[host]\nruns_dir = "{tmp_path / "runs"}"\n')
+    size, inode = log.stat().st_size, log.stat().st_ino
+    feed = HostFeed(ReplacedMidRead(client, log, other), load_config(cfg), "local",  # type: ignore[arg-type]
+                    tail_bytes=size + FIRST_TAIL)
+    seen: list[Any] = []
+    feed.apply = seen.append  # type: ignore[method-assign]
+    await feed._read_older("s", str(log), inode, size)
+    assert [(e.sub, e.data) for e in seen if isinstance(e, LogOlder)] == [("s", b"")]
+    # the same read with nothing replaced (the log now holds the other bytes) gives them all
+    seen.clear()
+    feed.client = client
+    await feed._read_older("s", str(log), log.stat().st_ino, size)
+    assert [e.data for e in seen if isinstance(e, LogOlder)] == [log.read_bytes()]

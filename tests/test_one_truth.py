@@ -21,6 +21,7 @@ from typing import Any, Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import checkout
 from tests.replay import ReplayClient, snapshot
 from tests.test_app import CFG, RUN, serve_file
 from tui import protocol as p
@@ -54,7 +55,7 @@ def notices(app: EagleApp) -> list[str]:
 def e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+        env=checkout.env(**(env or {})),
     )
 
 

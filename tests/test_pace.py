@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from remote import pace as hostpace
+from tests import checkout
 from tests.agent_driver import AgentProc
 from tui.state import logparse
 from tui.state.model import Run
@@ -258,10 +259,8 @@ time.sleep(120)  # stuck at shard 4/8
 
 
 def _e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parent.parent
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=str(root), EAGLE3_TUI_PACE_S="0.2",
-                                               **(env or {})))
+                          timeout=60, env=checkout.env(EAGLE3_TUI_PACE_S="0.2", **(env or {})))
 
 
 def _launch(tmp_path: Path, job: str, name: str, args: list[str], watch: str,

@@ -30,11 +30,13 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the generator needs torch (CPU build is enough)")
-pytest.importorskip("transformers", reason="the generator imports transformers")
-tokenizers = pytest.importorskip("tokenizers", reason="the tiny test tokenizer needs tokenizers")
+from tests import need
 
-from tests import spec_wheel  # noqa: E402 - after the importorskips
+torch = need.module("torch", "pip install torch==2.13.0 (the CPU build is enough)")
+need.module("transformers", "pip install 'eagle3-tui[demo]'")
+tokenizers = need.module("tokenizers", "pip install 'eagle3-tui[demo]' (transformers brings it)")
+
+from tests import spec_wheel  # noqa: E402 - after the modules it needs
 from tui.state import patches as P  # noqa: E402
 from tui.state.signatures import SignatureSet, load_signatures  # noqa: E402
 

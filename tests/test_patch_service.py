@@ -268,3 +268,28 @@ def test_killed_writer_leaves_old_or_new_never_half(site: Path) -> None:
         if after == new:
             target.write_bytes(old)
     assert killed_mid_write >= 1  # the kill really landed between temp write and rename
+
+
+class WrongBytesAfterWrite:
+    """The real client, but right after the agent reports the write of ``victim`` done,
+    the file holds other bytes (a file system or a second writer that loses the write):
+    the write said ok, the host has the wrong file."""
+
+    def __init__(self, client: AgentClient, victim: Path) -> None:
+        self.client, self.victim = client, victim
+
+    async def request(self, op: str, **args: Any) -> dict[str, Any]:
+        r = await self.client.request(op, **args)
+        if op == "file_write" and args.get("path") == str(self.victim):
+            self.victim.write_bytes(self.victim.read_bytes().replace(b"def ", b"def  ", 1))
+        return r
+
+
+async def test_a_write_that_says_ok_but_leaves_wrong_bytes_fails_the_push(
+        client: AgentClient, site: Path, user_dir: Path) -> None:
+    """The push reads back what it wrote: a file that does not have the version's bytes
+    fails it, naming the file, however the writes answered."""
+    worker = pkg(site, WORKER)
+    with pytest.raises(S.PatchServiceError, match="verification failed after writing") as info:
+        await S.push(WrongBytesAfterWrite(client, worker), SET, "latest", PY, user_dir=user_dir)
+    assert str(worker) in str(info.value)

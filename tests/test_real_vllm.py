@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests import real_vllm, spec_wheel
+from tests import need, real_vllm, spec_wheel
 from tests.test_patch_contract import EXPECTED, SET, batch
 from tui.state import patches as P
 from tui.state.signatures import SignatureSet, load_signatures
@@ -61,7 +61,7 @@ def pset() -> P.PatchSet:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A local Llama config and word-level tokenizer; no weights (the worker is fake)."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = need.module("tokenizers", "pip install 'eagle3-tui[demo]' (transformers brings it)")
     d = tmp_path_factory.mktemp("model")
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "</s>": 1},
                                                            unk_token="<unk>"))

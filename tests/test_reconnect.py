@@ -207,3 +207,46 @@ async def test_local_agent_killed_resumes_and_permanent_error_fails(tmp_path: Pa
     finally:
         writer.cancel()
         await client.close()
+
+
+async def test_a_log_rotated_while_the_link_is_down_is_followed_from_its_start(tmp_path: Path) -> None:
+    """The agent dies; before the client's reconnect, the log is rotated (renamed away, a
+    new file at the path, longer than what was read). The re-subscribe carries the old
+    inode, so the new agent sees the rotation: a reset, then the new file from byte 0 --
+    not the new file read on from the old file's offset."""
+    log = tmp_path / "run.log"
+    old = b"".join(b"old line %03d\n" % i for i in range(20))
+    new = b"".join(b"new line %03d\n" % i for i in range(60))
+    log.write_bytes(old)
+    client = AgentClient(LocalLink(), backoff=(0.5,))
+    hello = await client.start()
+    events = client.events()
+    try:
+        await client.request("subscribe", sub="log", path=str(log), offset=0, inode=None)
+        got = bytearray()
+        while len(got) < len(old):
+            ev = await asyncio.wait_for(events.__anext__(), 10)
+            if isinstance(ev, LogData):
+                got += ev.data
+        assert bytes(got) == old
+        os.kill(hello.pid, signal.SIGKILL)
+        os.rename(log, tmp_path / "run.log.1")  # while the link is down
+        log.write_bytes(new)
+        after: list[Any] = []
+        data = bytearray()
+        deadline = time.monotonic() + 15
+        while len(data) < len(new):
+            assert time.monotonic() < deadline, f"new file not followed from its start: {after[-6:]}"
+            ev = await asyncio.wait_for(events.__anext__(), 15)
+            after.append(ev)
+            if isinstance(ev, LogReset):
+                data.clear()
+            elif isinstance(ev, LogData):
+                assert ev.offset == len(data), f"the new file read from {ev.offset}, not from its start"
+                data += ev.data
+        assert bytes(data) == new
+        resets = [e for e in after if isinstance(e, LogReset)]
+        assert resets and resets[0].reason == "rotated" and resets[0].offset == 0, after
+        assert "reconnecting" in states(after)
+    finally:
+        await client.close()

@@ -16,8 +16,9 @@ import pytest
 
 from remote import kill as killer
 from remote import procfs, runner
+from tests import checkout
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = checkout.ROOT
 GRACES = (0.5, 0.5)
 
 # The run: a parent with two spawn-started workers (one ignores SIGINT and SIGTERM,

@@ -23,13 +23,14 @@ from typing import TypeVar
 import pytest
 
 from remote import slurm
+from tests import checkout
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, Cluster
 from tui.state import view
 from tui.state.model import Run
 
 REPO = Path(__file__).resolve().parent.parent
-PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+PYTHONPATH = checkout.pythonpath()
 GIB = 1 << 30
 FAKE_SMI = """#!{python}
 import os, sys

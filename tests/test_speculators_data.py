@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import need
+
 try:
     import torch
     import transformers
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI"):
-        raise
-    pytest.skip(f"needs torch and transformers ({exc})", allow_module_level=True)
+    need.missing(f"needs torch and transformers ({exc}): pip install 'eagle3-tui[demo]'")
 
 from tests import spec_wheel
 from tests.spec_train_env import train_python

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_pace import _fake_smi
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
@@ -139,6 +140,22 @@ async def test_asleep_after_the_load_is_hung_and_busy_is_not(tmp_path: Path) -> 
                               lambda s: s.watch.phase == "loaded" and clock() - (s.watch.last_step_t or 1e18) > 600,
                               clock=clock)
     assert "hung" not in kinds(busy) and busy.watch.idle_since is None
+
+
+async def test_asleep_with_its_gpus_working_is_not_hung(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's own judgement counts GPU utilisation: a run whose processes sleep
+    after the load while its GPUs work (an nvidia-smi stand-in at 90 %, read by the real
+    agent) is never called hung, however long the CPU sleeps."""
+    _, env = _fake_smi(tmp_path, 90)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the agent LocalLink starts inherits them
+    cfg = WatchConfig(hang_s=300.0, stall_loaded_s=900.0)
+    clock = Clock()
+    state, _ = await watch_run(tmp_path / "w", "hang", cfg,
+                               lambda s: s.watch.phase == "loaded" and bool(s.gpus)
+                               and clock() - (s.watch.last_step_t or 1e18) > 600, clock=clock)
+    assert [g.util for g in state.gpus] == [90]
+    assert "hung" not in kinds(state) and state.watch.condition != "hung", state.watch.events
 
 
 async def test_failure_in_the_log_and_the_end_notify_once(tmp_path: Path) -> None:

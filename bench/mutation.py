@@ -1,0 +1,175 @@
+"""Mutation testing of the modules whose bugs cost users most, outside CI.
+
+    nice -n 19 python bench/mutation.py [MODULE ...] [--budget S] [--list]
+
+cosmic-ray (a kept tool) makes one small bug at a time in a module -- on disk, in a
+copy of this working tree, never in the tree itself -- and runs only the test files that
+claim that module's behaviour (pyproject.toml [tool.eagle3-mutation.modules]). A mutant
+the tests let through is a survivor: a bug users could get with a green suite.
+
+cosmic-ray and not mutmut: most of these modules run in a subprocess the tests start (the
+host agent runs remote/*.py as a script, the CLI tests start `python -m tui.cli`), and
+mutmut 3 switches its mutants inside the test process and counts which tests reach each
+function there, so it sees none of the agent's code run. cosmic-ray writes the mutant to
+the file, which every subprocess then imports (tests/checkout.py points them at the copy).
+
+Each module runs alone, within its time budget (seconds, --budget or the config's); a
+module that runs out reports the mutants done so far and how many were left. Reports go
+to stdout and to .mutation/<module>.json (git ignores it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # 3.10: tomli is the same parser
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["eagle3-mutation"]
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree's tracked and untracked-not-ignored files (what a commit would see)."""
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def cr_config(module: str, tests: list[str], cfg: dict) -> str:
+    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    return "\n".join([
+        "[cosmic-ray]",
+        f"module-path = {json.dumps(module)}",
+        f"timeout = {float(cfg['timeout'])}",
+        "excluded-modules = []",
+        f"test-command = {json.dumps(shlex.join(pytest))}",
+        "[cosmic-ray.distributor]",
+        'name = "local"',
+        "[cosmic-ray.filters.operators-filter]",
+        f"exclude-operators = {json.dumps(cfg['exclude-operators'])}",
+        "",
+    ])
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None = None) -> int:
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env, timeout=timeout, check=False,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    except subprocess.TimeoutExpired:
+        return -1
+
+
+def results(work: Path, env: dict[str, str]) -> list[dict]:
+    dump = subprocess.run([str(BIN / "cosmic-ray"), "dump", "session.sqlite"], cwd=work, env=env,
+                          capture_output=True, text=True, check=True).stdout
+    out = []
+    for line in dump.splitlines():
+        item, result = json.loads(line)
+        (mutation,) = item["mutations"]
+        outcome = None
+        if result is not None:
+            outcome = ("filtered" if result["worker_outcome"] == "skipped"
+                       else result["test_outcome"] or result["worker_outcome"])
+        out.append({"operator": mutation["operator_name"], "occurrence": mutation["occurrence"],
+                    "line": mutation["start_pos"][0], "outcome": outcome,
+                    "diff": (result or {}).get("diff") or ""})
+    return out
+
+
+def tests_at(rev: str, work: Path) -> None:
+    """Replace the copy's tests/ by those of commit ``rev`` (a score before new tests)."""
+    shutil.rmtree(work / "tests")
+    archive = subprocess.run(["git", "archive", rev, "tests"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
+
+
+def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | None = None) -> dict:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="eagle3-mutation-") as tmp:
+        work = Path(tmp)
+        copy_tree(work)
+        if rev:
+            tests_at(rev, work)
+        tests = [t for t in tests if not t.startswith("tests/") or (work / t).is_file()]
+        (work / "cr.toml").write_text(cr_config(module, tests, cfg))
+        env = dict(os.environ, PYTHONPATH=str(work))
+        env.pop("CI", None)
+        cr = str(BIN / "cosmic-ray")
+        subprocess.run([cr, "init", "cr.toml", "session.sqlite"], cwd=work, env=env, check=True)
+        subprocess.run([str(BIN / "cr-filter-operators"), "session.sqlite", "cr.toml"], cwd=work,
+                       env=env, check=True)
+        subprocess.run([str(BIN / "cr-filter-pragma"), "session.sqlite"], cwd=work, env=env, check=True)
+        base = subprocess.run([cr, "baseline", "cr.toml"], cwd=work, env=env, capture_output=True,
+                              text=True, check=False)
+        if base.returncode != 0:
+            tail = (base.stdout + base.stderr).strip().splitlines()[-3:]
+            return {"module": module, "error": f"the tests fail without any mutant: {tail}"}
+        left = budget - (time.monotonic() - start)
+        run([cr, "exec", "cr.toml", "session.sqlite"], work, env, timeout=max(left, 1))
+        items = [r for r in results(work, env) if r["outcome"] != "filtered"]
+    done = [r for r in items if r["outcome"] is not None]
+    killed = [r for r in done if r["outcome"] != "survived"]
+    survived = [r for r in done if r["outcome"] == "survived"]
+    return {"module": module, "tests": tests, "mutants": len(items), "done": len(done),
+            "killed": len(killed), "survived": survived,
+            "score": round(100 * len(killed) / len(done), 1) if done else None,
+            "seconds": round(time.monotonic() - start)}
+
+
+def main() -> int:
+    cfg = config()
+    modules: dict[str, list[str]] = cfg["modules"]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("module", nargs="*", help="default: every configured module, in order")
+    ap.add_argument("--budget", type=float, default=float(cfg["budget"]),
+                    help="seconds per module (default %(default)s)")
+    ap.add_argument("--tests-at", metavar="REV", help="use the tests of commit REV (the score before)")
+    ap.add_argument("--list", action="store_true", help="print the modules and their tests")
+    args = ap.parse_args()
+    if args.list:
+        for m, t in modules.items():
+            print(m, "<-", " ".join(t))
+        return 0
+    unknown = [m for m in args.module if m not in modules]
+    if unknown:
+        print(f"mutation: not configured: {' '.join(unknown)} (see --list)", file=sys.stderr)
+        return 2
+    out_dir = ROOT / ".mutation"
+    out_dir.mkdir(exist_ok=True)
+    for module in args.module or list(modules):
+        r = mutate(module, modules[module], cfg, args.budget, args.tests_at)
+        tag = f"@{args.tests_at}" if args.tests_at else ""
+        (out_dir / (module.replace("/", "_") + tag + ".json")).write_text(json.dumps(r, indent=1))
+        if "error" in r:
+            print(f"{module}: {r['error']}")
+            continue
+        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run, "
+              f"{r['mutants'] - r['done']} not run in the budget) in {r['seconds']} s")
+        for s in r["survived"]:
+            change = [ln for ln in s["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+            print(f"  survived line {s['line']} {s['operator']}: {' | '.join(change)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
