@@ -53,7 +53,7 @@ from tui.state.logline import (
     parse_shard_progress,
     split_prefix,
 )
-from tui.state.logtrain import TrainLine, is_save_frame, merge, parse_train_line
+from tui.state.logtrain import TrainLine, is_save_frame, merge, parse_train_line, second_bar
 
 __all__ = [
     "ExtractProgress",
@@ -207,6 +207,7 @@ def _on_train(b: _Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: i
     """A training bar, metrics line or phase line: progress, loss, phase; a loss or grad
     norm that stays non-finite for a signature's ``persist`` lines is a failure."""
     old = b.get("train")
+    tl = second_bar(old, tl)
     tp = merge(old, tl, line_no, line)
     if tp is not old:
         b.set("train", tp)
@@ -214,6 +215,8 @@ def _on_train(b: _Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: i
         b.set("last_progress_t", t)
     phase = b.get("phase")
     to = "evaluating" if tl.evaluating else tl.phase or ("training" if tl.progress else None)
+    if to == "training" and tl.phase and phase == "saving" and tp.epochs and tp.epochs_done == tp.epochs:
+        to = "finished"  # the last epoch's checkpoint is saved
     if to is not None and phase != "failed" and (phase != "finished" or to != "training"):
         if phase != to:
             b.set("phase", to)

@@ -83,7 +83,7 @@ _PHASE_LINES = re.compile(
     r"|^Evaluating\b|^---- Evaluating)"
     r"|(?P<saving>Saving model checkpoint to|Started saving checkpoint|[Ss]aving (?:the )?(?:model )?checkpoint"
     r"|Saving model to)"
-    r"|(?P<training>Finished saving checkpoint|Validation epoch \d+/\d+ completed|\*{3,} Running training \*{3,}"
+    r"|(?P<training>Finished saving checkpoint|\*{3,} Running training \*{3,}"
     r"|Training epoch \d+/\d+ started|OVERFLOW! Rank \d+ Skipping step|Overflow detected\. Skipping step"
     r"|Grad overflow on iteration|Reducing dynamic loss scale)"
     r"|(?P<finished>Training completed\. |'train_runtime'|\btrain_runtime\b|`Trainer\.fit` stopped"
@@ -93,6 +93,9 @@ _PHASE_WORDS = ("Evaluat", "alidation", "aving", "Running", "raining", "train_ru
                 "verflow", "loss scale")
 _SAVE_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:save|_save|save_checkpoint|_save_checkpoint|'
                          r"save_model|save_pretrained|_save_zero_checkpoint|save_state)$")
+# speculators' trainer logs one flattened metrics dict per step ("train/loss_0=…,
+# train/loss=…, epoch=0, lr=…"; the step goes only to its tensorboard/wandb backends)
+_PER_STEP = re.compile(r"(?:^|[\s,])train/loss=")
 _EPOCH_DONE = re.compile(r"Training epoch (?P<e>\d+)/(?P<es>\d+) (?P<what>started|completed)")
 
 
@@ -112,6 +115,9 @@ class TrainLine:
     elapsed_s: float | None = None
     eta_s: float | None = None
     evaluating: bool = False  # an evaluation pass's bar
+    desc: str | None = None  # the bar's description ("" for HF Trainer's nameless bar)
+    per_step: bool = False  # a metrics record a trainer prints once per step, without the step
+    epoch_done: int | None = None  # "Training epoch N/M completed"
     phase: str | None = None  # "evaluating" | "saving" | "training" | "finished" said in words
     metrics: bool = False  # a training metrics line or the training bar
 
@@ -137,6 +143,8 @@ class TrainProgress:
     eta_s: float | None = None
     losses: tuple[float, ...] = ()  # loss history, at most MAX_LOSSES (thinned by 2 when full)
     lines: int = 0  # metric lines seen (a step count for trainers that print no step)
+    epochs_done: int | None = None
+    bar: tuple[str, int] | None = None  # (description, total) of the main training bar
     bad_run: int = 0  # consecutive non-finite losses or grad norms
     bad_first: tuple[int, str] | None = None  # (line_no, line) where that run began
 
@@ -263,7 +271,7 @@ def _bar(text: str) -> TrainLine | None:
             step=n, total=total, epoch=epoch, epochs=epochs, loss=loss,
             lr=lr[0] if lr else None, grad_norm=gn[0] if gn else None,
             rate=rate, rate_unit=unit, elapsed_s=parse_duration(m["elapsed"]),
-            eta_s=parse_duration(m["remaining"]), metrics=True,
+            eta_s=parse_duration(m["remaining"]), metrics=True, desc=desc,
         )
     return found
 
@@ -342,15 +350,27 @@ def parse_train_line(msg: str) -> TrainLine | None:
         ts = _TOTAL_STEPS.search(text)
         if ts:
             return TrainLine(total=int(ts["t"].replace(",", "")))
-        ed = _EPOCH_DONE.search(text)
-        if ed:
-            return TrainLine(epochs=int(ed["es"]), phase="training")
+    ed = _EPOCH_DONE.search(text) if "Training epoch" in text else None
+    if ed:
+        done = int(ed["e"]) if ed["what"] == "completed" else None
+        return TrainLine(epoch=float(ed["e"]), epochs=int(ed["es"]), epoch_done=done, phase="training")
+    if tl is not None and tl.metrics and tl.step is None and _PER_STEP.search(text):
+        tl = replace(tl, per_step=True)
     return tl
 
 
 def is_save_frame(msg: str) -> bool:
     """A traceback frame inside a checkpoint save (``torch.save``, ``save_checkpoint``)."""
     return "File" in msg and _SAVE_FRAME.match(msg) is not None
+
+
+def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
+    """A nameless bar with a smaller total than the nameless training bar already seen is
+    the evaluation loop's (HF Trainer draws both without a description)."""
+    if (tp is not None and tp.bar is not None and tl.desc == "" and tp.bar[0] == "" and tl.total
+            and tl.total < tp.bar[1] and tl.loss is None):
+        return TrainLine(step=tl.step, total=tl.total, evaluating=True)
+    return tl
 
 
 def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> TrainProgress:
@@ -361,7 +381,16 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
         ch["total"] = tl.total  # "Total optimization steps = 1000"
     if tl.epochs is not None:
         ch["epochs"] = tl.epochs
+    if tl.epoch_done is not None:
+        ch["epochs_done"] = tl.epoch_done
+        if tp.step is not None and tl.epochs and tl.epoch_done > 0 and tp.total is None:
+            # steps per epoch are known once one has run: the whole run's total follows
+            ch["total"] = tp.step * tl.epochs // tl.epoch_done
+    elif tl.epoch is not None and not tl.metrics:
+        ch["epoch"] = tl.epoch  # "Training epoch 2/3 started"
     if tl.metrics and not tl.evaluating:
+        if tl.desc is not None and tl.total is not None and tp.bar is None:
+            ch["bar"] = (tl.desc, tl.total)
         if tl.step is not None:
             ch["step"] = tl.step
             if tl.total is not None:
@@ -370,7 +399,9 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
                 ch["total"] = None
         elif tl.loss is not None:
             ch["lines"] = tp.lines + 1
-        if tl.epoch is not None:
+            if tl.per_step:
+                ch["step"] = (tp.step or 0) + 1
+        if tl.epoch is not None and not tl.per_step:
             ch["epoch"] = tl.epoch
         for k in ("lr", "grad_norm", "rate", "rate_unit", "elapsed_s", "eta_s"):
             v = getattr(tl, k)
