@@ -244,7 +244,8 @@ def _bar(text: str) -> TrainLine | None:
             continue
         if desc and not _TRAIN_DESC.search(desc) and not re.search(r"(?i)loss", post):
             continue  # some other named bar
-        n, total = int(m["n"]), int(m["total"])
+        n = int(m["n"])
+        total: int | None = int(m["total"])
         pairs = _pairs(desc + " " + post)
         epoch: float | None = None
         epochs: int | None = None
@@ -254,7 +255,8 @@ def _bar(text: str) -> TrainLine | None:
             continue
         tt = re.match(r"\s*(\d+)\|(\d+)\|Loss:\s*(" + _NUM + ")", desc)  # torchtune
         if tt:
-            epoch, n, total = float(tt.group(1)), int(tt.group(2)), total if int(tt.group(2)) <= total else None
+            epoch, n = float(tt.group(1)), int(tt.group(2))
+            total = total if total is not None and n <= total else None
             loss: float | None = _num(tt.group(3))
         else:
             loss = _headline_loss(pairs)
