@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from tui.services.inspect import format_report, inspect_log
 from tui.state.logparse import LogAnalysis, step
 from tui.state.signatures import SignatureSet, load_signatures
@@ -157,3 +159,25 @@ def test_report_names_the_training_line() -> None:
     assert "train: step 3" in format_report(r) and "loss 0.5" in format_report(r)
     assert r["train"]["lr"] == 2e-05 and r["phase"] == "training"
     assert inspect_log(b"INFO 12-01 10:00:00 [loader.py:1] Loading weights took 1.0 seconds\n")["train"] is None
+
+
+@pytest.mark.parametrize("text, want", [
+    # (lines in the shape each trainer prints, (step, total, loss))
+    ("Epoch [1/10], Step [200/600], Loss: 0.1934", (200, 600, 0.1934)),
+    (" [2025-01-01 10:00:00] iteration      100/   10000 | consumed samples:        12800 | learning rate: "
+     "1.500000E-04 | global batch size:   128 | lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 1.234 |",
+     (100, 10000, 7.123456)),
+    ("Training epoch 0, iteration 99/4999 | lr: 1.5e-05 | global_step: 99 | reduced_train_loss: 5.12",
+     (99, 4999, 5.12)),
+    ("[rank0]:[titan] 2025-01-01 10:00:00,000 - root - INFO - step:  10  loss:  7.8432  memory: 30.12GiB(31.70%)",
+     (10, None, 7.8432)),
+    ("1875/1875 [==============================] - 5s 2ms/step - loss: 0.2954 - accuracy: 0.9140",
+     (1875, 1875, 0.2954)),
+    ("Steps:  10%|█         | 100/1000 [01:00<09:00,  1.67it/s, loss=0.123, lr=0.0001]", (100, 1000, 0.123)),
+    ("step:10 - actor/entropy:0.5 - actor/pg_loss:-0.01 - actor/lr:1e-06", (10, None, None)),
+    ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
+     "val_loss=0.455, train_loss_epoch=0.498]", (100, 100, 0.412)),
+])
+def test_trainer_line_shapes(text: str, want: tuple) -> None:
+    tr = inspect_log(text.encode() + b"\n")["train"]
+    assert (tr["step"], tr["total"], tr["loss"]) == want

@@ -53,7 +53,7 @@ _BAR_UNITS_OK = ("it", "s", "step", "steps", "batch", "batches", "ba", "iter", "
 
 # key/value pairs: {'loss': 0.5}, loss=0.5, loss: 0.5, loss:0.5, "train_loss 5.7e-01"
 _KV = re.compile(
-    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?(?P<val>" + _NUM + r")(?![\w.])"
+    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _NUM + r")(?![\w.])"
     r"(?:\s*/\s*(?P<of>\d+)\b)?"
 )
 _MULTIWORD = re.compile(r"(?i)\b(grad norm|learning rate|lm loss|total loss|train loss|global step)\b")
@@ -64,11 +64,14 @@ _BRACKETS = re.compile(
     r"\[\s*(?P<n>\d+)\s*/\s*(?P<t>\d+)\s*\]"
     r"|(?i:epoch):?\s*(?P<e2>\d+)\s*\[\s*(?P<n2>\d+)\s*/\s*(?P<t2>\d+)\s*\("
 )
+# Keras: "1875/1875 [==============================] - 5s 2ms/step - loss: 0.2954"
+_KERAS = re.compile(r"(?P<n>\d+)/(?P<t>\d+) \[[=>.]{3,}\]")
 # ESPnet / FunASR: "1epoch:train:2501-2550batch:2550num_updates:"
 _ESPNET = re.compile(r"(?P<e>\d+)epoch:train:\d+-(?P<n>\d+)batch")
 _TOTAL_STEPS = re.compile(r"(?i)Total (?:optimization|training) steps\s*=\s*(?P<t>[\d,]+)")
 _EPOCHS_OF = re.compile(r"(?i)\bepochs?:?\s*(?P<e>\d+)\s*/\s*(?P<es>\d+)")
 
+_NOT_TRAIN_KEYS = ("val", "eval", "test", "valid")
 _LOSS_KEYS = ("loss", "train_loss", "train/loss", "training_loss", "train/loss_step", "train_loss_step",
               "reduced_train_loss", "total_loss", "losses/total_loss", "train/total_loss", "step_loss",
               "lm_loss", "avg_loss")
@@ -218,9 +221,17 @@ def _headline_loss(pairs: dict[str, tuple[float, int | None]]) -> float | None:
 
 
 def _first(pairs: dict[str, tuple[float, int | None]], keys: tuple[str, ...]) -> tuple[float, int | None] | None:
-    for k in keys:
-        if k in pairs:
-            return pairs[k]
+    """The first of ``keys`` present, preferring one written with its total ("iteration
+    99/4999" over "global_step: 99"); then any namespaced spelling ("actor/lr")."""
+    found = [pairs[k] for k in keys if k in pairs]
+    for v in found:
+        if v[1] is not None:
+            return v
+    if found:
+        return found[0]
+    for k, v in pairs.items():
+        if "/" in k and k.rsplit("/", 1)[1] in keys and not k.startswith(_NOT_TRAIN_KEYS):
+            return v
     return None
 
 
@@ -305,6 +316,9 @@ def _metrics(text: str) -> TrainLine | None:
             epochs = int(bm["es"]) if bm["es"] else epochs
         else:
             epoch, step, total = float(bm["e2"]), int(bm["n2"]), int(bm["t2"])
+    kb = _KERAS.search(text) if bm is None else None
+    if kb is not None:
+        step, total = int(kb["n"]), int(kb["t"])
     es = _ESPNET.search(text)
     if es is not None:
         epoch, step = float(es["e"]), int(es["n"])

@@ -82,8 +82,8 @@ def train_line(tr: Any, width: int, stopped: bool = False) -> Text:
 
 def loss_plot(losses: tuple[float, ...], width: int) -> Text:
     """The loss over the whole run in ``width`` cells (each the mean of its share of the
-    points), scaled between the run's lowest and highest finite loss; a cell holding a
-    NaN/inf loss is a red ✗."""
+    points), scaled between the run's lowest and highest finite loss (logarithmically
+    when it spans more than a factor of 10); a cell holding a NaN/inf loss is a red ✗."""
     vals = list(losses)
     if not vals or width <= 0:
         return Text("")
@@ -93,6 +93,10 @@ def loss_plot(losses: tuple[float, ...], width: int) -> Text:
         chunk = vals[i * len(vals) // n:(i + 1) * len(vals) // n] or [vals[-1]]
         cells.append(None if any(not math.isfinite(v) for v in chunk) else sum(chunk) / len(chunk))
     finite = [c for c in cells if c is not None]
+    if finite and min(finite) > 0 and max(finite) > 10 * min(finite):
+        # a loss falling by orders of magnitude: on a log scale, or the tail is all ▁
+        cells = [None if c is None else math.log(c) for c in cells]
+        finite = [c for c in cells if c is not None]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
     out = Text()
     for c in cells:
