@@ -181,3 +181,41 @@ def test_report_names_the_training_line() -> None:
 def test_trainer_line_shapes(text: str, want: tuple) -> None:
     tr = inspect_log(text.encode() + b"\n")["train"]
     assert (tr["step"], tr["total"], tr["loss"]) == want
+
+
+def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalled() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchConfig, WatchState, observe
+
+    run = Run.from_dict({"run_id": "r1", "state": "running", "name": "train", "argv": ["train.py"]})
+    cfg = WatchConfig(stall_training_s=60.0)
+    ws = WatchState(config=cfg)
+    lines = [f"Step {i} | loss:{2.0 - i / 100} lr:2e-05" for i in range(1, 30)]
+    a = LogAnalysis()
+    for i, line in enumerate(lines):  # a step every 10 s: progress, not a stall
+        a = step(a, line, i + 1)
+        ws = observe(ws, run, a, i + 1, (), (), 1000.0 + 10 * i)
+    assert ws.condition == "ok" and ws.last_step == "step 29" and a.phase == "training"
+    # the log keeps growing with a line that is no step (a warning), but the step stands still
+    a = step(a, "UserWarning: something", 31)
+    ws = observe(ws, run, a, 31, (), (), 1290.0)
+    ws = observe(ws, run, a, 31, (), (), 1290.0 + 61)
+    assert ws.condition == "stalled" and "step 29" in (ws.describe(1351.0) or "")
+
+
+def test_host_pace_reads_training_steps(tmp_path: Path) -> None:
+    import remote.pace as hostpace
+
+    log = tmp_path / "output.log"
+    log.write_text("Step 1 | loss:1.5 lr:2e-05\n")
+    p = hostpace.Pace(str(log))
+    p.update(100.0)
+    with log.open("a") as f:
+        f.write(" 30%|███       | 30/100 [00:30<01:10,  1.00it/s]\n")
+    p.update(130.0)
+    r = p.record()
+    assert (r["phase"], r["step"], r["intervals"]) == ("training", "step 30/100", [30.0])
+    with log.open("a") as f:  # an evaluation bar is no training step
+        f.write("Validation DataLoader 0:  50%|█████     | 5/10 [00:01<00:01,  5.00it/s]\n")
+    p.update(140.0)
+    assert p.record()["step"] == "step 30/100"
