@@ -3,11 +3,11 @@
 The demo's training job (``eagle3-tui demo --train``): run with the Python of an
 environment holding speculators 0.3.0 and transformers < 5, as
 
-    python demo_train_drafter.py DATA_DIR VERIFIER_DIR SAVE_DIR [EPOCHS]
+    python demo_train_drafter.py DATA_DIR VERIFIER_DIR SAVE_DIR [EPOCHS [MAX_FILES]]
 
 It sets up what a training run needs the way speculators' scripts/train.py does — the
 sample-file dataset with its noise transform, the multipack batch sampler and collate
-function, Eagle3SpeculatorConfig over the verifier's config, the vocabulary mapping from
+function, Eagle3SpeculatorConfig over the verifier's config, the draft vocabulary from
 token_freq.pth — and hands them to ``speculators.train.trainer.Trainer``, whose
 ``run_training`` prints the log the dashboard reads (rich-formatted INFO lines, a metrics
 line per step, a validation pass and a checkpoint save per epoch).
@@ -42,7 +42,6 @@ from speculators.train.distributed_batch_sampler import MultipackDistributedBatc
 from speculators.train.logger import setup_metric_logger, setup_root_logger  # noqa: E402
 from speculators.train.noise_transforms import AddUniformNoise  # noqa: E402
 from speculators.train.trainer import Trainer, TrainerConfig  # noqa: E402
-from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from transformers import AutoConfig, LlamaConfig  # noqa: E402
 from transformers.modeling_utils import AttentionInterface  # noqa: E402
@@ -63,10 +62,25 @@ def cpu_dense_attention(module, query, key, value, attention_mask, scaling=None,
 AttentionInterface().register("cpu_dense_attention", cpu_dense_attention)
 
 
+def _vocab_maps(freq: dict[int, int], size: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft vocabulary: the ``size`` most frequent target tokens (ties by id, topped
+    up with the lowest unused ids), as speculators' Eagle-3 model takes it — ``d2t`` the
+    offset from each draft id to its target id, ``t2d`` which target ids are drafted.
+    (Computed here: speculators' own helper lives in a module that imports the datasets
+    package, which the demo does not need otherwise.)"""
+    chosen = sorted(freq, key=lambda t: (-freq[t], t))[:size]
+    taken = set(chosen)
+    chosen += [t for t in range(vocab) if t not in taken][: size - len(chosen)]
+    ids = torch.tensor(sorted(chosen), dtype=torch.long)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+    return ids - torch.arange(size, dtype=torch.long), t2d
+
+
 def _model(data_dir: str, verifier: str) -> Eagle3DraftModel:
     token_freq = torch.load(f"{data_dir}/token_freq.pth", weights_only=True)
     vconf = AutoConfig.from_pretrained(verifier)
-    d2t, t2d = build_vocab_mappings_from_distribution(token_freq, DRAFT_VOCAB, vconf.vocab_size)
+    d2t, t2d = _vocab_maps(dict(token_freq), DRAFT_VOCAB, vconf.vocab_size)
     layer = LlamaConfig(
         vocab_size=vconf.vocab_size, hidden_size=vconf.hidden_size,
         intermediate_size=vconf.intermediate_size, num_hidden_layers=1,
@@ -95,11 +109,13 @@ def _loader(files: list[str], noise: bool) -> DataLoader:
     return DataLoader(ds, batch_sampler=sampler, num_workers=0, collate_fn=create_collate_fn(TOTAL_SEQ_LEN))
 
 
-def main(data_dir: str, verifier: str, save_dir: str, epochs: int) -> None:
+def main(data_dir: str, verifier: str, save_dir: str, epochs: int, max_files: int = 0) -> None:
     torch.manual_seed(0)
     setup_root_logger()
     setup_metric_logger(loggers=[], run_name="demo", output_dir=save_dir)
     train_files, val_files = split_files(data_dir, ratio=0.9)
+    if max_files:  # a demo on a CPU: a few dozen samples make a run of a few dozen steps
+        train_files, val_files = train_files[:max_files], val_files[: max(1, max_files // 8)]
     trainer = Trainer(
         _model(data_dir, verifier),
         TrainerConfig(lr=3e-3, num_epochs=epochs, save_path=save_dir, local_rank="cpu",  # type: ignore[arg-type]
@@ -110,4 +126,5 @@ def main(data_dir: str, verifier: str, save_dir: str, epochs: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 3,
+         int(sys.argv[5]) if len(sys.argv) > 5 else 0)
