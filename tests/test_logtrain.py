@@ -219,3 +219,22 @@ def test_host_pace_reads_training_steps(tmp_path: Path) -> None:
         f.write("Validation DataLoader 0:  50%|█████     | 5/10 [00:01<00:01,  5.00it/s]\n")
     p.update(140.0)
     assert p.record()["step"] == "step 30/100"
+
+
+def test_demo_train_needs_a_finished_extraction_and_says_so(tmp_path: Path) -> None:
+    import sys
+
+    from tui.services.demo import DemoError, build_demo
+    from tui.services.demo_train import build_train
+
+    paths = build_demo(tmp_path / "demo", shards=2, layers=2, hidden=16, sequences=2, seq_len=4,
+                       shard_delay=0.0, patches=False)
+    with pytest.raises(DemoError, match="no finished extraction"):
+        build_train(paths, sys.executable)
+
+
+def test_headless_prints_the_training_step_loss_and_phase() -> None:
+    from tui.services.headless import train_line
+
+    a = fold(["Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]"])
+    assert train_line(a.train, a.phase) == "[train] step 50/100  epoch 1  loss 0.7  (training)"
