@@ -303,6 +303,9 @@ def _metrics(text: str) -> TrainLine | None:
     lr = _first(pairs, _LR_KEYS)
     gn = _first(pairs, _GNORM_KEYS)
     if loss is None and not (stepv is not None and (lr is not None or gn is not None)):
+        if lr is not None and stepv is None and text[:12].isspace():
+            # the tail of a record rich wrapped over several lines ("epoch=0, lr=0.003")
+            return TrainLine(lr=lr[0])
         return None
     step = int(stepv[0]) if stepv is not None and stepv[0] >= 0 and float(stepv[0]).is_integer() else None
     total = stepv[1] if stepv is not None else None
@@ -397,6 +400,8 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
         ch["total"] = tl.total  # "Total optimization steps = 1000"
     if tl.epochs is not None:
         ch["epochs"] = tl.epochs
+    if tl.lr is not None and not tl.metrics:
+        ch["lr"] = tl.lr
     if tl.epoch_done is not None:
         ch["epochs_done"] = tl.epoch_done
         if tp.step is not None and tl.epochs and tl.epoch_done > 0 and tp.total is None:
