@@ -4,7 +4,8 @@
 keeps what a stall needs: when the log last grew, the last progress step (the target
 model's shard bar, the extractor's batches, else the log's line count) and when it
 came, the recent intervals between steps in the current phase, and that phase as far
-as the markers tell (starting, loading, loaded, extracting, serving, finished). The
+as the markers tell (starting, loading, loaded, extracting, training, serving, finished;
+a training loop's step or loss line is its progress). The
 supervisor shim runs one in a thread for the run's whole life and writes it to
 ``RUN_DIR/pace.json``; the agent puts that record (``source: "shim"``) into each live
 run's ``pace``, or for a run without one (adopted, or launched by an older shim) only
@@ -40,7 +41,7 @@ MAX_INTERVALS = 32  # intervals kept for the client's median
 READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not parsed
 TICK_S = 5.0  # the shim's look interval
 GPU_IDLE_UTIL = 5.0  # GPU utilisation (%) that counts as idle: [watch] idle_util's default
-_AFTER_LOAD = ("loaded", "extracting")  # phases where a sleeping run may be hung
+_AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")  # phases where a sleeping run may be hung
 
 # The target model's weight-loading bar: vLLM's "Loading safetensors checkpoint shards:
 # 59% Completed | 38/64 [...]" or tqdm's "desc:  59%|█████▉    | 38/64 [...]".
@@ -50,6 +51,16 @@ _BAR = re.compile(
 )
 _BATCH = re.compile(r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+)")
 _DONE = re.compile(r"\[extract\] done: ")
+# A training loop's step (the client's tui/state/logtrain.py reads much more): a tqdm bar
+# that is not a loader's, "step=N", "Step N |", "global_step: N", "iteration N/T", or a
+# metrics line with a loss ({'loss': …}, "train/loss=…"), which counts one step per line.
+_TRAIN_BAR = re.compile(r"(?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+, *[\d.]+(?:it|s|step|batch)")
+_TRAIN_STEP = re.compile(
+    r"(?i)(?:\b(?:global_)?step\b['\"]?\s*[=:]?\s*|\biteration\s+)(?P<n>\d+)(?:\s*/\s*(?P<total>\d+))?"
+    r"(?=.*\bloss\b|.*\blr\b|.*learning.rate)")
+_TRAIN_LOSS = re.compile(r"(?i)['\"]?\b(?:train[_/])?loss['\"]?\s*[:=]\s*[-+\d.na]")
+_NOT_TRAIN = re.compile(r"(?i)shard|checkpoint|download|loading|processed prompts|map\b|tokeniz|"
+                        r"val|eval|test|predict|rollout|capturing")
 _SERVING = re.compile(r"Uvicorn running on|Application startup complete|The server is fired up")
 _LOADED = re.compile(r"Model loading took|Loading (?:model )?weights took")
 # Lines that say "still waiting", not progress (the client's list, tui/state/watch.py).
@@ -158,11 +169,28 @@ class Pace:
         if _DONE.search(line):
             self._enter("finished", now)
             return True
+        step = self._train_step(line)
+        if step is not None:
+            self._enter("training", now)
+            return self._step(("train",) + step[0], step[1], now)
         if _SERVING.search(line):
             self._enter("serving", now)
         elif _LOADED.search(line) and self.phase in ("starting", "loading"):
             self._enter("loaded", now)
         return False
+
+    def _train_step(self, line: str) -> Optional[Tuple[Tuple[Any, ...], str]]:
+        """(mark, label) of a training step this line shows, or None."""
+        m = _TRAIN_BAR.search(line)
+        if m and not _NOT_TRAIN.search(line[: m.start()].rsplit("]", 1)[-1]):
+            return (int(m.group("n")),), "step %s/%s" % (m.group("n"), m.group("total"))
+        m = _TRAIN_STEP.search(line)
+        if m:
+            of = "/" + m.group("total") if m.group("total") else ""
+            return (int(m.group("n")),), "step %s%s" % (m.group("n"), of)
+        if _TRAIN_LOSS.search(line) and not re.search(r"(?i)\b(?:eval|val)[_/]loss", line):
+            return ("line", self.lines), "training log line %d" % self.lines
+        return None
 
     def _enter(self, phase: str, now: float) -> None:
         if phase != self.phase:

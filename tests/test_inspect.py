@@ -15,7 +15,7 @@ from tests import checkout
 from tui.services.inspect import format_report, inspect_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-KEYS = {"phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line",
+KEYS = {"train", "phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line",
         "stage", "failed_in", "failed_stage", "failed_after_s", "summary", "loads"}
 
 

@@ -68,8 +68,10 @@ def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
 @click.option("--headless", is_flag=True,
               help="No dashboard: print progress and the outcome; exit 0 only if the run finished.")
 @click.option("--timeout", type=float, metavar="SECONDS", help="With --headless: give up after this long.")
+@click.option("--train", is_flag=True,
+              help="Then train a drafter on the outputs with speculators' own trainer (CPU, its own venv).")
 @click.pass_obj
-def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None:
+def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: bool) -> None:
     """The embedded default: a real (tiny) extraction run on this machine, in the dashboard.
 
     Builds a random Llama-style model as 64 safetensors shards and a token dataset (no
@@ -95,7 +97,7 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
     run: dict[str, Any] | None
-    if headless:
+    if headless or train:  # with --train the extraction is the first stage: followed, not shown
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:
         client = services.new_client("local", cfg, reconnect=True)
@@ -120,6 +122,49 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None) -> None
         fail(f"demo run {run['run_id']} did not finish: {describe_end(run)} "
              f"(log: {run.get('log')}); {where}", EXIT_FAILED)
     click.echo(f"demo run {run['run_id']} finished; {where}")
+    if train:
+        _demo_train(obj, paths, headless, timeout)
+
+
+def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> None:
+    """The second stage (tui/services/demo_train.py): speculators' Trainer on the outputs."""
+    import sys
+
+    from tui.services.demo import DemoError
+    from tui.services.demo_train import build_train
+    from tui.services.headless import describe_end, succeeded
+
+    click.echo("preparing the training stage (the first time installs transformers 4.x and "
+               "speculators into train-venv/, ~1 min)…", err=True)
+    try:
+        tp = build_train(paths, sys.executable)
+        cfg = load_config(tp.config)
+    except (DemoError, ConfigError) as exc:
+        fail(f"training stage unavailable: {exc}", EXIT_FAILED)
+    run: dict[str, Any] | None
+    if headless:
+        run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, False, timeout), cfg=cfg)
+    else:
+        client = services.new_client("local", cfg, reconnect=True)
+
+        def make() -> Any:
+            from tui.views.app import make_app
+
+            return make_app(client, cfg, "local", launch=True)
+
+        run_app(make, client)
+        runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
+        run = next((r for r in reversed(runs) if r.get("name") == cfg.run.name and not r.get("external")), None)
+    where = f"drafter checkpoints: {tp.save}/; config: {tp.config}"
+    if run is None:
+        fail(f"the training run was never launched; {where}", EXIT_FAILED)
+    elif run.get("state") == "running":
+        fail(f"training run {run['run_id']} is still running (watch it: eagle3-tui --config "
+             f"{tp.config} connect); {where}", EXIT_FAILED)
+    elif not succeeded(run):
+        fail(f"training run {run['run_id']} did not finish: {describe_end(run)} "
+             f"(log: {run.get('log')}); {where}", EXIT_FAILED)
+    click.echo(f"training run {run['run_id']} finished; {where}")
 
 
 async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,

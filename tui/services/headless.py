@@ -33,16 +33,29 @@ def succeeded(run: dict[str, Any]) -> bool:
     return run.get("state") == "exited" and run.get("exit_code") == 0
 
 
+def train_line(tr: Any, phase: str) -> str:
+    """ "[train] step 12/48  epoch 1/2  loss 0.0123  (training)" for the headless output."""
+    of = f"/{tr.total}" if tr.total else ""
+    parts = [f"[train] step {tr.step if tr.step is not None else '?'}{of}"]
+    if tr.epoch is not None:
+        parts.append(f"epoch {tr.epoch:g}" + (f"/{tr.epochs}" if tr.epochs else ""))
+    if tr.loss is not None:
+        parts.append(f"loss {tr.loss:.4g}")
+    return "  ".join(parts) + f"  ({phase})"
+
+
 async def follow(client: Any, run_id: str, echo: Callable[[str], None],
                  timeout: float | None = None) -> dict[str, Any]:
     """Print progress of `run_id` until it ends; return its final record.
 
     Prints the shard bar at each quarter and at the end, every extraction batch line,
-    and on failure the root cause the log parser found.
+    every training step (with its loss) and phase change, and on failure the root cause
+    the log parser found.
     """
     analysis = logparse.LogAnalysis()
     offset, line_no, partial = 0, 0, b""
     said_quarter = -1
+    said_train: tuple[Any, ...] = ()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         runs = (await client.request("runs")).get("runs") or []
@@ -72,6 +85,10 @@ async def follow(client: Any, run_id: str, echo: Callable[[str], None],
                     if quarter > said_quarter:
                         said_quarter = quarter
                         echo(f"[load] shards {shard.done}/{shard.total}")
+                tr = analysis.train
+                if tr is not None and (tr.step, analysis.phase) != said_train[:2]:
+                    said_train = (tr.step, analysis.phase)
+                    echo(train_line(tr, analysis.phase))
         if run.get("state") != "running":
             cause = analysis.root_cause
             if not succeeded(run) and cause is not None:

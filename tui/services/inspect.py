@@ -26,8 +26,9 @@ __all__ = ["format_report", "inspect_log"]
 def inspect_log(data: bytes | Iterable[bytes], signatures: SignatureSet | None = None) -> dict[str, Any]:
     """Analyse a whole log given as bytes or as an iterator of byte chunks.
 
-    Returns a JSON-ready dict with keys ``phase``, ``shards``, ``extract``,
-    ``failures``, ``root_cause``, ``timeline``, ``lines``.
+    Returns a JSON-ready dict with keys ``phase``, ``shards``, ``extract``, ``train``
+    (step, total, loss — "nan" for NaN —, epoch, lr, …; None when the log shows no
+    training), ``failures``, ``root_cause``, ``timeline``, ``lines``.
     """
     chunks: Iterable[bytes] = (data,) if isinstance(data, (bytes, bytearray)) else data
     analysis = LogAnalysis(signatures=signatures)
@@ -78,6 +79,7 @@ def _result(a: LogAnalysis, count: int) -> dict[str, Any]:
         "shards": _shards(a.shard),
         "loads": {k: _shards(v) for k, v in a.loads.items()},
         "extract": _extract(a.extract),
+        "train": a.train.to_dict() if a.train is not None else None,
         "failures": [f.to_dict() for f in a.failures],
         "root_cause": a.root_cause.to_dict() if a.root_cause is not None else None,
         "timeline": [{"line_no": n, "label": label} for n, label in a.milestones],
@@ -133,6 +135,19 @@ def format_report(result: dict[str, Any]) -> str:
             f"extract: {state}  seqs {ex['seqs']}/{ex['seqs_total']}  "
             f"tokens {ex['tokens']}/{ex['tokens_total']}  {rate}"
         )
+    tr = result.get("train")
+    if tr:
+        of = f"/{tr['total']}" if tr.get("total") else ""
+        parts = [f"train: step {tr['step'] if tr.get('step') is not None else '?'}{of}"]
+        if tr.get("epoch") is not None:
+            parts.append(f"epoch {tr['epoch']:g}" + (f"/{tr['epochs']}" if tr.get("epochs") else ""))
+        if tr.get("loss") is not None:
+            parts.append(f"loss {tr['loss']:.4g}" if isinstance(tr["loss"], float) else f"loss {tr['loss']}")
+        if tr.get("lr") is not None:
+            parts.append(f"lr {tr['lr']:.3g}")
+        if tr.get("rate"):
+            parts.append(f"{tr['rate']:.3g} {tr.get('rate_unit') or 'it'}/s")
+        out.append("  ".join(parts))
     rc = result.get("root_cause")
     if rc:
         where = f" [{rc['worker']}]" if rc.get("worker") else ""

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from tui.state.logline import ExtractProgress, ShardProgress
+from tui.state.logtrain import TrainProgress
 from tui.state.signatures import Signature, SignatureSet, load_signatures
 
 MAX_FAILURES = 200
@@ -28,8 +29,10 @@ LINE_KEEP = 500  # characters of a failure's line kept in the record
 MAX_LOADS = 16  # other loaders' bars kept
 CHAIN_GAP = 50  # lines between an exception line and the next link of its chain
 
-PHASES = ("starting", "loading", "loaded", "serving", "extracting", "finished", "failed")
-_RANK = {"starting": 0, "loading": 1, "loaded": 2, "serving": 3, "extracting": 4, "finished": 5}
+PHASES = ("starting", "loading", "loaded", "serving", "extracting", "training", "evaluating", "saving",
+          "finished", "failed")
+_RANK = {"starting": 0, "loading": 1, "loaded": 2, "serving": 3, "extracting": 4, "training": 4,
+         "evaluating": 4, "saving": 4, "finished": 5}
 _QUIET = frozenset({"DEBUG", "INFO", "WARNING"})  # never failures at these levels
 
 
@@ -94,6 +97,7 @@ class LogAnalysis:
     shards: Mapping[str, ShardProgress] = field(default_factory=dict, hash=False)  # by worker
     shard: ShardProgress | None = None  # overall: the slowest worker's latest bar
     extract: ExtractProgress | None = None
+    train: TrainProgress | None = None  # a training loop's progress and loss (tui.state.logtrain)
     milestones: tuple[tuple[int, str], ...] = ()
     failures: tuple[Failure, ...] = ()
     root_cause: Failure | None = None
@@ -125,11 +129,16 @@ class LogAnalysis:
             return None
         where = {"starting": "while starting", "loading": "while loading", "loaded": "after loading",
                  "serving": "while serving", "extracting": "while extracting",
-                 "finished": "after finishing"}.get(self.failed_in or "", "")
+                 "training": "while training", "evaluating": "while evaluating",
+                 "saving": "while saving a checkpoint", "finished": "after finishing"}.get(self.failed_in or "", "")
         if self.failed_stage:
             where = f"during {self.failed_stage}"
         if self.failed_in == "loading" and self.shard is not None:
             where += f" (shard {self.shard.done}/{self.shard.total})"
+        if self.failed_in in ("training", "evaluating", "saving") and self.train is not None \
+                and self.train.step is not None:
+            of = f"/{self.train.total}" if self.train.total else ""
+            where += f" (step {self.train.step}{of})"
         after = f" after {format_span(self.failed_after_s)}" if self.failed_after_s is not None else ""
         return f"died {where}{after}".replace("died  ", "died ").strip()
 

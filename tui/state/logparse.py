@@ -53,6 +53,7 @@ from tui.state.logline import (
     parse_shard_progress,
     split_prefix,
 )
+from tui.state.logtrain import TrainLine, is_save_frame, merge, parse_train_line, second_bar
 
 __all__ = [
     "ExtractProgress",
@@ -161,6 +162,11 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
         if ep is not None:
             _on_extract(b, ep, line_no)
             return
+    tl = parse_train_line(msg)
+    if tl is not None:
+        _on_train(b, tl, pre, line, line_no, t)
+    elif msg[:1].isspace() and is_save_frame(msg) and b.get("phase") != "failed":
+        b.set("phase", "saving")  # a traceback through a checkpoint save: it failed saving
     if "took" in msg or " is " in msg or "Using" in msg or "Resolved" in msg or "Starting" in msg:
         mm = _MILESTONES.search(msg)
         if mm:
@@ -192,6 +198,37 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
         _request_error(b, pre.worker, msg, line, line_no)
         return
     _failures(b, pre.worker, key, msg, line, line_no)
+
+
+_TRAIN_PHASES = ("training", "evaluating", "saving")
+
+
+def _on_train(b: _Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
+    """A training bar, metrics line or phase line: progress, loss, phase; a loss or grad
+    norm that stays non-finite for a signature's ``persist`` lines is a failure."""
+    old = b.get("train")
+    tl = second_bar(old, tl)
+    tp = merge(old, tl, line_no, line)
+    if tp is not old:
+        b.set("train", tp)
+    if tl.progress and t is not None and (old is None or tp.step != old.step or tp.lines != old.lines):
+        b.set("last_progress_t", t)
+    phase = b.get("phase")
+    to = "evaluating" if tl.evaluating else tl.phase or ("training" if tl.progress else None)
+    if to == "training" and tl.phase and phase == "saving" and tp.epochs and tp.epochs_done == tp.epochs:
+        to = "finished"  # the last epoch's checkpoint is saved
+    if to is not None and phase != "failed" and (phase != "finished" or to != "training"):
+        if phase != to:
+            b.set("phase", to)
+            if old is None or old.step is None:
+                b.milestone("train-start", line_no, "Training started")
+        if to == "finished":
+            b.milestone("train-done", line_no, "Training finished")
+    if tp.bad_run > 0 and tp.bad_first is not None:
+        sigs = b.get("signatures") or default_signatures()
+        hit = sigs.match(tp.bad_first[1], persist=True)
+        if hit is not None and tp.bad_run == hit[0].persist:
+            b.failure(hit[0], hit[1], tp.bad_first[1], tp.bad_first[0], pre.worker)
 
 
 def _loading_elsewhere(b: _Builder, worker: str | None) -> bool:

@@ -31,7 +31,8 @@ __all__ = [
 ]
 
 BUILTIN_PATH = Path(__file__).resolve().parent.parent / "data" / "signatures.toml"
-_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal"}
+_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal",
+         "persist"}
 
 
 class SignatureError(ValueError):
@@ -51,6 +52,9 @@ class Signature:
     generic: bool = False  # the catch-all, used when nothing specific matched
     after_load: bool | None = None  # None: can happen either way
     serving_fatal: bool = False  # the engine died: fatal even when a request handler reports it
+    # a failure only when this many consecutive training-metric lines match (a NaN loss that
+    # persists); one matching line alone (a recovered overflow) is not a failure
+    persist: int = 1
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern match in ``message``, or None."""
@@ -144,6 +148,10 @@ def _check_entry(name: str, i: int, entry: Any) -> dict[str, Any]:
         if not ok:
             raise SignatureError(f"{where}: key 'fix': must be a string or a table of strings")
         checked["fix"] = dict(fix) if isinstance(fix, dict) else fix
+    if "persist" in entry:
+        if not isinstance(entry["persist"], int) or isinstance(entry["persist"], bool) or entry["persist"] < 1:
+            raise SignatureError(f"{where}: key 'persist': must be a whole number of lines, at least 1")
+        checked["persist"] = entry["persist"]
     for key in ("wrapper", "generic", "after_load", "serving_fatal"):
         if key in entry:
             if not isinstance(entry[key], bool):
@@ -226,11 +234,14 @@ class SignatureSet:
                 prefilter = None
         return cls(specific, wrappers, generic, prefilter)
 
-    def match(self, message: str) -> tuple[Signature, re.Match[str]] | None:
-        """The first signature matching ``message`` (specific before wrappers)."""
+    def match(self, message: str, persist: bool = False) -> tuple[Signature, re.Match[str]] | None:
+        """The first signature matching ``message`` (specific before wrappers). Signatures
+        that need several consecutive lines (``persist`` > 1) match only when ``persist``."""
         if self._prefilter is not None and not self._prefilter.search(message):
             return None
         for sig in self.specific + self.wrappers:
+            if (sig.persist > 1) != persist:
+                continue
             m = sig.search(message)
             if m:
                 return sig, m

@@ -6,7 +6,8 @@ record, its log's analysis and line count, its processes, the GPUs) into a
 passes ``now``, so tests drive it with a fake one.
 
 - **stalled**: the run's progress (the target's shard bar while loading, the
-  extractor's batches while extracting, the log's growth otherwise) has not moved for
+  extractor's batches while extracting, the training step while training, the log's
+  growth otherwise) has not moved for
   ``factor`` × the median interval between its steps so far, and at least the
   phase's floor (``[watch] stall_<phase>_s``; 0 turns a phase off).
 - **hung**: after the load, every process of the run sleeps and every GPU it holds
@@ -48,8 +49,12 @@ MAX_EVENTS = 100
 _WAITING = ("No available shared memory broadcast block", "Waiting for output from",
             "Please wait for sglang server", "No available block found")
 _ENDED = ("exited", "killed", "failed", "lost")
-_PHASES = ("starting", "loading", "loaded", "serving", "extracting", "finished")
-_UP_TO_LOADED = ("starting", "loading", "loaded", "extracting")  # where a hang can still be
+_PHASES = ("starting", "loading", "loaded", "serving", "extracting", "training", "evaluating", "saving",
+           "finished")
+# where a hang can still be
+_UP_TO_LOADED = ("starting", "loading", "loaded", "extracting", "training", "evaluating", "saving")
+# where every process asleep and the GPUs idle means hung (a checkpoint save may wait on a disk)
+_AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class WatchConfig:
     stall_loaded_s: float = 900.0  # profiling, compiling, graph capture: quiet for minutes
     stall_serving_s: float = 0.0  # an idle server is not stalled
     stall_extracting_s: float = 120.0
+    stall_training_s: float = 600.0  # training steps: minutes each on big models
+    stall_evaluating_s: float = 900.0
+    stall_saving_s: float = 1800.0  # a sharded checkpoint of a big model to network storage
     hang_s: float = 600.0
     idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
 
@@ -143,6 +151,12 @@ def _progress(phase: str, analysis: Any, lines: int) -> tuple[tuple[Any, ...], s
         return ("shard", shard.done, shard.total), f"shard {shard.done}/{shard.total}"
     if phase == "extracting" and ex is not None:
         return ("batch", ex.batch), f"batch {ex.batch}/{ex.batches}"
+    tr = getattr(analysis, "train", None)
+    if phase == "training" and tr is not None and (tr.step is not None or tr.lines):
+        if tr.step is None:  # a trainer that prints its loss but no step: each metrics line is one
+            return ("step", None, tr.lines), f"training log {tr.lines}"
+        of = f"/{tr.total}" if tr.total else ""
+        return ("step", tr.step, tr.lines), f"step {tr.step}{of}"
     return ("lines", lines), f"log line {lines}"
 
 
@@ -225,7 +239,7 @@ def observe(
     asleep = bool(mine) and all((p.state or "") in ("S", "I") for p in mine)
     idle = all(g.util is not None and g.util <= cfg.idle_util for g in (held or gpus))
     busy = not idle or any((p.state or "") not in ("S", "I") for p in mine)
-    after_load = phase in ("loaded", "extracting")
+    after_load = phase in _AFTER_LOAD
     if asleep and idle and after_load:
         ws = replace(ws, idle_since=ws.idle_since if ws.idle_since is not None else now,
                      gpus_seen=bool(held or gpus))
@@ -267,7 +281,7 @@ def seed(ws: WatchState, run: Any) -> WatchState:
         times.insert(0, times[0] - float(gap))
     phase = pace.get("phase") if pace.get("phase") in _PHASES else None
     since = pace.get("idle_since")  # the host saw the run idle since then, after the load
-    idle_since = float(since) if isinstance(since, (int, float)) and phase in ("loaded", "extracting") else None
+    idle_since = float(since) if isinstance(since, (int, float)) and phase in _AFTER_LOAD else None
     return replace(ws, phase=phase, steps=tuple(times), last_step_t=float(at),
                    last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
@@ -292,7 +306,7 @@ def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
     since = pace.get("idle_since")
     hang_s = ws.config.hang_s
     if (ws.condition in ("ending", "ended") or not isinstance(since, (int, float)) or hang_s <= 0
-            or pace.get("phase") not in ("loaded", "extracting") or now - since < hang_s):
+            or pace.get("phase") not in _AFTER_LOAD or now - since < hang_s):
         return ws
     what = "CPU" if str(pace.get("gpu") or "none").startswith("none") else "CPU or GPU"
     return replace(ws, condition="hung", idle_since=float(since), idle_what=what)

@@ -1,8 +1,10 @@
 """The run's phase: shard loading (n/N, rate, ETA; one bar per worker that shows one),
-then extraction progress, then the outcome with the failure's root cause."""
+then extraction progress or a training loop's (step bar with rate and ETA, and the loss
+as a one-line plot over the whole run), then the outcome with the failure's root cause."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.text import Text
@@ -10,13 +12,16 @@ from textual.widgets import Static
 
 from tui.state.format import duration, num
 from tui.state.model import AppState
-from tui.views.widgets.render import bar, set_content
+from tui.views.widgets.render import BLOCKS, bar, set_content
 
 PHASE_STYLE = {
     "starting": "yellow",
     "loading": "cyan",
     "loaded": "cyan",
     "extracting": "green",
+    "training": "green",
+    "evaluating": "cyan",
+    "saving": "cyan",
     "finished": "bold green",
     "failed": "bold red",
     "stalled": "bold yellow",
@@ -49,6 +54,77 @@ def shard_line(sp: Any, width: int, stopped: bool = False) -> Text:
     return Text.assemble((f"{label:<5}", "bold"), " ", bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
 
 
+def _g(x: float | None) -> str:
+    return "N/A" if x is None else ("nan" if math.isnan(x) else f"{x:.4g}")
+
+
+def train_line(tr: Any, width: int, stopped: bool = False) -> Text:
+    """The training loop's bar: step n/N (or just n when the total is unknown), rate,
+    epoch and ETA; the tail gives way from the right on a narrow panel."""
+    frac = tr.step / tr.total if tr.step is not None and tr.total else None
+    step = "?" if tr.step is None else str(tr.step)
+    parts = [f" step {step}" + (f"/{tr.total} {100 * frac:3.0f}%" if frac is not None else "")]
+    if tr.rate:
+        unit = tr.rate_unit or "it"
+        parts.append(f"  {tr.rate:.3g} {unit}/s" if tr.rate >= 1 else f"  {1 / tr.rate:.3g} s/{unit}")
+    if tr.epoch is not None:
+        parts.append(f"  epoch {tr.epoch:g}" + (f"/{tr.epochs}" if tr.epochs else ""))
+    eta = tr.eta_s
+    if eta is None and tr.rate and frac is not None:
+        eta = (tr.total - tr.step) / tr.rate
+    if frac is not None and frac < 1:
+        parts.append(f"  ETA {duration(None if stopped else eta)}")
+    while len(parts) > 1 and 6 + 5 + sum(map(len, parts)) > width:
+        parts.pop()
+    tail = "".join(parts)
+    return Text.assemble(("train ", "bold"), bar(frac, max(width - 6 - len(tail), 5), "green"), tail)
+
+
+def loss_plot(losses: tuple[float, ...], width: int) -> Text:
+    """The loss over the whole run in ``width`` cells (each the mean of its share of the
+    points), scaled between the run's lowest and highest finite loss (logarithmically
+    when it spans more than a factor of 10); a cell holding a NaN/inf loss is a red ✗."""
+    vals = list(losses)
+    if not vals or width <= 0:
+        return Text("")
+    n = min(width, len(vals))
+    cells: list[float | None] = []
+    for i in range(n):
+        chunk = vals[i * len(vals) // n:(i + 1) * len(vals) // n] or [vals[-1]]
+        cells.append(None if any(not math.isfinite(v) for v in chunk) else sum(chunk) / len(chunk))
+    finite = [c for c in cells if c is not None]
+    if finite and min(finite) > 0 and max(finite) > 10 * min(finite):
+        # a loss falling by orders of magnitude: on a log scale, or the tail is all ▁
+        cells = [None if c is None else math.log(c) for c in cells]
+        finite = [c for c in cells if c is not None]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    out = Text()
+    for c in cells:
+        if c is None:
+            out.append("✗", style="bold red")
+            continue
+        level = 0.0 if hi <= lo else (c - lo) / (hi - lo)
+        out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="magenta")
+    return out
+
+
+def loss_line(tr: Any, width: int) -> Text:
+    """ "loss 0.412  lr 3e-05  gnorm 1.2  ▇▆▅▄▃▂▂▁" — the plot takes the rest of the row."""
+    head = Text.assemble(("loss  ", "bold"), (_g(tr.loss), "bold red" if tr.loss is not None
+                                                and not math.isfinite(tr.loss) else "bold"))
+    if tr.lr is not None:
+        head.append(f"  lr {tr.lr:.3g}", style="dim")
+    if tr.grad_norm is not None:
+        head.append(f"  gnorm {_g(tr.grad_norm)}", style="dim")
+    finite = [v for v in tr.losses if math.isfinite(v)]
+    if len(tr.losses) >= 2 and width - len(head) > 12:
+        rng = f" {min(finite):.3g}…{max(finite):.3g}" if finite else ""
+        head.append("  ")
+        head.append_text(loss_plot(tr.losses, width - len(head) - len(rng)))
+        head.append(rng, style="dim")
+    return head
+
+
 class RunProgress(Static):
     DEFAULT_CSS = """
     RunProgress { height: auto; min-height: 3; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
@@ -77,6 +153,13 @@ class RunProgress(Static):
                     f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(None if stopped else getattr(ex, 'eta_s', None))}"
                 )
                 out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
+            tr = getattr(a, "train", None)
+            if tr is not None and (tr.step is not None or tr.loss is not None):
+                out.append("\n")
+                out.append_text(train_line(tr, width, stopped))
+                if tr.loss is not None:
+                    out.append("\n")
+                    out.append_text(loss_line(tr, width))
             root = getattr(a, "root_cause", None)
             if root is not None:
                 out.append("\n")

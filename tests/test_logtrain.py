@@ -1,0 +1,240 @@
+"""Training logs (issue 28): progress, loss, phases and training failures, line by line.
+
+The corpus scores (tests/test_corpus_training.py) say how often the analysis is right on
+real excerpts; these pin the behaviours one at a time, each on lines as trainers print
+them, and the real speculators 0.3.0 training log (its own Trainer on the demo's
+extraction output, tests/fixtures/logs/speculators030_train_cpu.log).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tui.services.inspect import format_report, inspect_log
+from tui.state.logparse import LogAnalysis, step
+from tui.state.signatures import SignatureSet, load_signatures
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+
+
+def fold(lines: list[str], signatures: SignatureSet | None = None) -> LogAnalysis:
+    a = LogAnalysis(signatures=signatures)
+    for i, line in enumerate(lines, 1):
+        a = step(a, line, i, float(i))
+    return a
+
+
+def test_real_speculators_log_gives_step_total_loss_and_finished() -> None:
+    r = inspect_log((FIXTURES / "speculators030_train_cpu.log").read_bytes())
+    tr = r["train"]
+    text = (FIXTURES / "speculators030_train_cpu.log").read_text()
+    losses = [float(x.split("=")[1].rstrip(",")) for x in text.split() if x.startswith("train/loss=")]
+    assert (tr["step"], tr["total"], tr["epochs"]) == (len(losses), 45, 3)
+    assert tr["loss"] == losses[-1] and tr["losses"] == losses
+    assert r["phase"] == "finished" and r["root_cause"] is None
+    json.dumps(r, allow_nan=False)  # strictly valid JSON
+
+
+def test_speculators_phases_in_order() -> None:
+    lines = (FIXTURES / "speculators030_train_cpu.log").read_text().splitlines()
+    seen = []
+    a = LogAnalysis()
+    for i, line in enumerate(lines, 1):
+        a = step(a, line, i)
+        if not seen or seen[-1] != a.phase:
+            seen.append(a.phase)
+    assert seen == ["starting"] + ["training", "evaluating", "saving"] * 3 + ["finished"]
+    # total is unknown until the first epoch has run, then steps/epoch x epochs
+    a = fold(lines[:100])
+    assert a.train is not None and a.train.total is None and a.train.step > 0
+
+
+def test_nan_loss_that_persists_is_a_failure_quoting_where_it_began() -> None:
+    lines = [f"{{'loss': {x}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}}"
+             for x in ("2.1", "2.0", "nan", "nan", "nan")]
+    a = fold(lines)
+    assert a.root_cause is not None and a.root_cause.id == "training-diverged"
+    assert a.root_cause.line_no == 3 and a.failed_in == "training"
+    assert math.isnan(a.train.loss)
+    assert inspect_log("\n".join(lines).encode())["train"]["loss"] == "nan"
+
+
+def test_one_overflow_then_normal_steps_is_not_a_failure() -> None:
+    lines = [
+        "{'loss': 2.1, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}",
+        "[2024-01-01 10:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! "
+        "Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+        "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.1}",
+        "{'loss': 2.0, 'grad_norm': 0.9, 'learning_rate': 1e-05, 'epoch': 0.2}",
+        "{'loss': nan, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.2}",
+        "{'loss': nan, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.2}",
+        "{'loss': 1.9, 'grad_norm': 0.9, 'learning_rate': 1e-05, 'epoch': 0.3}",
+    ]
+    a = fold(lines)
+    assert a.root_cause is None and a.phase == "training" and a.train.loss == 1.9
+
+
+def test_without_the_signature_a_persisting_nan_is_no_failure() -> None:
+    sigs = SignatureSet.build([s for s in load_signatures(user_file=None) if s.id != "training-diverged"])
+    a = fold(["epoch: 1 loss: nan"] * 5, sigs)
+    assert a.root_cause is None and math.isnan(a.train.loss)
+
+
+def test_traps_are_not_failures() -> None:
+    lines = [
+        "/usr/lib/python3/site-packages/transformers/trainer.py:1234: FutureWarning: `tokenizer` is "
+        "deprecated and will be removed in version 5.0.0",
+        "gpu-01:1234:1234 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+        "gpu-01:1234:1290 [0] NCCL WARN NET/IB : No device found.",
+        "[rank0]:[W1201 10:00:00.000 ProcessGroupNCCL.cpp:4561] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS=1 "
+        "has no effect for point-to-point collectives.",
+        " 10%|█         | 10/100 [00:10<01:30,  1.00it/s]",
+    ]
+    a = fold(lines)
+    assert a.root_cause is None and a.phase == "training" and (a.train.step, a.train.total) == (10, 100)
+
+
+def test_eval_bars_are_not_the_training_bar() -> None:
+    a = fold([
+        " 10%|█         | 100/1000 [01:40<15:00,  1.00it/s]",
+        "{'loss': 1.5, 'grad_norm': 0.8, 'learning_rate': 2e-05, 'epoch': 0.1}",
+        " 40%|████      | 20/50 [00:02<00:03,  9.50it/s]",  # HF's nameless evaluation bar
+    ])
+    assert (a.train.step, a.train.total) == (100, 1000) and a.phase == "evaluating"
+    a = step(a, " 10%|█         | 101/1000 [01:41<15:00,  1.00it/s]", 4)
+    assert (a.train.step, a.phase) == (101, "training")
+    b = fold(["Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, v_num=0, train_loss=0.7]",
+              "Validation DataLoader 0:  30%|███       | 3/10 [00:00<00:01,  9.00it/s]"])
+    assert (b.train.step, b.train.total, b.train.epoch, b.phase) == (50, 100, 1.0, "evaluating")
+
+
+def test_multi_rank_lines_read_as_one_run_and_the_first_rank_is_the_cause() -> None:
+    a = fold([
+        "[rank0]: Step 7 | loss:1.25 lr:2e-05",
+        "[rank1]:[E1201 10:00:00.000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600001 milliseconds before timing out.",
+        "[rank0]:[E1201 10:00:01.000 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+        "600002 milliseconds before timing out.",
+    ])
+    assert a.train.step == 7 and a.root_cause.id == "nccl-timeout" and "[Rank 1]" in a.root_cause.line
+    assert a.failure_summary() == "died while training (step 7) after 1 s"
+
+
+def test_torchrun_wrapper_yields_to_the_failing_ranks_own_error() -> None:
+    a = fold([
+        "[rank3]: Traceback (most recent call last):",
+        '[rank3]:   File "train.py", line 10, in <module>',
+        "[rank3]:     loss.backward()",
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "E1201 10:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) "
+        "local_rank: 3 (pid: 42) of binary: /usr/bin/python",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ])
+    assert a.root_cause.id == "cuda-oom" and "Tried to allocate 2.00 GiB" in a.root_cause.line
+    assert {f.id for f in a.failures} >= {"cuda-oom", "torchrun-child-failed"}
+
+
+def test_saving_phase_from_a_save_frame_and_finished_from_hf_summary() -> None:
+    a = fold([
+        " 50%|█████     | 500/1000 [10:00<10:00,  1.00s/it]",
+        "Traceback (most recent call last):",
+        '  File "/x/torch/serialization.py", line 423, in save',
+        "    _save(obj, opened_zipfile, pickle_module, pickle_protocol)",
+        "OSError: [Errno 28] No space left on device",
+    ])
+    assert a.failed_in == "saving" and a.root_cause.id == "no-space"
+    b = fold([" 100%|██████████| 1000/1000 [10:00<00:00,  1.00s/it]",
+              "{'train_runtime': 600.0, 'train_samples_per_second': 3.2, 'train_loss': 1.1, 'epoch': 3.0}"])
+    assert b.phase == "finished" and b.train.step == 1000
+
+
+def test_report_names_the_training_line() -> None:
+    r = inspect_log(b"Step 3 | loss:0.5 lr:2e-05 tokens_per_second_per_gpu:100.0\n")
+    assert "train: step 3" in format_report(r) and "loss 0.5" in format_report(r)
+    assert r["train"]["lr"] == 2e-05 and r["phase"] == "training"
+    assert inspect_log(b"INFO 12-01 10:00:00 [loader.py:1] Loading weights took 1.0 seconds\n")["train"] is None
+
+
+@pytest.mark.parametrize("text, want", [
+    # (lines in the shape each trainer prints, (step, total, loss))
+    ("Epoch [1/10], Step [200/600], Loss: 0.1934", (200, 600, 0.1934)),
+    (" [2025-01-01 10:00:00] iteration      100/   10000 | consumed samples:        12800 | learning rate: "
+     "1.500000E-04 | global batch size:   128 | lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 1.234 |",
+     (100, 10000, 7.123456)),
+    ("Training epoch 0, iteration 99/4999 | lr: 1.5e-05 | global_step: 99 | reduced_train_loss: 5.12",
+     (99, 4999, 5.12)),
+    ("[rank0]:[titan] 2025-01-01 10:00:00,000 - root - INFO - step:  10  loss:  7.8432  memory: 30.12GiB(31.70%)",
+     (10, None, 7.8432)),
+    ("1875/1875 [==============================] - 5s 2ms/step - loss: 0.2954 - accuracy: 0.9140",
+     (1875, 1875, 0.2954)),
+    ("Steps:  10%|█         | 100/1000 [01:00<09:00,  1.67it/s, loss=0.123, lr=0.0001]", (100, 1000, 0.123)),
+    ("step:10 - actor/entropy:0.5 - actor/pg_loss:-0.01 - actor/lr:1e-06", (10, None, None)),
+    ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
+     "val_loss=0.455, train_loss_epoch=0.498]", (100, 100, 0.412)),
+])
+def test_trainer_line_shapes(text: str, want: tuple) -> None:
+    tr = inspect_log(text.encode() + b"\n")["train"]
+    assert (tr["step"], tr["total"], tr["loss"]) == want
+
+
+def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalled() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchConfig, WatchState, observe
+
+    run = Run.from_dict({"run_id": "r1", "state": "running", "name": "train", "argv": ["train.py"]})
+    cfg = WatchConfig(stall_training_s=60.0)
+    ws = WatchState(config=cfg)
+    lines = [f"Step {i} | loss:{2.0 - i / 100} lr:2e-05" for i in range(1, 30)]
+    a = LogAnalysis()
+    for i, line in enumerate(lines):  # a step every 10 s: progress, not a stall
+        a = step(a, line, i + 1)
+        ws = observe(ws, run, a, i + 1, (), (), 1000.0 + 10 * i)
+    assert ws.condition == "ok" and ws.last_step == "step 29" and a.phase == "training"
+    # the log keeps growing with a line that is no step (a warning), but the step stands still
+    a = step(a, "UserWarning: something", 31)
+    ws = observe(ws, run, a, 31, (), (), 1290.0)
+    ws = observe(ws, run, a, 31, (), (), 1290.0 + 61)
+    assert ws.condition == "stalled" and "step 29" in (ws.describe(1351.0) or "")
+
+
+def test_host_pace_reads_training_steps(tmp_path: Path) -> None:
+    import remote.pace as hostpace
+
+    log = tmp_path / "output.log"
+    log.write_text("Step 1 | loss:1.5 lr:2e-05\n")
+    p = hostpace.Pace(str(log))
+    p.update(100.0)
+    with log.open("a") as f:
+        f.write(" 30%|███       | 30/100 [00:30<01:10,  1.00it/s]\n")
+    p.update(130.0)
+    r = p.record()
+    assert (r["phase"], r["step"], r["intervals"]) == ("training", "step 30/100", [30.0])
+    with log.open("a") as f:  # an evaluation bar is no training step
+        f.write("Validation DataLoader 0:  50%|█████     | 5/10 [00:01<00:01,  5.00it/s]\n")
+    p.update(140.0)
+    assert p.record()["step"] == "step 30/100"
+
+
+def test_demo_train_needs_a_finished_extraction_and_says_so(tmp_path: Path) -> None:
+    import sys
+
+    from tui.services.demo import DemoError, build_demo
+    from tui.services.demo_train import build_train
+
+    paths = build_demo(tmp_path / "demo", shards=2, layers=2, hidden=16, sequences=2, seq_len=4,
+                       shard_delay=0.0, patches=False)
+    with pytest.raises(DemoError, match="no finished extraction"):
+        build_train(paths, sys.executable)
+
+
+def test_headless_prints_the_training_step_loss_and_phase() -> None:
+    from tui.services.headless import train_line
+
+    a = fold(["Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]"])
+    assert train_line(a.train, a.phase) == "[train] step 50/100  epoch 1  loss 0.7  (training)"
