@@ -33,6 +33,7 @@ def pinned_view(r: dict[str, Any]) -> dict[str, Any]:
         "failures": [[f["id"], f["line_no"]] for f in r["failures"]],
         "root_cause": [cause["id"], cause["line_no"], cause["line"]] if cause else None,
         "loaded_at_line": r["loaded_at_line"], "lines": r["lines"],
+        "train": r.get("train"),
     }
 
 
