@@ -30,8 +30,10 @@ scripts/train.py reads as it is (--data-path OUT):
 Every file is written to a temp name that does not end in "pt" (data_7.tmp-PID),
 fsynced, then renamed. No timestamps anywhere, so a killed-and-resumed run is
 byte-identical to an uninterrupted one; a rerun skips batches whose files are all
-complete and match the input. Batches group sequences of similar length (less padding);
-the files keep the input order. On CUDA each layer's batch is copied to pinned host
+complete and match the input. Batches group sequences of similar length, longest first
+(little padding); with the hf backend, which pads each batch to its longest sequence,
+each batch holds as many sequences as fit --batch-size x the longest sequence's tokens,
+so short sequences make forwards as large as the first; the files keep the input order. On CUDA each layer's batch is copied to pinned host
 memory on a side stream, overlapped with the next batch's forward, and a pool of writer
 threads writes the files from those buffers (extract_files.py says how).
 
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if args.batch_size > VLLM_MAX_SEQS:
             raise Fail("--batch-size must be <= %d with the vllm backend" % VLLM_MAX_SEQS)
         max_tokens = max(VLLM_MIN_BATCH_TOKENS, max_seq_len + 1)
-    plan = plan_batches(samples, args.batch_size, max_tokens)
+    plan = plan_batches(samples, args.batch_size, max_tokens, fill=args.backend == "hf")
 
     out = Path(args.out).resolve()
     lock = lock_out_dir(out)  # noqa: F841  (held until exit)
@@ -256,7 +258,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--raw", action="store_true",
                    help="write the layers asked for even if they cannot train an EAGLE-3 "
                         "drafter (which needs 3 aux layers + the last)")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="sequences per forward pass (hf: of the longest; shorter ones fill "
+                        "the same padded size, so more of them)")
     p.add_argument("--max-seq-len", type=int, default=2048, help="truncate longer sequences")
     p.add_argument("--device", choices=("cpu", "cuda"), help="hf backend (default: cuda if any)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
