@@ -2,7 +2,8 @@
 
     python bench/bench_extract.py [--layers 24] [--hidden 2048] [--seq-len 512]
                                   [--batch-size 32] [--mixes equal,mixed,longtail]
-                                  [--dir /tmp/bench-extract] [--disk] [--old OLD_EXTRACT.py]
+                                  [--dir /tmp/bench-extract] [--writers N] [--compare N]
+                                  [--disk] [--old OLD_EXTRACT.py] [--scale F]
 
 Builds a random Llama-style model with tui.services.demo (bf16 on the GPU) and, for each
 length mix (fixed seed; every length at most --seq-len):
@@ -28,8 +29,9 @@ layer's output copied to pinned host memory on a side stream), nothing written:
             block-diagonal causal mask and their own position ids
   extract   remote/extract.py --backend hf --device cuda --dtype bfloat16 (its done line's
             tok/s: this run's tokens over the wall time from the first batch to the last
-            file fsynced) into /dev/shm (tmpfs: the pipeline without the disk); --disk
-            also into --dir, and --old runs another extract.py the same way there.
+            file fsynced) into /dev/shm (tmpfs: the pipeline without the disk);
+            --writers N also with that many writer threads; --disk also into --dir, and
+            --old runs another extract.py the same way there.
 
 Every rate is useful tokens/s: real tokens only, padding excluded; "padding" is the share
 of the tokens computed that are padding. The ratio is rate / peer (goal for extract on
@@ -37,7 +39,8 @@ tmpfs: >= 0.95). Checks, per mix: (1) some of extract's files against transforme
 forward of that sequence alone (worst relative error per layer, bf16), for the files of
 today's plan and of the job's; (2) every file of extract's run against the same sequences
 extracted in the unbucketed order (input order, --batch-size a batch, each padded to its
-longest) and written by the job's own writer: how many files are byte-identical.
+longest) and written by the job's own writer: how many files are byte-identical (the
+first --compare files).
 """
 
 from __future__ import annotations
@@ -199,6 +202,17 @@ class Bench:
                   sum(len(samples[i].ids) for row in batch for i in row)) for batch in batches]
         return self.timed(calls, sum(u for *_, u in shape)), padding(shape)
 
+    def packed_outputs(self, samples: list[Any], picks: list[int]) -> dict[int, list[Any]]:
+        """The picked samples' host tensors as the packed batches give them."""
+        got = {}
+        for batch in self.pack(samples):
+            flat = [i for row in batch for i in row]
+            if any(i in picks for i in flat):
+                out, done = self.packed_extract(samples, batch)
+                done.synchronize()
+                got.update({i: [h.clone() for h in o] for i, o in zip(flat, out) if i in picks})
+        return got
+
     def lone_error(self, samples: list[Any], got: dict[int, list[Any]]) -> float:
         """Worst relative error (Frobenius, per layer) of the given host tensors of these
         samples against transformers' own forward of each sequence alone."""
@@ -266,12 +280,13 @@ class Bench:
         return same, len(samples), worst
 
 
-def run_extract(script: Path, model_dir: Path, data: Path, out: Path, batch_size: int) -> tuple[float, float]:
+def run_extract(script: Path, model_dir: Path, data: Path, out: Path, batch_size: int,
+                *extra: str) -> tuple[float, float]:
     """(tok/s from the done line, wall seconds of the whole process)."""
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, str(script), "--backend", "hf", "--model", str(model_dir),
             "--data", str(data), "--out", str(out), "--device", "cuda", "--dtype", "bfloat16",
-            "--batch-size", str(batch_size)]
+            "--batch-size", str(batch_size), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -359,6 +374,10 @@ def main() -> None:
     p.add_argument("--dir", default="/tmp/bench-extract")
     p.add_argument("--disk", action="store_true", help="also extract to --dir, and time the disk")
     p.add_argument("--old", help="another extract.py to time the same way (to --dir)")
+    p.add_argument("--writers", type=int, action="append", default=[],
+                   help="also run extract.py --writers N to /dev/shm (repeatable)")
+    p.add_argument("--compare", type=int, default=1024,
+                   help="files compared with the unbucketed order, from the first")
     p.add_argument("--scale", type=float, default=1.0, help="scale the mixes' sizes (a quick try)")
     args = p.parse_args()
     import torch
@@ -403,8 +422,11 @@ def main() -> None:
         rows.append((f"bare, filled batches ({bs} x {args.seq_len} padded tokens)", r, pad))
         r, pad = bench.packed(samples)
         rows.append((f"bare, packed rows of {args.seq_len} ({bs} rows a batch)", r, pad))
+        for n in args.writers:
+            ex, wall = run_extract(EXTRACT, paths.model, data, shm, bs, "--writers", str(n))
+            rows.append((f"extract.py --writers {n} -> /dev/shm (wall {wall:.1f} s)", ex, None))
         ex, wall = run_extract(EXTRACT, paths.model, data, shm, bs)
-        rows.append((f"extract.py -> /dev/shm (process wall {wall:.1f} s)", ex, None))
+        rows.append((f"extract.py -> /dev/shm (tmpfs; process wall {wall:.1f} s)", ex, None))
         if args.disk:
             ex_disk, wall_disk = run_extract(EXTRACT, paths.model, data, root / "out", bs)
             rows.append((f"extract.py -> {root / 'out'} (disk; wall {wall_disk:.1f} s)", ex_disk, None))
@@ -424,15 +446,19 @@ def main() -> None:
         job = {i: torch.load(str(shm / f"data_{i}.pt"), weights_only=True)["hidden_states"]
                for i in picks}
         err_job = bench.lone_error(samples, job)
-        same, compared, diff = bench.same_bytes(samples, shm, Path("/dev/shm/bench-extract-unb"))
+        packed = bench.packed_outputs(samples, picks)
+        err_packed = bench.lone_error(samples, packed)
+        same, compared, diff = bench.same_bytes(samples[:args.compare], shm,
+                                                Path("/dev/shm/bench-extract-unb"))
         shutil.rmtree(shm, ignore_errors=True)
         print(f"\n  {'run':<62} {'tok/s':>9} {'x peer':>7} {'padding':>8}")
         print(f"  {'bare, equal lengths, same tokens (peer)':<62} {peer:>9.0f} {1:>7.2f} {0:>7.1%}")
         for what, rate, pad in rows:
             ps = f"{pad:>7.1%}" if pad is not None else f"{'':>7}"
             print(f"  {what:<62} {rate:>9.0f} {rate / peer:>7.3f} {ps}")
-        print(f"  {len(picks)} files vs a lone forward, worst relative error: today's batches "
-              f"{err_today:.2e}, extract.py's {err_job:.2e}")
+        print(f"  {len(picks)} sequences vs a lone forward, worst relative error: today's "
+              f"batches {err_today:.2e}, extract.py's files {err_job:.2e}, packed rows "
+              f"{err_packed:.2e}")
         print(f"  byte-identical to the unbucketed order (input order, {bs} a batch): "
               f"{same}/{compared} files" + (f"; the others differ by at most {diff:.3g}"
                                             if same < compared else ""), flush=True)
