@@ -247,7 +247,7 @@ def test_layers_that_cannot_train_are_refused_unless_raw(tmp_path: Path, layers:
 
 
 @pytest.mark.parametrize("case", ["no_model", "bad_json", "no_keys", "big_id", "empty",
-                                  "bad_layers", "no_data_arg", "empty_ids"])
+                                  "bad_layers", "no_data_arg", "empty_ids", "no_writers"])
 def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
     paths, data, _ = demo
     bad = tmp_path / "bad.jsonl"
@@ -265,13 +265,16 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
               "big_id": "token id 5000 >= vocab size 1024",
               "empty": "no sequences", "bad_layers": "--layers: 9 is out of range [0, 7]",
               "no_data_arg": "--data is required",
-              "empty_ids": "line 1: 'input_ids' must be a non-empty"}
+              "empty_ids": "line 1: 'input_ids' must be a non-empty",
+              "no_writers": "--writers must be at least 1"}
     if case == "no_model":
         args[3] = str(tmp_path / "nope")
     if case == "bad_layers":
         args += ["--layers", "1,9"]
     if case == "no_data_arg":
         del args[4:6]
+    if case == "no_writers":
+        args += ["--writers", "0"]
     proc = extract(*args)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
