@@ -3,7 +3,7 @@
     python extract.py --backend hf|vllm --model DIR --data FILE.jsonl --out DIR
                       [--layers 2,16,29,31] [--raw] [--batch-size N] [--max-seq-len N]
                       [--device cpu|cuda] [--dtype float32|bfloat16] [--tp N]
-                      [--preflight] [--shard-delay S]
+                      [--writers N] [--preflight] [--shard-delay S]
 
 Input: JSON lines, each {"input_ids": [...]} (optionally with "loss_mask"), or
 {"text": "..."}, or {"conversations"|"messages": [{"role", "content"}, ...]}. Text and
@@ -30,10 +30,13 @@ scripts/train.py reads as it is (--data-path OUT):
 Every file is written to a temp name that does not end in "pt" (data_7.tmp-PID),
 fsynced, then renamed. No timestamps anywhere, so a killed-and-resumed run is
 byte-identical to an uninterrupted one; a rerun skips batches whose files are all
-complete and match the input. Batches group sequences of similar length (less padding);
-the files keep the input order. On CUDA each layer's batch is copied to pinned host
-memory on a side stream, overlapped with the next batch's forward, and a pool of writer
-threads writes the files from those buffers (extract_files.py says how).
+complete and match the input. Batches group sequences of similar length, longest first
+(little padding); with the hf backend, which pads each batch to its longest sequence,
+each batch holds as many sequences as fit --batch-size x the longest sequence's tokens,
+so short sequences make forwards as large as the first; the files keep the input order.
+On CUDA each layer's batch is copied to pinned host memory on a side stream, overlapped
+with the next batch's forward, and a pool of --writers threads writes the files from
+those buffers (extract_files.py says how), each thread a run of a batch's files.
 
 Progress goes to stdout (flushed), in exactly these forms (the TUI's parser reads them):
   [extract] batch 3/9 | seqs 6/18 | tokens 1536/4608 | 980.3 tok/s | elapsed 0:00:02 | eta 0:00:03
@@ -127,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         if args.batch_size > VLLM_MAX_SEQS:
             raise Fail("--batch-size must be <= %d with the vllm backend" % VLLM_MAX_SEQS)
         max_tokens = max(VLLM_MIN_BATCH_TOKENS, max_seq_len + 1)
-    plan = plan_batches(samples, args.batch_size, max_tokens)
+    plan = plan_batches(samples, args.batch_size, max_tokens, fill=args.backend == "hf")
 
     out = Path(args.out).resolve()
     lock = lock_out_dir(out)  # noqa: F841  (held until exit)
@@ -200,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
 
     skip_crc32(torch)
     # Threads blocked in fsync or on a CUDA event hold no GIL: more of them than cores.
-    pool = ThreadPoolExecutor(max_workers=max(4, min(32, 2 * (os.cpu_count() or 2))))
+    writers = args.writers or max(4, min(32, 2 * (os.cpu_count() or 2)))
+    pool = ThreadPoolExecutor(max_workers=writers)
     # Seconds the next forward waited for the writers (IN_FLIGHT batches in their hands),
     # and the writing left after the last forward: where the output's disk is the limit.
     waited = tail = 0.0
@@ -209,8 +213,15 @@ def run(args: argparse.Namespace) -> int:
             futures: List[Future] = []
             if b in todo:
                 per_sample, ready = backend.extract([samples[i] for i in idx])
-                futures = [pool.submit(write_sample, files[i], samples[i], hs, ready)
-                           for i, hs in zip(idx, per_sample) if i not in have]
+                jobs = [(files[i], samples[i], hs) for i, hs in zip(idx, per_sample)
+                        if i not in have]
+                # At most one task per writer thread, each a run of the batch's files: a
+                # batch of many short sequences would otherwise wake every thread for
+                # every file, and their wake-ups take the GIL the next forward needs.
+                k = min(writers, len(jobs))
+                futures = [pool.submit(write_samples, jobs[j * len(jobs) // k:
+                                                           (j + 1) * len(jobs) // k], ready)
+                           for j in range(k)]
             pending.append((b, futures))
             while pending and (len(pending) > IN_FLIGHT
                                or all(f.done() for f in pending[0][1])):
@@ -238,6 +249,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_samples(jobs: List[Tuple[Path, Any, List[Any]]], ready: Any) -> None:
+    """Some files of one batch, one after the other (a writer thread's task)."""
+    for path, sample, hs in jobs:
+        write_sample(path, sample, hs, ready)
+        ready = None  # the batch's copies are done
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line on stderr and exit 2."""
 
@@ -256,11 +274,15 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--raw", action="store_true",
                    help="write the layers asked for even if they cannot train an EAGLE-3 "
                         "drafter (which needs 3 aux layers + the last)")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="sequences per forward pass (hf: of the longest; shorter ones fill "
+                        "the same padded size, so more of them)")
     p.add_argument("--max-seq-len", type=int, default=2048, help="truncate longer sequences")
     p.add_argument("--device", choices=("cpu", "cuda"), help="hf backend (default: cuda if any)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                    help="output (and hf compute) dtype; default float32 on CPU, else bfloat16")
+    p.add_argument("--writers", type=int,
+                   help="threads writing the output files (default: 2 per CPU, 4 to 32)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (vllm backend)")
     p.add_argument("--preflight", action="store_true",
                    help="only check that vLLM and speculators fit together; load nothing")
@@ -275,8 +297,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         for name in ("model", "data", "out"):
             if not getattr(args, name):
                 p.error("--%s is required" % name)
-    for name in ("batch_size", "max_seq_len", "tp"):
-        if getattr(args, name) < 1:
+    for name in ("batch_size", "max_seq_len", "tp", "writers"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error("--%s must be at least 1" % name.replace("_", "-"))
     if args.shard_delay < 0:
         p.error("--shard-delay must not be negative")

@@ -156,22 +156,36 @@ class HfBackend:
 
     def extract(self, batch: Sequence[Sample]) -> Tuple[List[List[Any]], Any]:
         """Per sequence, its layers' [seq, hidden] contiguous tensors on the host; plus a
-        CUDA event the host copies complete at (None on CPU)."""
+        CUDA event the host copies complete at (None on CPU). The batch is padded on the
+        right to its longest sequence."""
         torch = self.torch
-        if not hasattr(self, "_base"):
-            self._hook()
         lens = [len(s.ids) for s in batch]
         width = max(lens)
         ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in batch],
                            dtype=torch.long)
+        hs = self.forward(self._to_device(ids), self._mask(lens, width))
+        return self.to_host(hs, [(row, 0, n) for row, n in enumerate(lens)])
+
+    def forward(self, ids: Any, mask: Any, position_ids: Any = None) -> List[Any]:
+        """The chosen layers' outputs [rows, width, hidden] of one forward pass of `ids`
+        (on the device) with the attention `mask` (see _mask)."""
+        torch = self.torch
+        if not hasattr(self, "_base"):
+            self._hook()
         self._captured.clear()
         with torch.inference_mode():
-            self._base(input_ids=self._to_device(ids), attention_mask=self._mask(lens, width),
+            self._base(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                        use_cache=False)
-        hs = [self._captured.pop(L) for L in self.layers]
+        return [self._captured.pop(L) for L in self.layers]
+
+    def to_host(self, hs: List[Any],
+                spans: Sequence[Tuple[int, int, int]]) -> Tuple[List[List[Any]], Any]:
+        """Per (row, start, length) span, its layers' [length, hidden] rows of `hs`, on
+        the host; plus a CUDA event the host copies complete at (None on CPU)."""
+        torch = self.torch
         if self.device != "cuda":
-            return [[h[row, :n].to(self.dtype).clone() for h in hs]
-                    for row, n in enumerate(lens)], None
+            return [[h[row, a:a + n].to(self.dtype).clone() for h in hs]
+                    for row, a, n in spans], None
         # Each layer's whole batch in one copy to pinned host memory, on a side stream, so
         # the next batch's forward runs while the copies and the writers work; each
         # sequence's rows of it are a contiguous view, written from there (no clones).
@@ -191,6 +205,5 @@ class HfBackend:
             # core while the main thread launches the next forward.
             done = torch.cuda.Event(blocking=True)
             done.record(side)
-        out = [[buf[row, :n] for buf in bufs] for row, n in enumerate(lens)]
+        out = [[buf[row, a:a + n] for buf in bufs] for row, a, n in spans]
         return out, done
-

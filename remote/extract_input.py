@@ -138,20 +138,34 @@ def read_dataset(path: Path, model_dir: Path,
     return samples, truncated
 
 
-def plan_batches(samples: Sequence[Sample], batch_size: int,
-                 max_tokens: Optional[int]) -> List[List[int]]:
-    """Batches of sample indexes, at most batch_size sequences / max_tokens tokens each,
-    longest sequences first so that each batch holds similar lengths (little padding, and
-    an out-of-memory shows at once). Deterministic: a resumed run makes the same batches."""
+def plan_batches(samples: Sequence[Sample], batch_size: int, max_tokens: Optional[int],
+                 fill: bool = False) -> List[List[int]]:
+    """Batches of sample indexes, longest sequences first so that each batch holds similar
+    lengths (little padding, and an out-of-memory shows at once); at most max_tokens
+    tokens each. Without `fill`, at most batch_size sequences each. With `fill` (the hf
+    backend, which pads each batch to its longest sequence), every batch holds as many
+    sequences as fit the first batch's padded size, batch_size x the longest sequence:
+    shorter sequences come in more of them, so each forward is as large as the first
+    (short ones in batches of batch_size would leave the GPU idle between small
+    forwards). Equal lengths give the same batches either way. Deterministic: a resumed
+    run makes the same batches; the output files keep the input's numbering."""
     order = sorted(range(len(samples)), key=lambda i: (-len(samples[i].ids), i))
+    budget = batch_size * len(samples[order[0]].ids) if order else 0
     out: List[List[int]] = []
     cur: List[int] = []
-    tokens = 0
+    tokens = width = 0
     for i in order:
         n = len(samples[i].ids)
-        if cur and (len(cur) >= batch_size or (max_tokens is not None and tokens + n > max_tokens)):
-            out.append(cur)
-            cur, tokens = [], 0
+        if cur:
+            if fill:
+                full = (len(cur) + 1) * width > budget
+            else:
+                full = len(cur) >= batch_size
+            if full or (max_tokens is not None and tokens + n > max_tokens):
+                out.append(cur)
+                cur, tokens = [], 0
+        if not cur:
+            width = n  # the batch's longest: it is padded to this
         cur.append(i)
         tokens += n
     out.append(cur)

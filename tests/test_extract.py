@@ -154,9 +154,10 @@ def test_log_lines_parse(demo, first_run) -> None:
     lines = proc.stdout.splitlines()
     progress = [PROGRESS.match(line) for line in lines[:-1]]
     assert all(progress), proc.stdout
-    # Batches of 4 by length, longest first: 33 21 17 14 | 12 9 7 5 | 3 2.
+    # By length, longest first, each batch as many as fit 4 x 33 padded tokens:
+    # 33 21 17 14 | 12 9 7 5 3 2 (6 x 12 = 72).
     assert [(m[1], m[2], m[3], m[5]) for m in progress] == [
-        ("1", "3", "4", "85"), ("2", "3", "8", "118"), ("3", "3", "10", "123")]
+        ("1", "2", "4", "85"), ("2", "2", "10", "123")]
     done = DONE.match(lines[-1])
     assert done and done[1] == "10" and done[2] == str(sum(lengths))
     assert Path(done[4]) == out / "data_config.json"
@@ -194,9 +195,12 @@ def test_killed_and_resumed_is_byte_identical(demo, first_run, tmp_path: Path) -
     resumed = extract(*args, "--out", str(part))
     assert resumed.returncode == 0, resumed.stderr
     skipped = [SKIPPED.match(line) for line in resumed.stdout.splitlines()]
-    # batch size 1, longest first: batch b holds the b-th longest sequence
-    by_length = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    assert {by_length[int(m[1]) - 1] for m in skipped if m} == kept
+    # batch size 1 (33 padded tokens a batch), longest first: 33 | 21 | 17 | 14 12 |
+    # 9 7 5 | 3 2; a batch is skipped when all its files are there
+    batches = [[3], [6], [1], [8, 5], [2, 7, 0], [9, 4]]
+    assert {int(m[2]) for m in skipped if m} == {len(batches)}
+    assert {int(m[1]) for m in skipped if m} == {
+        b for b, idx in enumerate(batches, 1) if set(idx) <= kept}
     assert _digests(part) == _digests(full)
     # data files, token_freq.pth, data_config.json, the lock file; no temp file left
     assert len(_digests(full)) == len(lengths) + 3
@@ -215,8 +219,8 @@ def test_rerun_redoes_a_damaged_file_only(demo, first_run, tmp_path: Path) -> No
     proc = extract("--backend", "hf", "--model", str(paths.model), "--data", str(data),
                    "--out", str(copy), "--batch-size", "4", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
-    # data_3 (33 tokens) is in batch 1; batches 2 and 3 are skipped
-    assert [SKIPPED.match(x)[1] for x in proc.stdout.splitlines() if SKIPPED.match(x)] == ["2", "3"]
+    # data_3 (33 tokens) is in batch 1; batch 2 (six sequences) is skipped
+    assert [SKIPPED.match(x)[1] for x in proc.stdout.splitlines() if SKIPPED.match(x)] == ["2"]
     assert _digests(copy) == before
 
 
@@ -243,7 +247,7 @@ def test_layers_that_cannot_train_are_refused_unless_raw(tmp_path: Path, layers:
 
 
 @pytest.mark.parametrize("case", ["no_model", "bad_json", "no_keys", "big_id", "empty",
-                                  "bad_layers", "no_data_arg", "empty_ids"])
+                                  "bad_layers", "no_data_arg", "empty_ids", "no_writers"])
 def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
     paths, data, _ = demo
     bad = tmp_path / "bad.jsonl"
@@ -261,13 +265,16 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path: Path, case: str) -> None:
               "big_id": "token id 5000 >= vocab size 1024",
               "empty": "no sequences", "bad_layers": "--layers: 9 is out of range [0, 7]",
               "no_data_arg": "--data is required",
-              "empty_ids": "line 1: 'input_ids' must be a non-empty"}
+              "empty_ids": "line 1: 'input_ids' must be a non-empty",
+              "no_writers": "--writers must be at least 1"}
     if case == "no_model":
         args[3] = str(tmp_path / "nope")
     if case == "bad_layers":
         args += ["--layers", "1,9"]
     if case == "no_data_arg":
         del args[4:6]
+    if case == "no_writers":
+        args += ["--writers", "0"]
     proc = extract(*args)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -332,3 +339,45 @@ def test_preflight_without_vllm_fails_fast(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert re.search(r"^\[preflight\] FAIL import vllm: ", proc.stdout, re.M), proc.stdout
     assert proc.stdout.splitlines()[-1].startswith("[preflight] FAILED 1 check(s): import vllm")
+
+
+def test_rerun_redoes_a_filled_batch_only(demo, first_run, tmp_path: Path) -> None:
+    """A batch of more than --batch-size short sequences (filled to the first batch's
+    padded size) missing one file is redone whole, the same bytes; the other skipped."""
+    paths, data, lengths = demo
+    out, _ = first_run
+    copy = tmp_path / "out"
+    copy.mkdir()
+    for p in out.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    before = _digests(copy)
+    (copy / "data_9.pt").unlink()  # 3 tokens: batch 2, six sequences (see test_log_lines_parse)
+    proc = extract("--backend", "hf", "--model", str(paths.model), "--data", str(data),
+                   "--out", str(copy), "--batch-size", "4", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert [SKIPPED.match(x)[1] for x in proc.stdout.splitlines() if SKIPPED.match(x)] == ["1"]
+    assert [m[3] for m in map(PROGRESS.match, proc.stdout.splitlines()) if m] == ["10"]
+    assert _digests(copy) == before
+
+
+def test_files_follow_the_input_order_not_the_batches(demo, first_run, tmp_path: Path) -> None:
+    """The same sequences in another input order: data_{i}.pt is the i-th input line's,
+    with the very tensors that sequence got in the first order (no two lengths are equal,
+    so each sequence gets the same batch and padding in both runs). Not the same bytes:
+    torch.save names the archive's records after the file (data_7/...)."""
+    paths, data, lengths = demo
+    out, _ = first_run
+    rows = data.read_text().splitlines()
+    perm = [7, 2, 9, 0, 4, 8, 1, 6, 3, 5]  # line k of the new input is line perm[k]
+    shuffled = tmp_path / "shuffled.jsonl"
+    shuffled.write_text("".join(rows[i] + "\n" for i in perm))
+    proc = extract("--backend", "hf", "--model", str(paths.model), "--data", str(shuffled),
+                   "--out", str(tmp_path / "out"), "--batch-size", "4", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    for k, i in enumerate(perm):
+        got = load_sample(tmp_path / "out" / f"data_{k}.pt")
+        want = load_sample(out / f"data_{i}.pt")
+        assert got["input_ids"].tolist() == json.loads(rows[i])["input_ids"]
+        assert torch.equal(got["loss_mask"], want["loss_mask"])
+        for g, w in zip(got["hidden_states"], want["hidden_states"], strict=True):
+            assert torch.equal(g, w), (k, i)
