@@ -21,7 +21,6 @@ from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, TransportError
 
-
 read_only_opt = click.option(
     "--read-only", is_flag=True,
     help="Watch only: kill, relaunch, launch, patch push and rollback are off.")

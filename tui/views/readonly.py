@@ -20,7 +20,7 @@ def refused(node: DOMNode, what: str) -> bool:
     """True (and a notification that says why) when this session may not `what`."""
     if not is_read_only(node.app):
         return False
-    node.notify(f"read-only session: {what} is off (started with --read-only)", severity="warning")
+    node.app.notify(f"read-only session: {what} is off (started with --read-only)", severity="warning")
     return True
 
 

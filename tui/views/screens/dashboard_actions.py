@@ -26,8 +26,8 @@ from tui.state.reducer import (
     ShowAll,
 )
 from tui.transport import AgentRequestError, LinkLost, TransportError
-from tui.views.screens.confirm import ConfirmScreen
 from tui.views.readonly import refused
+from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.logviewer import LogViewerScreen
 
 if TYPE_CHECKING:
