@@ -43,6 +43,7 @@ PAGE = """<!DOCTYPE html>
 <title>eagle3-tui</title>
 <link rel="stylesheet" href="/static/css/xterm.css">
 <link rel="preload" href="/static/fonts/RobotoMono-VariableFont_wght.ttf" as="font" type="font/ttf" crossorigin>
+<script src="/fit.js"></script>
 <script src="/static/js/textual.js"></script>
 <style>
 @font-face {{ font-family: "Roboto Mono"; src: url("/static/fonts/RobotoMono-VariableFont_wght.ttf"); }}
@@ -61,6 +62,16 @@ a {{ color: #8cf; }}
 <div id="terminal" class="textual-terminal" data-session-websocket-url="{ws_url}" data-font-size="{font_size}"></div>
 </body>
 </html>
+"""
+
+
+# Before textual.js reads it (on load): a font size that gives a phone ~60 columns, unless
+# the URL says `?fontsize=N`. A file, not inline: the CSP allows scripts from 'self' only.
+FIT_JS = """document.addEventListener("DOMContentLoaded", () => {
+  if (new URLSearchParams(location.search).has("fontsize")) return;
+  const size = Math.max(9, Math.min(16, Math.floor(window.innerWidth / 36)));
+  document.getElementById("terminal").dataset.fontSize = String(size);
+});
 """
 
 
@@ -96,6 +107,7 @@ class WebServer:
         app.on_response_prepare.append(self._headers)
         app.add_routes([
             web.get("/", self._index),
+            web.get("/fit.js", self._fit),
             web.get("/ws", self._websocket),
             web.get("/download/{key}", self.textual.handle_download),
             web.static("/static", self.textual.statics_path),
@@ -150,6 +162,9 @@ class WebServer:
         ws_url = f"{'wss' if self.tls else 'ws'}://{request.host}/ws"
         return web.Response(text=PAGE.format(ws_url=html.escape(ws_url), font_size=font_size),
                             content_type="text/html")
+
+    async def _fit(self, request: web.Request) -> web.Response:
+        return web.Response(text=FIT_JS, content_type="text/javascript")
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         origin = request.headers.get("Origin")
