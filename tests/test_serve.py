@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator
 import aiohttp
 import pytest
 
+from tests.patch_fixtures import client, site  # noqa: F401  (the real agent and a site-packages)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -254,3 +256,48 @@ def test_off_this_machine_only_with_tls(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "ssh -L 8765:127.0.0.1:8765" in res.stderr, res.stderr
     assert res.stdout == ""
+
+
+# ---- read-only in the app itself (the browser test above covers k end to end) -------------
+
+async def test_read_only_dashboard_refuses_every_write_key_and_says_so() -> None:
+    from tests.replay import ReplayClient, snapshot
+    from tests.test_app import CFG, RUN
+    from tests.test_one_truth import notices, until
+    from tui.views.app import make_app
+    from tui.views.readonly import ModeFooter
+    from tui.views.screens.confirm import ConfirmScreen
+
+    app = make_app(ReplayClient([snapshot(1, runs=[RUN])]), CFG, "gpu-box", read_only=True)  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0, 5, "a snapshot")
+        for key, what in (("k", "kill"), ("r", "relaunch"), ("l", "launch")):
+            await pilot.press(key)
+            await until(pilot, lambda: any(f"read-only session: {what} is off" in n for n in notices(app)), 5, what)
+            assert not isinstance(app.screen, ConfirmScreen)
+        app.screen.action_kill()  # the command palette's way in: the same refusal
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert app.screen.query_one(ModeFooter).query(".read-only")
+        ops = [op for op, _ in app.client.requests]  # type: ignore[attr-defined]
+        assert not {"kill", "launch", "relaunch"} & set(ops), ops
+
+
+async def test_read_only_patch_screen_refuses_push_and_rollback(client: Any, site: Path,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    from textual.widgets import DataTable
+
+    from tests.test_patch_screen import Host, marks, until
+    from tui.views.screens.confirm import ConfirmScreen
+    from tui.views.screens.patches import PatchScreen
+
+    app = Host(client, tmp_path)
+    app.read_only = True  # type: ignore[attr-defined]
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        await until(pilot, lambda: screen.status is not None and bool(marks(screen.query_one(DataTable))))
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: any("read-only session: patch push is off" in n for n in app.notes))
+        await pilot.press("b")
+        await until(pilot, lambda: any("read-only session: patch rollback is off" in n for n in app.notes))
+        assert app.screen is screen and not isinstance(app.screen, ConfirmScreen)
