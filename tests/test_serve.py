@@ -71,7 +71,8 @@ class Served:
 
 
 @contextmanager
-def serve(tmp_path: Path, *args: str) -> Iterator[Served]:
+def serve(tmp_path: Path, *args: str, url_shape: str = r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}"
+          ) -> Iterator[Served]:
     """`eagle3-tui serve local --port 0 ARGS` in tmp_path; the URL it prints; SIGTERM at the end."""
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
     with open(out, "wb") as o, open(err, "wb") as e:
@@ -84,7 +85,7 @@ def serve(tmp_path: Path, *args: str) -> Iterator[Served]:
             assert time.monotonic() < deadline, "no URL printed"
             time.sleep(0.05)
         url = out.read_text().splitlines()[0]
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", url), url
+        assert re.fullmatch(url_shape, url), url
         yield Served(proc, url, err)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -256,6 +257,28 @@ def test_off_this_machine_only_with_tls(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "ssh -L 8765:127.0.0.1:8765" in res.stderr, res.stderr
     assert res.stdout == ""
+
+
+def test_tls_serves_https_with_a_secure_cookie(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    with serve(tmp_path, "--bind", "0.0.0.0", "--tls-cert", str(cert), "--tls-key", str(key),
+               url_shape=r"https://[^/:]+:\d+/\?token=[\w-]{40,}") as served:
+        port = served.base.rsplit(":", 1)[1].rstrip("/")
+        import asyncio
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as http:
+                local = f"https://127.0.0.1:{port}/"
+                async with http.get(local, ssl=False) as r:
+                    assert r.status == 401
+                async with http.get(f"{local}?token={served.token}", ssl=False, allow_redirects=False) as r:
+                    assert r.status == 303 and "Secure" in r.headers["Set-Cookie"]
+                with pytest.raises(aiohttp.ClientError):  # no plain HTTP on that port
+                    await http.get(f"http://127.0.0.1:{port}/?token={served.token}")
+
+        asyncio.run(check())
 
 
 # ---- read-only in the app itself (the browser test above covers k end to end) -------------
