@@ -179,11 +179,13 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         second.open(served.url)  # the second tab: the cookie, the same server
         for s in (first, second):
             s.wait(run["run_id"])
+        first.wait("browser sessions now: #1 127.0.0.1, #2 127.0.0.1")  # who else is watching
         first.page.bring_to_front()
         first.page.click("#terminal")
         first.page.keyboard.press("q")
         first.page.wait_for_selector("body.-closed", state="attached", timeout=15_000)  # "Session ended"
         second.text = ""
+        second.wait("browser sessions now: #2 127.0.0.1")
         second.wait("step")  # the other session still follows the log
         assert served.proc.poll() is None
         log = served.log()

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import secrets
+import shutil
 import socket
 import ssl
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -106,7 +109,14 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
     command = session_command(obj, targets, hosts_file, read_only)
-    server = webserve.WebServer(command, token, port=port, tls=ssl_context is not None)
+    from tui.views.served import SESSIONS_ENV
+
+    private = Path(tempfile.mkdtemp(prefix="eagle3-tui-serve-"))  # mode 0700
+    sessions_file = private / "sessions.json"
+    sessions_file.write_text("[]")
+    os.environ[SESSIONS_ENV] = str(sessions_file)  # each session's app inherits it
+    server = webserve.WebServer(command, token, port=port, tls=ssl_context is not None,
+                                sessions_file=sessions_file)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     host = bind if is_loopback(bind) or bind not in ("0.0.0.0", "::") else socket.getfqdn()
@@ -116,4 +126,7 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
                f"{' (read-only)' if read_only else ''}; Ctrl+C stops. Open:", err=True)
     click.echo(f"{scheme}://{host}:{port}/?token={token}")  # printed once: stdout only, no log
     sys.stdout.flush()
-    webserve.run(server, sock, ssl_context)
+    try:
+        webserve.run(server, sock, ssl_context)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

@@ -19,11 +19,14 @@ from __future__ import annotations
 import hmac
 import html
 import itertools
+import json
 import logging
+import os
 import re
 import shlex
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -94,8 +97,11 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
 class WebServer:
     """The aiohttp application serving `command` (one process per browser session)."""
 
-    def __init__(self, command: list[str], token: str, *, port: int, tls: bool) -> None:
+    def __init__(self, command: list[str], token: str, *, port: int, tls: bool, sessions_file: Path) -> None:
+        """`sessions_file`: where the open sessions are listed for their apps
+        (tui/views/served.py reads it), in a directory only this user can read."""
         self.token = token.encode()
+        self.sessions_file = sessions_file
         self.tls = tls
         self.cookie = f"eagle3-tui-token-{port}"  # cookies do not tell ports apart
         self.textual = Server(shlex.join(command), title="eagle3-tui")  # its handlers, not its server
@@ -178,12 +184,20 @@ class WebServer:
                                    time.monotonic())
         log.info("session %d opened from %s (%s); connected now: %s", n, self.sessions[n].peer,
                  self.sessions[n].agent, self.describe())
+        self._write_sessions()
         try:
             return await self.textual.handle_websocket(request)
         finally:
             gone = self.sessions.pop(n)
             log.info("session %d from %s ended after %.0f s; connected now: %s", n, gone.peer,
                      time.monotonic() - gone.started, self.describe())
+            self._write_sessions()
+
+    def _write_sessions(self) -> None:
+        rows = [{"number": s.number, "peer": s.peer, "agent": s.agent} for s in self.sessions.values()]
+        tmp = self.sessions_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, self.sessions_file)  # a reader never sees half a list
 
     def describe(self) -> str:
         return ", ".join(f"#{s.number} {s.peer}" for s in self.sessions.values()) or "none"

@@ -23,6 +23,7 @@ from tui.state.model import AppState, Run
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.help import HelpScreen
+from tui.views.served import follow_sessions
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 
@@ -50,6 +51,7 @@ class EagleApp(App[None]):
 
     def on_mount(self) -> None:
         self.set_timer(FREEZE_AFTER_S, self._freeze_heap)
+        follow_sessions(self)  # served to a browser: who else is connected
 
     def _freeze_heap(self) -> None:
         """Keep the start-up heap (Textual, its CSS, the widgets: ~100k objects) out of

@@ -7,12 +7,14 @@ do not apply), and `ModeFooter` shows READ-ONLY beside the keys.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import App, ComposeResult
 from textual.dom import DOMNode
 from textual.widgets import Footer, Label
 
 
-def is_read_only(app: App[object]) -> bool:
+def is_read_only(app: App[Any]) -> bool:
     return bool(getattr(app, "read_only", False))
 
 
