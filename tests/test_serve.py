@@ -142,12 +142,28 @@ def browser(width: int = 1440, height: int = 900) -> Iterator[Any]:
             b.close()
 
 
+def descendants(root: int) -> list[int]:
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parent[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        here = todo.pop()
+        kids = [pid for pid, pp in parent.items() if pp == here]
+        found += kids
+        todo += kids
+    return found
+
+
 def pid_alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
         return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 # ---- the browser -----------------------------------------------------------------------
@@ -190,6 +206,15 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         assert served.proc.poll() is None
         log = served.log()
         assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s; connected now: #2 127\.0\.0\.1", log), log
+        # Ctrl+C on the server ends the open session at once, its app process with it.
+        apps = descendants(served.proc.pid)
+        assert apps
+        t0 = time.monotonic()
+        served.proc.send_signal(signal.SIGINT)
+        served.proc.wait(15)
+        assert time.monotonic() - t0 < 8
+        second.page.wait_for_selector("body.-closed", state="attached", timeout=5_000)
+        assert not [pid for pid in apps if pid_alive(pid)]
 
 
 def test_read_only_refuses_k_and_says_so(tmp_path: Path, run: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ aiohttp application around its public handlers and adds, the way Jupyter does:
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import html
 import itertools
@@ -106,11 +107,13 @@ class WebServer:
         self.cookie = f"eagle3-tui-token-{port}"  # cookies do not tell ports apart
         self.textual = Server(shlex.join(command), title="eagle3-tui")  # its handlers, not its server
         self.sessions: dict[int, Session] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()  # the sessions' handlers, ended on shutdown
         self._numbers = itertools.count(1)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
         app.on_response_prepare.append(self._headers)
+        app.on_shutdown.append(self._end_sessions)
         app.add_routes([
             web.get("/", self._index),
             web.get("/fit.js", self._fit),
@@ -185,13 +188,24 @@ class WebServer:
         log.info("session %d opened from %s (%s); connected now: %s", n, self.sessions[n].peer,
                  self.sessions[n].agent, self.describe())
         self._write_sessions()
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         try:
             return await self.textual.handle_websocket(request)
         finally:
+            self._tasks.discard(task)
             gone = self.sessions.pop(n)
             log.info("session %d from %s ended after %.0f s; connected now: %s", n, gone.peer,
                      time.monotonic() - gone.started, self.describe())
             self._write_sessions()
+
+    async def _end_sessions(self, app: web.Application) -> None:
+        """Ctrl+C: end each session now (its app is told to quit, its page says "Session
+        ended") instead of aiohttp waiting for the open WebSockets to close on their own."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _write_sessions(self) -> None:
         rows = [{"number": s.number, "peer": s.peer, "agent": s.agent} for s in self.sessions.values()]
