@@ -249,6 +249,7 @@ def test_no_token_no_page_and_no_websocket(tmp_path: Path) -> None:
         asyncio.run(_raw_checks(served))
         log = served.log()
     assert served.token not in log and "x" * 43 not in log, log
+    assert "\x1b" not in log and "\nforged" not in log and "GET /?[2J?forged 404" in log, log
     assert "WebSocket refused, origin http://evil.example" in log
 
 
@@ -267,6 +268,10 @@ async def _raw_checks(served: Served) -> None:
             assert r.status == 303 and "token" not in r.headers["Location"]
             cookie = r.headers["Set-Cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+        async with http.get(served.base + "/evil.example/?token=" + served.token, allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"] == "/evil.example/"  # a path, never //host
+        async with http.get(served.base + "%1b%5b2J%0aforged", allow_redirects=False) as r:
+            assert r.status == 404  # logged as text: no escape, no second line
         async with http.get(served.base) as r:  # the cookie jar now holds it
             assert r.status == 200 and "textual-terminal" in await r.text()
             assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]

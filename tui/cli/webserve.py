@@ -33,11 +33,12 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from textual_serve.server import Server
+from yarl import URL
 
 log = logging.getLogger("eagle3-tui.serve")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-UNPRINTABLE = re.compile(r"[^\x20-\x7e]")  # a user agent is the client's text: data, one line
+UNPRINTABLE = re.compile(r"[^\x20-\x7e]")  # paths, user agents: the client's text, one line
 
 PAGE = """<!DOCTYPE html>
 <html>
@@ -92,7 +93,7 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
     this one prints the path alone."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.info("%s %s %s %s", request.remote, request.method, request.path, response.status)
+        self.logger.info("%s %s %s %s", request.remote, request.method, clean(request.path, 200), response.status)
 
 
 class WebServer:
@@ -132,13 +133,14 @@ class WebServer:
         given = request.query.get("token")
         if given is not None:
             if not self._good(given):
-                log.warning("%s: wrong token for %s", request.remote, request.path)
+                log.warning("%s: wrong token for %s", request.remote, clean(request.path))
                 raise web.HTTPForbidden(text="eagle3-tui serve: wrong token\n")
             # Trade the token for a cookie and take it out of the address bar (and so
             # out of the history, and of what a screenshot of the page shows).
             query = request.rel_url.query.copy()
             query.popall("token")
-            response = web.Response(status=303, headers={"Location": str(request.rel_url.with_query(query))})
+            here = URL.build(path="/" + request.path.lstrip("/"), query=query)  # never `//host`
+            response = web.Response(status=303, headers={"Location": str(here)})
             response.set_cookie(self.cookie, self.token.decode(), httponly=True, samesite="Strict",
                                 secure=self.tls, path="/")
             return response
@@ -147,7 +149,7 @@ class WebServer:
             raise web.HTTPUnauthorized(
                 text="eagle3-tui serve: open the URL the server printed (it ends in ?token=…)\n")
         if not self._good(cookie):
-            log.warning("%s: wrong token cookie for %s", request.remote, request.path)
+            log.warning("%s: wrong token cookie for %s", request.remote, clean(request.path))
             raise web.HTTPForbidden(text="eagle3-tui serve: wrong token\n")
         return await handler(request)
 
@@ -180,7 +182,7 @@ class WebServer:
         own = f"{'https' if self.tls else 'http'}://{request.host}"
         if origin != own:
             log.warning("%s: WebSocket refused, origin %s is not %s", request.remote,
-                        clean(origin or "(none)"), own)
+                        clean(origin or "(none)"), clean(own))
             raise web.HTTPForbidden(text="eagle3-tui serve: WebSocket from another origin\n")
         n = next(self._numbers)
         self.sessions[n] = Session(n, request.remote or "?", clean(request.headers.get("User-Agent", "?")),
