@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import re
 import sys
 from typing import Any, Awaitable, Callable, NoReturn, TypeVar
@@ -95,7 +96,10 @@ def run_on_host(
 
 
 def need_terminal(command: str) -> None:
-    """Refuse at once, before Textual starts, when there is no terminal to draw on."""
+    """Refuse at once, before Textual starts, when there is no terminal to draw on.
+    A session of `eagle3-tui serve` draws in a browser: Textual's web driver, no terminal."""
+    if os.environ.get("TEXTUAL_DRIVER", "").endswith("web_driver:WebDriver"):
+        return
     for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
         if stream is None or not stream.isatty():
             fail(f"{command} needs a terminal ({name} is not one); without a screen use "

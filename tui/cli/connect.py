@@ -21,12 +21,17 @@ from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, TransportError
 
+read_only_opt = click.option(
+    "--read-only", is_flag=True,
+    help="Watch only: kill, relaunch, launch, patch push and rollback are off.")
+
 
 @click.command()
 @targets_arg
 @hosts_file_opt
+@read_only_opt
 @click.pass_obj
-def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
+def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only: bool) -> None:
     """Open the live dashboard; with several hosts, the fleet (enter opens a host)."""
     need_terminal("connect")
     try:
@@ -42,7 +47,7 @@ def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
         def make_fleet() -> Any:
             from tui.views.app import make_fleet_app
 
-            return make_fleet_app(clients, cfg, cfg.fleet.connect_limit)
+            return make_fleet_app(clients, cfg, cfg.fleet.connect_limit, read_only)
 
         run_app(make_fleet)  # the fleet screen paces its own connects
         return
@@ -55,7 +60,7 @@ def connect(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None) -> None:
     def make() -> Any:
         from tui.views.app import make_app  # Textual is imported only for the dashboard
 
-        return make_app(client, cfg, name)
+        return make_app(client, cfg, name, read_only=read_only)
 
     run_app(make, client)
 

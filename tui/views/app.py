@@ -23,6 +23,7 @@ from tui.state.model import AppState, Run
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.help import HelpScreen
+from tui.views.served import follow_sessions
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 
@@ -39,9 +40,10 @@ class EagleApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
-    def __init__(self, first: Screen[Any]) -> None:
+    def __init__(self, first: Screen[Any], read_only: bool = False) -> None:
         super().__init__()
         self._first = first
+        self.read_only = read_only  # no kill, relaunch, launch, patch push (tui/views/readonly.py)
         self.fatal_error: str | None = None  # a failed connect of `connect HOST`: its one line
 
     def get_default_screen(self) -> Screen[Any]:
@@ -49,6 +51,7 @@ class EagleApp(App[None]):
 
     def on_mount(self) -> None:
         self.set_timer(FREEZE_AFTER_S, self._freeze_heap)
+        follow_sessions(self)  # served to a browser: who else is connected
 
     def _freeze_heap(self) -> None:
         """Keep the start-up heap (Textual, its CSS, the widgets: ~100k objects) out of
@@ -129,15 +132,17 @@ class EagleApp(App[None]):
         yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", screen.action_patches)
 
 
-def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False) -> EagleApp:
+def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False,
+             read_only: bool = False) -> EagleApp:
     """Build the dashboard around an injected client (local, SSH, or a test's);
     `launch` starts the config's run once connected (the demo)."""
-    return EagleApp(DashboardScreen(HostFeed(client, cfg, target), launch=launch))
+    return EagleApp(DashboardScreen(HostFeed(client, cfg, target), launch=launch), read_only)
 
 
-def make_fleet_app(clients: dict[str, AgentClient], cfg: Config, limit: int) -> EagleApp:
+def make_fleet_app(clients: dict[str, AgentClient], cfg: Config, limit: int,
+                   read_only: bool = False) -> EagleApp:
     """The fleet screen over one client per host, at most `limit` connecting at once."""
     from tui.views.screens.fleet import FLEET_TAIL_BYTES, FleetScreen
 
     feeds = {host: HostFeed(c, cfg, host, tail_bytes=FLEET_TAIL_BYTES) for host, c in clients.items()}
-    return EagleApp(FleetScreen(feeds, limit))
+    return EagleApp(FleetScreen(feeds, limit), read_only)

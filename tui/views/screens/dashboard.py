@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tui import protocol as p
 from tui import trace
@@ -32,6 +32,7 @@ from tui.state.model import AppState, Run
 from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, LogOlder, Notice, TailSize
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
+from tui.views.readonly import ModeFooter
 from tui.views.screens.dashboard_actions import DashboardActions
 from tui.views.widgets.gpus import GpuPanel
 from tui.views.widgets.logtail import BUSY_S, LogPane
@@ -104,7 +105,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
                 yield GpuPanel(id="gpus")
         yield ProcessTable(id="procs")
         yield LogPane(id="log")
-        yield Footer()
+        yield ModeFooter()
 
     def on_mount(self) -> None:
         # The widgets, looked up once: timers that fire while the app shuts down find

@@ -26,6 +26,7 @@ from tui.state.reducer import (
     ShowAll,
 )
 from tui.transport import AgentRequestError, LinkLost, TransportError
+from tui.views.readonly import refused
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.logviewer import LogViewerScreen
 
@@ -87,7 +88,7 @@ class DashboardActions(_Base):
         return False
 
     def action_kill(self) -> None:
-        if self._refuse_if_busy():
+        if refused(self, "kill") or self._refuse_if_busy():
             return
         run = self._run()
         if run is None:
@@ -107,7 +108,7 @@ class DashboardActions(_Base):
         return view.kill_confirm_lines(self.state, run, self.cfg.run.graces)
 
     def action_relaunch(self) -> None:
-        if self._refuse_if_busy() or not self._reread_config():
+        if refused(self, "relaunch") or self._refuse_if_busy() or not self._reread_config():
             return
         run = self._run()
         argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
@@ -136,7 +137,7 @@ class DashboardActions(_Base):
         self.app.push_screen(ConfirmScreen(title, host, "Relaunch"), go)
 
     def action_launch(self) -> None:
-        if not self._refuse_if_busy():
+        if not refused(self, "launch") and not self._refuse_if_busy():
             self._launch_worker(None)
 
     def _reread_config(self) -> bool:

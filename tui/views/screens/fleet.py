@@ -18,10 +18,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
+from tui.views.readonly import ModeFooter
 from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
 
@@ -70,7 +71,7 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
         yield FleetTable(id="fleet")
-        yield Footer()
+        yield ModeFooter()
 
     def on_mount(self) -> None:
         gate = asyncio.Semaphore(self.limit)

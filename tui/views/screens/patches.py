@@ -26,6 +26,7 @@ from tui.services import patches as S
 from tui.state import patches as P
 from tui.state.patchtext import describe_state, plan_lines
 from tui.transport import AgentRequestError, TransportError
+from tui.views.readonly import refused
 from tui.views.screens.confirm import ConfirmScreen
 
 APPLIED = "●"
@@ -226,6 +227,8 @@ class PatchScreen(Screen[str | None]):
 
     def _ask(self, goal: str) -> None:
         """Confirm a move to `goal`, or say why not (an unknown state shows its diff)."""
+        if refused(self, "patch rollback" if goal == P.PRISTINE else "patch push"):
+            return
         st, pset = self.status, self.pset
         if st is None or pset is None:
             self.notify("the host's patch state is not known yet", severity="warning")

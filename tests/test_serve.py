@@ -1,0 +1,358 @@
+"""`eagle3-tui serve` (issue 29): the dashboard in a real browser, behind a token.
+
+Everything is real: the `eagle3-tui serve` command as a subprocess, a real run launched
+on `local` through the CLI, Debian's chromium driven by Playwright (its own browser
+download is never used), and aiohttp's client for the raw HTTP / WebSocket checks. The
+browser draws the terminal on a canvas; what the tests read is the text of the frames
+the page received over its WebSocket (escape sequences stripped), what the canvas drew.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import aiohttp
+import pytest
+
+from tests.patch_fixtures import client, site  # noqa: F401  (the real agent and a site-packages)
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[^\[]")
+JOB = "import time\ni = 0\nwhile True:\n    print('step', i, flush=True)\n    i += 1\n    time.sleep(0.05)\n"
+
+
+def e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A real run on `local` (a job printing 20 lines/s), killed at the end if still alive."""
+    (tmp_path / "job.py").write_text(JOB)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\ninterval = 0.5\n'
+        f'[run]\nname = "served"\ncommand = ["{sys.executable}", "{tmp_path / "job.py"}"]\n'
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n')
+    res = e3("launch", "local", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    record = json.loads(res.stdout)
+    try:
+        yield record
+    finally:
+        e3("kill", "local", record["run_id"], "--yes", cwd=tmp_path)
+
+
+def state_of(tmp_path: Path, run_id: str) -> str:
+    runs = json.loads(e3("runs", "local", "--json", cwd=tmp_path).stdout)["runs"]
+    return next(r["state"] for r in runs if r["run_id"] == run_id)
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+        self.proc, self.url, self.log_path = proc, url, log
+        self.base = url.split("?")[0]
+        self.token = url.split("token=")[1]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def serve(tmp_path: Path, *args: str, url_shape: str = r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}"
+          ) -> Iterator[Served]:
+    """`eagle3-tui serve local --port 0 ARGS` in tmp_path; the URL it prints; SIGTERM at the end."""
+    out, err = tmp_path / "serve.out", tmp_path / "serve.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "local", "--port", "0", *args],
+                                cwd=tmp_path, stdout=o, stderr=e, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        deadline = time.monotonic() + 20
+        while not out.read_text().strip():
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "no URL printed"
+            time.sleep(0.05)
+        url = out.read_text().splitlines()[0]
+        assert re.fullmatch(url_shape, url), url
+        yield Served(proc, url, err)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Screen:
+    """One browser page on the served dashboard and the text its WebSocket delivered."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.text = ""
+        self.sockets: list[str] = []
+        page.on("websocket", self._socket)
+
+    def _socket(self, ws: Any) -> None:
+        self.sockets.append(ws.url)
+        ws.on("framereceived", self._frame)
+
+    def _frame(self, frame: Any) -> None:
+        data = frame.decode("utf-8", "replace") if isinstance(frame, bytes) else frame
+        self.text += ESCAPES.sub("", data)
+
+    def wait(self, what: str | Callable[[str], Any], timeout: float = 20) -> None:
+        check = (lambda t: what in t) if isinstance(what, str) else what
+        deadline = time.monotonic() + timeout
+        while not check(self.text):
+            assert time.monotonic() < deadline, f"not on the page: {what}; last text: {self.text[-600:]!r}"
+            self.page.wait_for_timeout(100)  # Playwright delivers the frames while it waits
+
+    def open(self, url: str) -> None:
+        response = self.page.goto(url)
+        assert response is not None and response.status == 200, response
+        assert "token=" not in self.page.url  # traded for the cookie, out of the address bar
+        self.page.wait_for_selector("body.-first-byte", state="attached", timeout=20_000)
+        self.page.click("#terminal")  # the keyboard's focus, and the app's (its footer draws then)
+
+
+@contextmanager
+def browser(width: int = 1440, height: int = 900) -> Iterator[Any]:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: apt-get install chromium (tests/run does)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, timeout=30_000)
+        try:
+            context = b.new_context(viewport={"width": width, "height": height})
+            yield context
+        finally:
+            b.close()
+
+
+def descendants(root: int) -> list[int]:
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parent[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [root]
+    while todo:
+        here = todo.pop()
+        kids = [pid for pid, pp in parent.items() if pp == here]
+        found += kids
+        todo += kids
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# ---- the browser -----------------------------------------------------------------------
+
+def test_browser_sees_the_run_and_kills_it(tmp_path: Path, run: dict[str, Any]) -> None:
+    rid = run["run_id"]
+    with serve(tmp_path) as served, browser() as context:
+        screen = Screen(context.new_page())
+        screen.open(served.url)
+        screen.wait(lambda t: re.search(rf"{rid}\s+served\s+running", t))  # the runs table's row
+        screen.wait("Kill run")  # the footer
+        screen.text = ""
+        screen.page.keyboard.press("k")
+        screen.wait(f"Kill run {rid}?")  # the confirmation names the run
+        screen.page.keyboard.press("y")
+        screen.wait(f"run {rid} killed")  # the kill report in the banner
+        screen.wait("processes left: none")
+        assert state_of(tmp_path, rid) == "killed"
+        assert not pid_alive(run["pid"])
+        log = served.log()
+        assert re.search(r"session 1 opened from 127\.0\.0\.1 \(Mozilla", log), log
+    assert served.token not in log + served.log()  # never in the log, not even the access log's
+
+
+def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> None:
+    with serve(tmp_path, "--read-only") as served, browser(1000, 600) as context:
+        first, second = Screen(context.new_page()), Screen(context.new_page())
+        first.open(served.url)
+        second.open(served.url)  # the second tab: the cookie, the same server
+        for s in (first, second):
+            s.wait(run["run_id"])
+        first.wait("browser sessions now: #1 127.0.0.1, #2 127.0.0.1")  # who else is watching
+        first.page.bring_to_front()
+        first.page.click("#terminal")
+        first.page.keyboard.press("q")
+        first.page.wait_for_selector("body.-closed", state="attached", timeout=15_000)  # "Session ended"
+        second.text = ""
+        second.wait("browser sessions now: #2 127.0.0.1")
+        second.wait("step")  # the other session still follows the log
+        assert served.proc.poll() is None
+        log = served.log()
+        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s; connected now: #2 127\.0\.0\.1", log), log
+        # Ctrl+C on the server ends the open session at once, its app process with it.
+        apps = descendants(served.proc.pid)
+        assert apps
+        t0 = time.monotonic()
+        served.proc.send_signal(signal.SIGINT)
+        served.proc.wait(15)
+        assert time.monotonic() - t0 < 8
+        second.page.wait_for_selector("body.-closed", state="attached", timeout=5_000)
+        assert not [pid for pid in apps if pid_alive(pid)]
+
+
+def test_read_only_refuses_k_and_says_so(tmp_path: Path, run: dict[str, Any]) -> None:
+    with serve(tmp_path, "--read-only") as served, browser() as context:
+        screen = Screen(context.new_page())
+        screen.open(served.url)
+        screen.wait(run["run_id"])
+        screen.wait("READ-ONLY")  # in the footer
+        screen.text = ""
+        screen.page.keyboard.press("k")
+        screen.wait("read-only session: kill is off")
+        screen.page.keyboard.press("y")  # a confirmation, were one open, would take this
+        screen.page.wait_for_timeout(1500)
+        assert "Kill run " + run["run_id"] not in screen.text
+        assert state_of(tmp_path, run["run_id"]) == "running"
+        assert "connect local --read-only" in served.log()
+
+
+def test_no_token_no_page_and_no_websocket(tmp_path: Path) -> None:
+    with serve(tmp_path) as served:
+        with browser() as context:
+            screen = Screen(context.new_page())
+            response = screen.page.goto(served.base)
+            assert response is not None and response.status == 401
+            assert "textual-terminal" not in screen.page.content() and "token" in screen.page.content()
+            response = screen.page.goto(served.base + "?token=" + "x" * 43)
+            assert response is not None and response.status == 403
+            screen.page.wait_for_timeout(500)
+            assert screen.sockets == []
+        import asyncio
+
+        asyncio.run(_raw_checks(served))
+        log = served.log()
+    assert served.token not in log and "x" * 43 not in log, log
+    assert "\x1b" not in log and "\nforged" not in log and "GET /?[2J?forged 404" in log, log
+    assert "WebSocket refused, origin http://evil.example" in log
+
+
+async def _raw_checks(served: Served) -> None:
+    ws_url = served.base.replace("http://", "ws://") + "ws"
+    origin = served.base.rstrip("/")
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:  # an IP host
+        for path in ("", "static/js/textual.js", "download/x"):
+            async with http.get(served.base + path) as r:
+                assert r.status == 401, (path, r.status)
+        with pytest.raises(aiohttp.WSServerHandshakeError) as no_cookie:
+            await http.ws_connect(ws_url, headers={"Origin": origin})
+        assert no_cookie.value.status == 401
+        # The token, traded for a cookie: HttpOnly, SameSite=Strict, and a redirect without it.
+        async with http.get(served.url, allow_redirects=False) as r:
+            assert r.status == 303 and "token" not in r.headers["Location"]
+            cookie = r.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+        async with http.get(served.base + "/evil.example/?token=" + served.token, allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"] == "/evil.example/"  # a path, never //host
+        async with http.get(served.base + "%1b%5b2J%0aforged", allow_redirects=False) as r:
+            assert r.status == 404  # logged as text: no escape, no second line
+        async with http.get(served.base) as r:  # the cookie jar now holds it
+            assert r.status == 200 and "textual-terminal" in await r.text()
+            assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+        # With the cookie, from another origin (another tab, another port of this host): 403.
+        with pytest.raises(aiohttp.WSServerHandshakeError) as cross:
+            await http.ws_connect(ws_url, headers={"Origin": "http://evil.example"})
+        assert cross.value.status == 403
+        async with http.ws_connect(ws_url + "?width=80&height=24", headers={"Origin": origin}) as ws:
+            first = await ws.receive(timeout=20)  # the same request from the page's origin: a session
+            assert first.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT)
+
+
+def test_off_this_machine_only_with_tls(tmp_path: Path) -> None:
+    res = e3("serve", "local", "--bind", "0.0.0.0", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "ssh -L 8765:127.0.0.1:8765" in res.stderr, res.stderr
+    assert res.stdout == ""
+
+
+def test_tls_serves_https_with_a_secure_cookie(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    with serve(tmp_path, "--bind", "0.0.0.0", "--tls-cert", str(cert), "--tls-key", str(key),
+               url_shape=r"https://[^/:]+:\d+/\?token=[\w-]{40,}") as served:
+        port = served.base.rsplit(":", 1)[1].rstrip("/")
+        import asyncio
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as http:
+                local = f"https://127.0.0.1:{port}/"
+                async with http.get(local, ssl=False) as r:
+                    assert r.status == 401
+                async with http.get(f"{local}?token={served.token}", ssl=False, allow_redirects=False) as r:
+                    assert r.status == 303 and "Secure" in r.headers["Set-Cookie"]
+                with pytest.raises(aiohttp.ClientError):  # no plain HTTP on that port
+                    await http.get(f"http://127.0.0.1:{port}/?token={served.token}")
+
+        asyncio.run(check())
+
+
+# ---- read-only in the app itself (the browser test above covers k end to end) -------------
+
+async def test_read_only_dashboard_refuses_every_write_key_and_says_so() -> None:
+    from tests.replay import ReplayClient, snapshot
+    from tests.test_app import CFG, RUN
+    from tests.test_one_truth import notices, until
+    from tui.views.app import make_app
+    from tui.views.readonly import ModeFooter
+    from tui.views.screens.confirm import ConfirmScreen
+
+    app = make_app(ReplayClient([snapshot(1, runs=[RUN])]), CFG, "gpu-box", read_only=True)  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.seq == 0, 5, "a snapshot")
+        for key, what in (("k", "kill"), ("r", "relaunch"), ("l", "launch")):
+            await pilot.press(key)
+            await until(pilot, lambda: any(f"read-only session: {what} is off" in n for n in notices(app)), 5, what)
+            assert not isinstance(app.screen, ConfirmScreen)
+        app.screen.action_kill()  # the command palette's way in: the same refusal
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert app.screen.query_one(ModeFooter).query(".read-only")
+        ops = [op for op, _ in app.client.requests]  # type: ignore[attr-defined]
+        assert not {"kill", "launch", "relaunch"} & set(ops), ops
+
+
+async def test_read_only_patch_screen_refuses_push_and_rollback(client: Any, site: Path,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    from textual.widgets import DataTable
+
+    from tests.test_patch_screen import Host, marks, until
+    from tui.views.screens.confirm import ConfirmScreen
+    from tui.views.screens.patches import PatchScreen
+
+    app = Host(client, tmp_path)
+    app.read_only = True  # type: ignore[attr-defined]
+    async with app.run_test(size=(180, 50)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PatchScreen)
+        await until(pilot, lambda: screen.status is not None and bool(marks(screen.query_one(DataTable))))
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: any("read-only session: patch push is off" in n for n in app.notes))
+        await pilot.press("b")
+        await until(pilot, lambda: any("read-only session: patch rollback is off" in n for n in app.notes))
+        assert app.screen is screen and not isinstance(app.screen, ConfirmScreen)

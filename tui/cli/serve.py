@@ -1,0 +1,132 @@
+"""`eagle3-tui serve`: the same dashboard (fleet, log viewer, every key) in a browser.
+
+Each browser session runs its own `eagle3-tui connect …` process (textual-serve's
+model: the app as it is, drawn by Textual's web driver), so `q` ends only that session.
+Safe by default: 127.0.0.1, a token printed once in the URL, no plain HTTP off this
+machine (tui/cli/webserve.py holds the guard).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from tui.cli.common import EXIT_CONNECT, EXIT_USAGE, Ctx, fail
+from tui.cli.connect import read_only_opt
+from tui.cli.fleet import fleet_hosts, hosts_file_opt, targets_arg
+from tui.services.config import ConfigError
+
+DEFAULT_PORT = 8765
+
+
+def is_loopback(addr: str) -> bool:
+    if addr == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, not this machine alone
+
+
+def session_command(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only: bool) -> list[str]:
+    """The argv each browser session runs: this Python's `connect` with the same options."""
+    argv = [sys.executable, "-m", "tui"]
+    if obj.config_path:
+        argv += ["--config", str(Path(obj.config_path).resolve())]
+    if obj.ssh_config:
+        argv += ["-F", str(Path(obj.ssh_config).expanduser().resolve())]
+    if obj.accept_new:
+        argv.append("--accept-new-host-key")
+    argv += ["connect", *targets]
+    if hosts_file:
+        argv += ["--hosts-file", str(Path(hosts_file).resolve())]
+    if read_only:
+        argv.append("--read-only")
+    return argv
+
+
+@click.command()
+@targets_arg
+@hosts_file_opt
+@read_only_opt
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port (0: any free one).")
+@click.option("--bind", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="Address to listen on; off this machine only with --tls-cert.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), metavar="FILE",
+              help="PEM certificate (chain): serve HTTPS.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE",
+              help="PEM private key, when not in --tls-cert.")
+@click.pass_obj
+def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only: bool, port: int,
+          bind: str, tls_cert: str | None, tls_key: str | None) -> None:
+    """Serve the dashboard to a browser, behind a token printed once as a URL.
+
+    Listens on 127.0.0.1 unless --bind says otherwise; another address needs TLS. From
+    another machine, tunnel instead: `ssh -L 8765:127.0.0.1:8765 HOST`, then open the
+    printed URL there. Each browser session is its own `eagle3-tui connect` (q ends it).
+    """
+    if tls_key and not tls_cert:
+        fail("--tls-key needs --tls-cert", EXIT_USAGE)
+    if not is_loopback(bind) and not tls_cert:
+        fail(f"refusing to serve on {bind} without TLS (the token would cross the network in clear): "
+             f"give --tls-cert/--tls-key, or keep 127.0.0.1 and tunnel: "
+             f"ssh -L {port or DEFAULT_PORT}:127.0.0.1:{port or DEFAULT_PORT} HOST", EXIT_USAGE)
+    try:
+        from tui.cli import webserve
+    except ImportError as exc:
+        fail(f"serve needs textual-serve ({exc.name} is missing): pip install 'eagle3-tui[serve]'", EXIT_USAGE)
+    try:
+        obj.cfg  # a broken eagle3.toml is one line here, not one per browser session
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    fleet_hosts(obj, targets, hosts_file)  # so is a broken --hosts-file
+    ssl_context = None
+    if tls_cert:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(tls_cert, tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            fail(f"cannot use --tls-cert/--tls-key: {exc}", EXIT_USAGE)
+    try:
+        info = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+        sock.listen(128)
+    except OSError as exc:
+        fail(f"cannot listen on {bind}:{port}: {exc.strerror or exc}", EXIT_CONNECT)
+    port = sock.getsockname()[1]
+    token = secrets.token_urlsafe(32)
+    command = session_command(obj, targets, hosts_file, read_only)
+    from tui.views.served import SESSIONS_ENV
+
+    private = Path(tempfile.mkdtemp(prefix="eagle3-tui-serve-"))  # mode 0700
+    sessions_file = private / "sessions.json"
+    sessions_file.write_text("[]")
+    os.environ[SESSIONS_ENV] = str(sessions_file)  # each session's app inherits it
+    server = webserve.WebServer(command, token, port=port, tls=ssl_context is not None,
+                                sessions_file=sessions_file)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s",
+                        datefmt="%H:%M:%S")
+    host = bind if is_loopback(bind) or bind not in ("0.0.0.0", "::") else socket.getfqdn()
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if ssl_context else "http"
+    click.echo(f"eagle3-tui: serving `eagle3-tui {' '.join(command[3:])}`"
+               f"{' (read-only)' if read_only else ''}; Ctrl+C stops. Open:", err=True)
+    click.echo(f"{scheme}://{host}:{port}/?token={token}")  # printed once: stdout only, no log
+    sys.stdout.flush()
+    try:
+        webserve.run(server, sock, ssl_context)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
