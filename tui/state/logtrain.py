@@ -56,6 +56,8 @@ _KV = re.compile(
     r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _NUM + r")(?![\w.])"
     r"(?:\s*/\s*(?P<of>\d+)\b)?"
 )
+# Cheap first test: a metrics line names a loss, a step, a learning rate or a grad norm.
+_TRAIN_WORDS = re.compile(r"(?i)loss|step|iter|\blr\b|learning.rate|grad|epoch|update|\d/\d+ \[[=>.]")
 _MULTIWORD = re.compile(r"(?i)\b(grad norm|learning rate|lm loss|total loss|train loss|global step)\b")
 # "Epoch [7][5850/32025]", "Epoch(train) [1][250/735]", "[Train] Epoch: [1][371/4899]",
 # "| [   2/   3][   500/  1000] |", "Train Epoch: 3 [400/2022 (20%)]"
@@ -345,8 +347,8 @@ def parse_train_line(msg: str) -> TrainLine | None:
         pm = _PHASE_LINES.search(text)
         if pm:
             phase = pm.lastgroup
-    tl = _bar(text) if "%" in text and "/" in text else None
-    if tl is None and phase != "evaluating":
+    tl = _bar(text) if "%" in text and "/" in text and "[" in text else None
+    if tl is None and phase != "evaluating" and _TRAIN_WORDS.search(text):
         head = _BAR.search(text) if "%" in text else None
         tail = text[head.end():] if head is not None else text
         tl = _metrics(tail) if any(c.isdigit() for c in tail) else None
@@ -355,7 +357,7 @@ def parse_train_line(msg: str) -> TrainLine | None:
     elif tl is not None and not tl.evaluating:
         # a bar with a metrics line glued after it (a logger writing while tqdm redraws)
         after = text[text.rfind("]") + 1:]
-        extra = _metrics(after) if any(c.isdigit() for c in after) else None
+        extra = _metrics(after) if _TRAIN_WORDS.search(after) and any(c.isdigit() for c in after) else None
         if extra is not None and extra.metrics:
             tl = replace(tl, loss=tl.loss if tl.loss is not None else extra.loss,
                          lr=tl.lr if tl.lr is not None else extra.lr,
