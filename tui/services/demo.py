@@ -262,7 +262,7 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
     """
     venv_python = venv / "bin" / "python"
     marker = venv / VENV_MARKER
-    sites = _site_dirs(base)
+    sites = site_dirs(base)
     want = json.dumps({"base": base, "sites": sites, "spec": SPECULATORS}, sort_keys=True)
     try:
         if (marker.read_text(encoding="utf-8") == want and venv_python.exists()
@@ -272,10 +272,10 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
         pass
     # --without-pip: ensurepip costs seconds and is missing on some distributions; pip
     # comes from the user's environment through the .pth file.
-    why = _run_step([base, "-m", "venv", "--clear", "--without-pip", str(venv)])
+    why = run_step([base, "-m", "venv", "--clear", "--without-pip", str(venv)])
     if why is not None:
         return None, f"cannot create a virtual environment ({why})"
-    own = _site_dirs(str(venv_python))
+    own = site_dirs(str(venv_python))
     if not own:
         return None, f"cannot find the site-packages of {venv}"
     lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
@@ -284,10 +284,10 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
     # the patch screen would rewrite the user's files instead of the venv's.
     args = ["install", "--no-deps", "--quiet", "--ignore-installed", "--retries", "1",
             "--timeout", "20", SPECULATORS]
-    if _run_step([str(venv_python), "-c", "import pip"]) is None:
-        why = _run_step([str(venv_python), "-m", "pip", "--disable-pip-version-check", *args])
+    if run_step([str(venv_python), "-c", "import pip"]) is None:
+        why = run_step([str(venv_python), "-m", "pip", "--disable-pip-version-check", *args])
     elif shutil.which("uv"):  # a uv venv has no pip
-        why = _run_step(["uv", "pip", "install", "--python", str(venv_python), "--no-deps",
+        why = run_step(["uv", "pip", "install", "--python", str(venv_python), "--no-deps",
                          "--quiet", SPECULATORS])
     else:
         why = "neither pip nor uv is available to this Python"
@@ -299,7 +299,7 @@ def ensure_speculators_venv(venv: Path, base: str) -> tuple[str | None, str | No
     return str(venv_python), None
 
 
-def _site_dirs(python: str) -> list[str]:
+def site_dirs(python: str) -> list[str]:
     """The site directories `python` reads packages from, in its own order."""
     code = ("import site, sys, json; d = site.getsitepackages()"
             " + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else []);"
@@ -378,7 +378,7 @@ def torch_of(python: str) -> str:
             f"(the CPU build takes a fifth of the disk: see the README's two commands)")
 
 
-def _run_step(argv: list[str]) -> str | None:
+def run_step(argv: list[str]) -> str | None:
     """Run one set-up command; None when it worked, else the last line it printed."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT,

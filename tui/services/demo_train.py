@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui.services.demo import DemoError, DemoPaths, _run_step, _site_dirs
+from tui.services.demo import DemoError, DemoPaths, run_step, site_dirs
 from tui.services.files import atomic_write
 
 __all__ = ["TRAIN_SCRIPT", "TrainPaths", "build_train", "ensure_train_venv"]
@@ -50,7 +50,7 @@ def ensure_train_venv(venv: Path, base: str) -> str:
     """``venv``'s python, with speculators 0.3.0 and transformers < 5 importable; raises
     DemoError with the reason when it cannot be made (no network, no pip)."""
     python = venv / "bin" / "python"
-    sites = _site_dirs(base)
+    sites = site_dirs(base)
     want = json.dumps({"base": base, "sites": sites, "packages": TRAIN_PACKAGES, "spec": SPECULATORS},
                       sort_keys=True)
     try:
@@ -58,10 +58,10 @@ def ensure_train_venv(venv: Path, base: str) -> str:
             return str(python)
     except OSError:
         pass
-    why = _run_step([base, "-m", "venv", "--clear", "--without-pip", str(venv)])
+    why = run_step([base, "-m", "venv", "--clear", "--without-pip", str(venv)])
     if why is not None:
         raise DemoError(f"cannot create the training environment {venv} ({why})")
-    own = _site_dirs(str(python))
+    own = site_dirs(str(python))
     if not own:
         raise DemoError(f"cannot find the site-packages of {venv}")
     lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
@@ -69,10 +69,10 @@ def ensure_train_venv(venv: Path, base: str) -> str:
     pip = [base, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install", "--quiet",
            "--retries", "1", "--timeout", "30"]
     for args in (TRAIN_PACKAGES, ["--no-deps", SPECULATORS]):
-        why = _run_step(pip + args)
+        why = run_step(pip + args)
         if why is not None:
             raise DemoError(f"cannot install the training environment's packages ({why})")
-    why = _run_step([str(python), "-c", "import speculators.train.trainer, transformers"])
+    why = run_step([str(python), "-c", "import speculators.train.trainer, transformers"])
     if why is not None:
         raise DemoError(f"the training environment cannot import speculators' trainer ({why})")
     atomic_write(venv / MARKER, want.encode())
