@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tests import need
 from tests.spec_wheel import cache_dir
-from tui.services.demo import _site_dirs
+from tui.services.demo import site_dirs
 
 PACKAGES = ["torch==2.13.0", "transformers>=4.56,<5", "pydantic>=2", "pydantic-settings",
             "loguru", "numpy", "safetensors", "tqdm", "pyyaml", "huggingface_hub", "datasets>=4"]
@@ -50,7 +50,7 @@ def train_python() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     env = root / "speculators-0.3.0-train"
     python = env / "bin" / "python"
-    sites = _site_dirs(sys.executable)
+    sites = site_dirs(sys.executable)
     want = json.dumps({"base": sys.version.split()[0], "packages": PACKAGES, "sites": sites,
                        "speculators": SPECULATORS}, sort_keys=True)
     with open(root / "speculators-0.3.0-train.lock", "w") as lock:
@@ -69,7 +69,7 @@ def train_python() -> Path:
                  pip + ["--no-deps", SPECULATORS]]
         for argv in steps:
             if argv == "pth":  # the test venv's packages after the environment's own
-                own = _site_dirs(str(python))
+                own = site_dirs(str(python))
                 lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in sites if d not in own)
                 (Path(own[0]) / PTH_NAME).write_text(lines)
                 continue
