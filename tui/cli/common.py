@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, NoReturn, TypeVar
 import click
 
 from tui import trace
+from tui.protocol.hosttext import clean
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, AgentRequestError, TransportError
@@ -58,7 +59,9 @@ class Ctx:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"eagle3-tui: {message}", err=True)
+    """One line on stderr and exit `code`. The message often quotes the host (an agent's
+    error, a path): it passes the sanitizer on its way out, whatever it was built from."""
+    click.echo(f"eagle3-tui: {clean(message)}", err=True)
     sys.exit(code)
 
 

@@ -54,7 +54,7 @@ def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: 
         return
     from tui.cli.report import format_status
 
-    click.echo(format_status(snap, services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
+    click.echo(format_status(services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
 
 
 class _ListByDefault(click.Group):

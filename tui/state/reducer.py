@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui import protocol as p
+from tui.protocol.hosttext import clean
 from tui.state import logparse, watch
 from tui.state.model import (
     HISTORY,
@@ -367,7 +368,7 @@ def analyse_log(log: LogTail, budget: int) -> LogTail:
 def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
     """The byte stream restarts: keep the old lines on screen, number new ones from 1."""
     notes = {
-        "missing": f"waiting for {event.path} to appear",
+        "missing": f"waiting for {clean(event.path, newline=False)} to appear",
         "truncated": "log was truncated; reading from the start",
         "rotated": "log was rotated; following the new file",
     }

@@ -14,6 +14,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tui.protocol.hosttext import clean
 from tui.state.logindex import MATCH_MAX, Line, LogDocument
 from tui.views.widgets.logtail import _ERROR as ERROR_PATTERN
 from tui.views.widgets.logtail import style_line
@@ -199,7 +200,7 @@ class LogPainter(Screen[None]):
         parts.append(f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size} B")
         head = " · ".join(parts)
         room = width - cell_len(head) - 3
-        path = self.path
+        path = clean(self.path, newline=False)  # the host's path, as the client may show it
         if room >= 12:  # else the path is left out: the flags matter more
             if cell_len(path) > room:
                 path = "…" + path[-(room - 1):]

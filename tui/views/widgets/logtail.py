@@ -28,7 +28,9 @@ from textual.widget import Widget
 from textual.widgets import Log, Static
 
 from tui import trace
+from tui.protocol.hosttext import clean
 from tui.state.model import LOG_LINES, LogTail
+from tui.views.widgets.render import set_title
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
 # costs one linear scan (an unanchored `\w+Error` was quadratic: minutes on a 1 MB line).
@@ -169,7 +171,7 @@ class LogPane(Vertical):
         if log.path != self._path:  # another run's log: start afresh
             view.clear()
             self._path, self._shown, self._generation = log.path, 0, log.generation
-            self.border_title = f"Log {log.path or '(none)'}"
+            set_title(self, f"Log {clean(log.path or '(none)', newline=False)}")
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.
@@ -190,4 +192,4 @@ class LogPane(Vertical):
             self.query_one("#live", Static).update(Text(live))
         if note != self._note:
             self._note = note
-            self.query_one("#note", Static).update(note)
+            self.query_one("#note", Static).update(Text(note))
