@@ -279,10 +279,11 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
     for gpu in gpus:
         past = history.get(gpu.index, ())
         history[gpu.index] = (past + ((gpu.mem_fraction, gpu.util),))[-HISTORY:]
+    host = Host.from_dict(snap.host)
     return replace(
         state,
-        host=Host.from_dict(snap.host),
-        hostname=snap.host.get("hostname") or state.hostname,
+        host=host,
+        hostname=host.hostname or state.hostname,
         gpus=gpus,
         gpu_source=snap.gpu_source,
         gpu_error=snap.gpu_error,
