@@ -65,6 +65,23 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+class NotConfirmed(Exception):
+    """A confirmation that cannot be asked (no terminal) and `--yes` was not given: a
+    usage mistake (exit 2), said in one line, before anything is done."""
+
+
+async def confirm(prompt: str, yes: bool, command: str) -> None:
+    """Ask `prompt` (y/N) unless `yes`; raise ValueError("cancelled") on no. Without a
+    terminal on stdin nothing can be asked: `NotConfirmed`, never a silent yes."""
+    if yes:
+        return
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise NotConfirmed(f"{command} asks before it acts and stdin is not a terminal: "
+                           f"pass --yes to {command} without asking")
+    if not await asyncio.to_thread(click.confirm, prompt, default=False):
+        raise ValueError("cancelled")
+
+
 def run_on_host(
     ctx: Ctx, target: str | None, body: Callable[[AgentClient], Awaitable[T]],
     reconnect: bool = False, cfg: Config | None = None,
@@ -84,7 +101,7 @@ def run_on_host(
 
     try:
         return asyncio.run(main())
-    except (ConfigError, TargetError) as exc:
+    except (ConfigError, TargetError, NotConfirmed) as exc:
         fail(str(exc), EXIT_USAGE)
     except TransportError as exc:
         fail(str(exc), EXIT_CONNECT)
@@ -120,7 +137,10 @@ def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
         await asyncio.to_thread(importlib.import_module, "tui.views.app")
         trace.mark("textual imported")
         app = make()
-        await app.run_async()
+        try:
+            await app.run_async()
+        finally:
+            await asyncio.to_thread(app.close_hooks)
         return app
 
     app = asyncio.run(main())

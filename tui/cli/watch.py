@@ -142,6 +142,6 @@ def watch(obj: Any, target: str | None, run_id: str | None, as_json: bool, alert
         fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         fail("interrupted", 130)
-    for th in notifier.hooks:
-        th.join(timeout=5.0)  # let a hook started by the last event deliver it
+    finally:  # whatever ends the watch: a hook started by the last event may deliver, then what hangs dies
+        notifier.close(grace=5.0)
     sys.exit(code)

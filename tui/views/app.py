@@ -55,6 +55,15 @@ class EagleApp(App[None]):
         super().notify(clean(message), title=clean(title, newline=False), severity=severity, timeout=timeout,
                        markup=False)
 
+    def close_hooks(self, grace: float = 2.0) -> None:
+        """After the app: the `[notify] command` hooks still running get `grace` seconds,
+        then their process groups are killed (nothing outlives `connect`)."""
+        first = self._first
+        feeds = getattr(first, "feeds", None) or {"": getattr(first, "feed", None)}
+        for feed in feeds.values():
+            if feed is not None:
+                feed.close_hooks(grace)
+
     def get_default_screen(self) -> Screen[Any]:
         return self._first
 
