@@ -162,3 +162,45 @@ def test_a_kill_banner_keeps_the_stale_warning_in_view() -> None:
     fresh = AppState(link=Link(state="connected", last_data=now), actions=state.actions)
     text, kind = view.banner(fresh, now)
     assert text == "Killing run r1…" and kind == ""
+
+
+# ---- line counts with \r redraws ---------------------------------------------------------
+REDRAWN = (b"INFO start\nRuntimeError: CUDA error: an illegal memory access was encountered\n"
+           b"Loading 1\rLoading 2\rLoading 3\rLoading 4\rLoading 5\rLoading 6\r")  # a bar still redrawn
+
+
+def test_inspect_numbers_file_lines_through_redraws() -> None:
+    from tui.services.inspect import inspect_log
+
+    for data, line in ((REDRAWN, 2), (b"a\rb\rc\rd\re\rf\rg\n" + REDRAWN, 3), (b"x\r\r\r\n\r\n" + REDRAWN, 4)):
+        r = inspect_log(data)
+        assert r["root_cause"]["line_no"] == line and r["lines"] == data.count(b"\n") + 1, (data, r["lines"])
+
+
+async def test_the_viewer_counts_a_last_line_being_redrawn_as_a_line() -> None:
+    """The viewer said "lines 1-3 of 2": the last line, a bar redrawn with \\r and no
+    newline yet, is on screen as line 3 and must count in the total."""
+    from textual.app import App
+    from textual.widgets import Static
+
+    from tui.state.logblocks import Chunk
+    from tui.state.logindex import LogDocument
+    from tui.views.screens.logviewer import LogViewerScreen
+
+    async def fetch(offset: int, length: int) -> Chunk:  # stands in for the agent's read_range
+        return Chunk(offset, REDRAWN[offset:offset + length], len(REDRAWN), 7)
+
+    screen = LogViewerScreen(client=None, path="/x.log", doc=LogDocument(fetch), follow=False)
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    app = Host()
+    async with app.run_test(size=(100, 20)) as pilot:
+        deadline = time.monotonic() + 20
+        while "of " not in str(screen.query_one("#lv-status", Static).render()):
+            assert time.monotonic() < deadline, "the viewer never finished counting"
+            await pilot.pause(0.05)
+        assert [(ln.line_no, ln.text) for ln in screen.window][-1] == (3, "Loading 6")
+        assert "lines 1-3 of 3 " in str(screen.query_one("#lv-status", Static).render())

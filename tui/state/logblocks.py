@@ -224,6 +224,7 @@ class LineIndex:
         self.marks: list[int] = [0]  # marks[k]: start of line k*every + 1
         self.frontier = 0  # every byte before this was counted
         self.newlines = 0  # newlines in [0, frontier)
+        self.open_end = False  # the bytes counted end inside a line (no newline yet)
 
     def feed(self, offset: int, data: bytes) -> None:
         """Count ``data`` (which starts at ``offset``) if it reaches past the frontier."""
@@ -241,7 +242,15 @@ class LineIndex:
             self.marks.append(offset + pos)
             nxt += self.every
         self.newlines = upto
+        if len(data) > pos:
+            self.open_end = not data.endswith(b"\n")
         self.frontier = offset + len(data)
+
+    @property
+    def lines(self) -> int:
+        """Lines in [0, frontier): the newlines, and a last line that has none yet (a
+        tqdm bar redrawn with ``\\r``, a log cut mid-line) is a line too."""
+        return self.newlines + (1 if self.open_end else 0)
 
     def knows(self, offset: int) -> bool:
         return offset <= self.frontier

@@ -193,7 +193,7 @@ class LogPainter(Screen[None]):
         if shown:
             a, b = shown[0].line_no, shown[-1].line_no
             if a is not None and b is not None:
-                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.newlines}" if self._index_done() else ""))
+                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.lines}" if self._index_done() else ""))
             parts.append(f"{100 * shown[-1].end // max(1, size)}%")
         if self.searching is None and self.index_lines and not self._index_done():
             parts.append(f"indexing {100 * self.doc.index.frontier // max(1, size)}%")
