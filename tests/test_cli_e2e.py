@@ -156,7 +156,7 @@ def test_launch_runs_kill_relaunch(tmp_path: Path, sshd: Sshd, decoy: Any, where
     assert not any(alive(p) for p in pids)
     assert alive(decoy_proc.pid)  # same command line, not of the run: untouched
 
-    again = e3(*pre, "relaunch", *target, "--json", cwd=tmp_path)
+    again = e3(*pre, "relaunch", *target, "--yes", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     second = json.loads(again.stdout)
     assert second["run_id"] != run["run_id"] and second["argv"] == run["argv"]

@@ -249,7 +249,7 @@ def test_cli_launch_runs_kill_relaunch_on_slurm(agent: AgentProc, slurm_cluster:
     assert "scancel --signal=TERM %s at" % job in out.stdout and "scancel %s at" % job in out.stdout
     assert "GPUs free after" in out.stdout, out.stdout
     say("CLI kill: " + out.stdout.splitlines()[0])
-    out = e3(slurm_cluster, tmp, "relaunch", "local")
+    out = e3(slurm_cluster, tmp, "relaunch", "local", "--yes")
     assert out.returncode == 0, out.stderr
     again = re.match(r"submitted run (\S+) as Slurm job (\d+)", out.stdout)
     assert again and again.group(1) != run_id and again.group(2) != job, out.stdout

@@ -168,8 +168,8 @@ async def test_failure_in_the_log_and_the_end_notify_once(tmp_path: Path) -> Non
 
 def test_terminal_alert_is_bell_osc9_osc777_and_wrapped_for_tmux() -> None:
     seq = terminal_alert("eagle3-tui gpu-box", "run r1 stalled: no progress\x1b[31m for 14 min;x")
-    assert seq == ("\x07\x1b]9;eagle3-tui gpu-box: run r1 stalled: no progress [31m for 14 min;x\x07"
-                   "\x1b]777;notify;eagle3-tui gpu-box;run r1 stalled: no progress [31m for 14 min;x\x07")
+    assert seq == ("\x07\x1b]9;eagle3-tui gpu-box: run r1 stalled: no progress for 14 min;x\x07"
+                   "\x1b]777;notify;eagle3-tui gpu-box;run r1 stalled: no progress for 14 min;x\x07")
     wrapped = terminal_alert("t", "b", tmux=True)
     assert wrapped == "\x07\x1bPtmux;\x1b\x1b]9;t: b\x07\x1b\x1b]777;notify;t;b\x07\x1b\\"
 

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, NoReturn, TypeVar
 import click
 
 from tui import trace
+from tui.protocol.hosttext import clean
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, AgentRequestError, TransportError
@@ -59,8 +60,27 @@ class Ctx:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"eagle3-tui: {message}", err=True)
+    """One line on stderr and exit `code`. The message often quotes the host (an agent's
+    error, a path): it passes the sanitizer on its way out, whatever it was built from."""
+    click.echo(f"eagle3-tui: {clean(message)}", err=True)
     sys.exit(code)
+
+
+class NotConfirmed(Exception):
+    """A confirmation that cannot be asked (no terminal) and `--yes` was not given: a
+    usage mistake (exit 2), said in one line, before anything is done."""
+
+
+async def confirm(prompt: str, yes: bool, command: str) -> None:
+    """Ask `prompt` (y/N) unless `yes`; raise ValueError("cancelled") on no. Without a
+    terminal on stdin nothing can be asked: `NotConfirmed`, never a silent yes."""
+    if yes:
+        return
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise NotConfirmed(f"{command} asks before it acts and stdin is not a terminal: "
+                           f"pass --yes to {command} without asking")
+    if not await asyncio.to_thread(click.confirm, prompt, default=False):
+        raise ValueError("cancelled")
 
 
 def run_on_host(
@@ -82,7 +102,7 @@ def run_on_host(
 
     try:
         return asyncio.run(main())
-    except (ConfigError, TargetError) as exc:
+    except (ConfigError, TargetError, NotConfirmed) as exc:
         fail(str(exc), EXIT_USAGE)
     except TransportError as exc:
         fail(str(exc), EXIT_CONNECT)
@@ -121,7 +141,10 @@ def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
         await asyncio.to_thread(importlib.import_module, "tui.views.app")
         trace.mark("textual imported")
         app = make()
-        await app.run_async()
+        try:
+            await app.run_async()
+        finally:
+            await asyncio.to_thread(app.close_hooks)
         return app
 
     app = asyncio.run(main())

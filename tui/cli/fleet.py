@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, Ctx, fail, print_json
+from tui.protocol.hosttext import clean
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError
 from tui.state import fleet
@@ -125,7 +126,7 @@ def _end(answers: list[dict[str, Any]], as_json: bool) -> None:
     if not as_json:
         for a in answers:
             if not a["ok"]:
-                click.echo(f"eagle3-tui: {a['host']}: {a['error']}", err=True)
+                click.echo(clean(f"eagle3-tui: {a['host']}: {a['error']}"), err=True)
     code = exit_code([int(a.get("exit", 0)) for a in answers])
     if code:
         sys.exit(code)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from tui.cli.common import EXIT_USAGE, Ctx, fail, print_json, run_on_host
+from tui.protocol.hosttext import clean_tree
 from tui.services import patches as S
 from tui.services.config import ConfigError
 from tui.state import patches as P
@@ -60,6 +61,7 @@ def _host(client: AgentClient, fallback: str) -> str:
 
 
 def _print_status(st: dict[str, Any]) -> None:
+    st = clean_tree(st)
     click.echo(describe_state(st))
     click.echo(f"  set      {st['set']} (for {st['target']}; host has "
                f"{st.get('distribution_version') or 'unknown version'})")
@@ -71,6 +73,7 @@ def _print_status(st: dict[str, Any]) -> None:
 
 
 def _print_done(st: dict[str, Any]) -> None:
+    st = clean_tree(st)  # the host's paths, as the terminal may show them
     was = STATE_WORDS.get(st.get("previous_state", ""), st.get("previous_state"))
     click.echo(f"{describe_state(st)} (was {was})" + ("  [forced over hand edits]" if st.get("forced") else ""))
     for rel, f in st["files"].items():

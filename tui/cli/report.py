@@ -15,28 +15,27 @@ from tui.state.format import num, size
 from tui.state.model import AppState
 
 
-def format_status(snap: dict[str, Any], state: AppState) -> str:
-    host = snap.get("host") or {}
-    load = host.get("load")
+def format_status(state: AppState) -> str:
+    """One snapshot as lines: host, GPUs, processes, runs. From the state (whose texts the
+    model sanitized), never from the host's raw dicts."""
+    host = state.host
     lines = [
-        f"host {host.get('hostname', '?')}  load {' '.join(f'{x:.2f}' for x in load) if load else 'N/A'}"
-        f"  mem {size(host.get('mem_available'))} free of {size(host.get('mem_total'))}",
+        f"host {host.hostname or '?'}  load {' '.join(f'{x:.2f}' for x in host.load) if host.load else 'N/A'}"
+        f"  mem {size(host.mem_available)} free of {size(host.mem_total)}",
     ]
-    gpus = snap.get("gpus") or []
-    if not gpus:
-        lines.append(f"GPUs: none ({snap.get('gpu_error') or 'no GPU source'})")
-    for g in gpus:
+    if not state.gpus:
+        lines.append(f"GPUs: none ({state.gpu_error or 'no GPU source'})")
+    for g in state.gpus:
         lines.append(
-            f"GPU {g.get('index')} {g.get('name') or 'N/A'}: {size(g.get('mem_used'))}/"
-            f"{size(g.get('mem_total'))}  util {num(g.get('util'), '{}%')}  "
-            f"{num(g.get('temp'), '{}°C')}  {num(g.get('power'), '{:.0f} W')}"
-            f"  procs {len(g.get('processes') or [])}"
+            f"GPU {g.index} {g.name or 'N/A'}: {size(g.mem_used)}/"
+            f"{size(g.mem_total)}  util {num(g.util, '{}%')}  "
+            f"{num(g.temp, '{}°C')}  {num(g.power, '{:.0f} W')}"
+            f"  procs {len(g.processes)}"
         )
-    procs = snap.get("processes") or []
-    lines.append(f"processes: {len(procs)}")
-    for pr in procs:
-        cmd = " ".join(pr.get("cmdline") or [])
-        lines.append(f"  {pr.get('pid'):>7} {','.join(pr.get('why') or []):<10} {cmd[:100]}")
+    lines.append(f"processes: {len(state.processes)}")
+    for pr in state.processes:
+        cmd = " ".join(pr.cmdline)
+        lines.append(f"  {pr.pid:>7} {','.join(pr.why):<10} {cmd[:100]}")
     if state.runs:
         lines.append(format_runs(state))
     return "\n".join(lines)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 import time
@@ -17,6 +16,7 @@ from tui.cli.common import (
     OUTCOME_WAIT,
     RUN_ID,
     Ctx,
+    confirm,
     fail,
     print_json,
     run_on_host,
@@ -55,7 +55,7 @@ def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: 
         return
     from tui.cli.report import format_status
 
-    click.echo(format_status(snap, services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
+    click.echo(format_status(services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
 
 
 class _ListByDefault(click.Group):
@@ -158,7 +158,7 @@ def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
 @target_arg
 @click.option("--run", "run_id", metavar="RUN_ID", help="Run to relaunch (default: the config's latest).")
 @click.option("--kill", "kill_first", is_flag=True, help="Kill the run first if it is still alive.")
-@click.option("--yes", is_flag=True, help="Do not ask before killing.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool, yes: bool, as_json: bool) -> None:
@@ -173,12 +173,16 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
                 raise ValueError(
                     f"run {run.run_id} is still {run.state} ({view.whose(run)}); use --kill to kill it first"
                 )
-            if not yes and not click.confirm(f"kill run {run.run_id} first?", default=False):
-                raise ValueError("cancelled")
+            await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)}) first, "
+                          "then relaunch it?", yes, "relaunch")
             act = await _kill(client, obj.cfg, run.run_id, None)
             if not act.done or not (act.result or {}).get("ok"):
                 raise ValueError("kill did not finish: " + view.action_text(act))
             run = services.state_of(obj.cfg, [dict(services.run_dict(run), state="killed")]).runs[0]
+        else:  # an ended run (or the config's command): launching is an action too, asked first
+            argv = run.argv if run is not None and not run.external else obj.cfg.run.command
+            what = f"run {run.run_id}" if run is not None else "the config's run"
+            await confirm(f"relaunch {what}: {' '.join(argv)[:60]}?", yes, "relaunch")
         record = await services.relaunch(
             client, obj.cfg, services.run_dict(run) if run is not None else None,
             await services.patch_state(client, obj.cfg), action=services.new_action_id(),
@@ -215,7 +219,7 @@ async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) ->
 @click.command()
 @target_arg
 @click.argument("run_id", required=False)
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: bool) -> None:
@@ -233,11 +237,7 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
             code = run.exit_code if run.exit_code is not None else run.signal
             return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
                     "message": view.already_ended(run)}
-        if not yes:
-            prompt = f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?"
-            confirmed = await asyncio.to_thread(click.confirm, prompt, default=False)
-            if not confirmed:
-                raise ValueError("cancelled")
+        await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?", yes, "kill")
 
         def progress(ev: Any) -> None:
             if not as_json:

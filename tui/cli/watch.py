@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from tui import protocol as p
+from tui.protocol.hosttext import clean
 from tui.services import actions as services
 from tui.services.notify import Notifier
 from tui.state.model import AppState, LogTail
@@ -55,7 +56,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     log_path = run.log or cfg.run.log
     state = AppState(target=cfg.host.target or "", watch=WatchState(config=cfg.watch, run_id=run.run_id),
                      log=LogTail(path=log_path, sub="watch"))
-    print(f"watching run {run.run_id} ({run.name}, {run.state}); log {log_path or '(none)'}",
+    print(f"watching run {run.run_id} ({run.name}, {run.state}); log {clean(log_path or '(none)', newline=False)}",
           file=sys.stderr, flush=True)
     if log_path:
         await client.request("subscribe", sub="watch", path=log_path, offset=-TAIL_BYTES, inode=None)
@@ -143,6 +144,6 @@ def watch(obj: Any, target: str | None, run_id: str | None, as_json: bool, alert
         fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         fail("interrupted", 130)
-    for th in notifier.hooks:
-        th.join(timeout=5.0)  # let a hook started by the last event deliver it
+    finally:  # whatever ends the watch: a hook started by the last event may deliver, then what hangs dies
+        notifier.close(grace=5.0)
     sys.exit(code)

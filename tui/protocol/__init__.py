@@ -2,7 +2,10 @@
 
 One JSON object per line. See docs/architecture.md, "Agent protocol", for the
 shapes. Snapshot payloads stay plain dicts here; `tui.state.model` turns them into
-frozen dataclasses, so this module only has to be strict about the envelope.
+frozen dataclasses (and sanitizes their text), so this module only has to be strict
+about the envelope. The texts that are only ever shown (the hello's, errors, a log
+reset's reason, a kill's stage) pass `hosttext.clean` here; paths and results stay as
+the host sent them, since the client sends them back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import binascii
 import json
 from dataclasses import dataclass, field
 from typing import Any, Union
+
+from tui.protocol.hosttext import clean, clean_tree
 
 PROTOCOL_VERSION = 1
 
@@ -111,6 +116,15 @@ def _b64(obj: dict[str, Any]) -> bytes:
         raise ProtocolError(f"bad base64 in {obj.get('type')}: {exc}") from None
 
 
+def _shown(value: Any) -> str:
+    """A text of the host that is only shown: sanitized, on one line."""
+    return clean(str(value), newline=False)
+
+
+def _maybe(value: Any) -> str | None:
+    return None if value is None else clean(str(value))
+
+
 def parse_message(obj: Any) -> Message:
     """Turn one decoded JSON object into a message dataclass."""
     if not isinstance(obj, dict):
@@ -120,14 +134,14 @@ def parse_message(obj: Any) -> Message:
     if kind == "hello":
         return Hello(
             protocol=_req(obj, "protocol", int),
-            agent_version=str(obj.get("agent_version", "?")),
-            agent_sha=str(obj.get("agent_sha", "")),
-            hostname=str(obj.get("hostname", "?")),
-            python=str(obj.get("python", "?")),
+            agent_version=_shown(obj.get("agent_version", "?")),
+            agent_sha=_shown(obj.get("agent_sha", "")),
+            hostname=_shown(obj.get("hostname", "?")),
+            python=_shown(obj.get("python", "?")),
             pid=int(obj.get("pid") or 0),
             time=float(obj.get("time") or 0.0),
-            gpu_source=obj.get("gpu_source"),
-            gpu_error=obj.get("gpu_error"),
+            gpu_source=_maybe(obj.get("gpu_source")),
+            gpu_error=_maybe(obj.get("gpu_error")),
             capabilities=tuple(obj.get("capabilities") or ()),
         )
     if kind == "snapshot":
@@ -138,8 +152,8 @@ def parse_message(obj: Any) -> Message:
             gpus=list(obj.get("gpus") or []),
             processes=list(obj.get("processes") or []),
             runs=list(obj.get("runs") or []),
-            gpu_source=obj.get("gpu_source"),
-            gpu_error=obj.get("gpu_error"),
+            gpu_source=_maybe(obj.get("gpu_source")),
+            gpu_error=_maybe(obj.get("gpu_error")),
         )
     if kind == "log":
         return LogData(
@@ -153,7 +167,7 @@ def parse_message(obj: Any) -> Message:
         return LogReset(
             sub=_req(obj, "sub", str),
             path=str(obj.get("path", "")),
-            reason=str(obj.get("reason", "?")),
+            reason=_shown(obj.get("reason", "?")),
             inode=obj.get("inode"),
             offset=int(obj.get("offset") or 0),
         )
@@ -162,19 +176,19 @@ def parse_message(obj: Any) -> Message:
             id=_req(obj, "id", int),
             ok=bool(obj.get("ok")),
             result=obj.get("result") or {},
-            error=obj.get("error"),
+            error=None if obj.get("error") is None else clean(str(obj["error"])),
         )
     if kind == "kill_progress":
         return KillProgress(
             id=_req(obj, "id", int),
-            run_id=str(obj.get("run_id", "")),
-            stage=str(obj.get("stage", "")),
+            run_id=_shown(obj.get("run_id", "")),
+            stage=_shown(obj.get("stage", "")),
             alive=tuple(obj.get("alive") or ()),
-            gpus=tuple(obj.get("gpus") or ()),
+            gpus=tuple(clean_tree(list(obj.get("gpus") or ()))),
             elapsed=float(obj.get("elapsed") or 0.0),
         )
     if kind == "error":
-        return AgentError(message=str(obj.get("message", "")))
+        return AgentError(message=clean(str(obj.get("message", ""))))
     raise ProtocolError(f"unknown message type {kind!r}")
 
 

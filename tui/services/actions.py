@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 from tui import protocol as p
+from tui.protocol.hosttext import clean_tree
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.model import AppState, Run, Settings
@@ -89,7 +90,7 @@ async def launch(
     client: AgentClient, cfg: Config, patch_state: Any = None, action: str | None = None
 ) -> dict[str, Any]:
     """Start the config's run through the host's supervisor shim."""
-    return await client.request("launch", **_launch_args(cfg, patch_state, action))
+    return shown(await client.request("launch", **_launch_args(cfg, patch_state, action)))
 
 
 async def relaunch(
@@ -104,7 +105,7 @@ async def relaunch(
         raise ValueError(f"run {run.get('run_id')} is still {run.get('state')} ({what}): kill it first")
     if run.get("external"):
         return await launch(client, cfg, patch_state, action)
-    return await client.request(
+    return shown(await client.request(
         "launch",
         **({"action": action} if action else {}),
         **scheduler_args(cfg),  # a Slurm run is resubmitted
@@ -114,7 +115,7 @@ async def relaunch(
         env=dict(run.get("env") or {}),
         patch_state=patch_state,
         log=cfg.run.log,
-    )
+    ))
 
 
 def settings_of(cfg: Config, error: str | None = None) -> Settings:
@@ -145,11 +146,13 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
     state = apply(AppState(watch=WatchState(config=cfg.watch)), ConfigRead(settings_of(cfg)), time.time())
     if snap is None:
         snap = {"seq": 0, "time": time.time(), "host": {}, "gpus": [], "processes": [], "runs": runs}
-    event = p.Snapshot(
-        seq=int(snap.get("seq") or 0), time=float(snap.get("time") or time.time()), host=snap.get("host") or {},
-        gpus=list(snap.get("gpus") or []), processes=list(snap.get("processes") or []),
-        runs=list(runs), gpu_source=snap.get("gpu_source"), gpu_error=snap.get("gpu_error"),
-    )
+    # through the protocol's own parser, as the dashboard's snapshots come
+    event = p.parse_message({
+        "type": "snapshot", "seq": int(snap.get("seq") or 0), "time": float(snap.get("time") or time.time()),
+        "host": snap.get("host") or {}, "gpus": list(snap.get("gpus") or []),
+        "processes": list(snap.get("processes") or []), "runs": list(runs),
+        "gpu_source": snap.get("gpu_source"), "gpu_error": snap.get("gpu_error"),
+    })
     return apply(state, event, time.time())
 
 
@@ -169,8 +172,8 @@ async def prune(client: AgentClient, cfg: Config, *, older_than: float | None,
     from tui.services.demo import DEMO_ENV
 
     await configure(client, cfg)
-    return await client.request("prune", older_than=older_than, keep=keep, dry_run=dry_run,
-                                env={DEMO_ENV: "1"} if demo else None)
+    return shown(await client.request("prune", older_than=older_than, keep=keep, dry_run=dry_run,
+                                      env={DEMO_ENV: "1"} if demo else None))
 
 
 async def kill(
@@ -184,7 +187,7 @@ async def kill(
 
     With `action`, the agent keeps the outcome under that id (see `outcome`)."""
     extra = {"action": action} if action else {}
-    return await client.call_with_progress(
+    report = await client.call_with_progress(
         "kill",
         on_progress,
         run_id=run_id,
@@ -192,6 +195,13 @@ async def kill(
         gpu_wait=cfg.run.gpu_wait,
         **extra,
     )
+    return shown(report)
+
+
+def shown(result: dict[str, Any]) -> dict[str, Any]:
+    """An action's result that is only shown (a kill report, a launch's or prune's record):
+    every text of the host in it sanitized (`tui.protocol.hosttext.clean_tree`)."""
+    return clean_tree(result)  # type: ignore[no-any-return]
 
 
 async def outcome(
@@ -216,7 +226,7 @@ async def outcome(
             if res is not None:
                 rec = (res.get("outcomes") or {}).get(action)
                 if rec is not None and rec.get("state") == "done":
-                    return rec
+                    return shown(rec)
                 missing = missing + 1 if rec is None else 0
                 if missing >= 3:
                     return {"ok": False, "never_arrived": True,
@@ -228,10 +238,12 @@ describe_kill = view.describe_kill  # CLI output and the banner share the lines
 
 
 def run_dict(run: Run) -> dict[str, Any]:
-    """A run of the state as the relaunch request wants it."""
+    """A run of the state as the relaunch request wants it: its argv, cwd and env as the
+    host sent them (`Run.spec`), not the sanitized text the screen shows."""
+    spec = run.spec or {"argv": list(run.argv), "cwd": run.cwd, "env": dict(run.env)}
     return {
-        "run_id": run.run_id, "name": run.name, "state": run.state, "argv": list(run.argv),
-        "cwd": run.cwd, "env": dict(run.env), "external": run.external, "pid": run.pid,
+        "run_id": run.run_id, "name": run.name, "state": run.state, "argv": list(spec["argv"]),
+        "cwd": spec["cwd"], "env": dict(spec["env"]), "external": run.external, "pid": run.pid,
     }
 
 

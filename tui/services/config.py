@@ -9,6 +9,8 @@ known key: the config still loads, and every command prints the warning once.
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
@@ -151,10 +153,22 @@ class Config:
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(cls) for name, cls in SECTIONS.items()}
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> str:
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def shown_key(key: str) -> str:
+    """A key of the user's file as a warning may show it: a bare key as it is, any other
+    quoted as TOML writes it, its controls escaped (``"na\\u001bme"``): the file's text
+    never reaches the terminal raw."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
+def _unknown(kind: str, section: str | None, key: str, known: list[str]) -> str:
+    name = f"{section}.{key}" if section is not None else key
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
-    return f"unknown {kind} {name} ignored ({hint})"
+    shown = f"{section}.{shown_key(key)}" if section is not None else f"[{shown_key(key)}]"
+    return f"unknown {kind} {shown} ignored ({hint})"
 
 
 def _message(section: str, cls: type, err: Mapping[str, Any]) -> str:
@@ -184,6 +198,8 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib reads nested arrays and tables recursively
+        raise ConfigError(f"{where}: not valid TOML: arrays or tables nested too deeply") from None
     warnings: list[str] = []
     sections: dict[str, Any] = {}
     if "hosts" in raw:  # `hosts = [...]` before any table: the fleet's targets
@@ -192,17 +208,20 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
             raise ConfigError(f"{where}: hosts: must be a list of targets (hosts = [\"a\", \"b\"])")
         fleet = raw.setdefault("fleet", {})
         if isinstance(fleet, dict):
-            fleet["hosts"] = [*hosts, *fleet.get("hosts", [])]
+            more = fleet.get("hosts", [])
+            if not isinstance(more, list):  # a string would be spread into one-letter hosts
+                raise ConfigError(f"{where}: fleet.hosts: must be a list of targets (hosts = [\"a\", \"b\"])")
+            fleet["hosts"] = [*hosts, *more]
     for name, value in raw.items():
         if name not in SECTIONS:
-            warnings.append(f"{where}: " + _unknown("section", f"[{name}]", [f"[{s}]" for s in SECTIONS]))
+            warnings.append(f"{where}: " + _unknown("section", None, name, [f"[{s}]" for s in SECTIONS]))
             continue
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: {name}: must be a table ([{name}])")
         known = [f.name for f in fields(SECTIONS[name])]
         for key in value:
             if key not in known:
-                warnings.append(f"{where}: " + _unknown("key", f"{name}.{key}", [f"{name}.{k}" for k in known]))
+                warnings.append(f"{where}: " + _unknown("key", name, key, [f"{name}.{k}" for k in known]))
         clean = {k: v for k, v in value.items() if k in known}
         try:
             sections[name] = _ADAPTERS[name].validate_python(clean)

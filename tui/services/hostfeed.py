@@ -75,6 +75,11 @@ class HostFeed:
             self._notifier = notify.Notifier(self.cfg.notify.command, host=self.target, write=write)
         return self._notifier
 
+    def close_hooks(self, grace: float) -> None:
+        """The notifier's hooks still running: `grace` seconds, then killed (on exit)."""
+        if self._notifier is not None:
+            self._notifier.close(grace)
+
     # ---- the one route ------------------------------------------------------------
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call `listener(event)` after each event; returns the function that stops it."""

@@ -7,32 +7,37 @@
   ``set -g allow-passthrough on``).
 - The hook is ``[notify] command = ["argv", …]`` from eagle3.toml: run without a
   shell, with the event as one JSON object on stdin (point it at ntfy, a webhook via
-  curl, or mail). It runs in the background; a hook that fails or hangs (killed
-  after ``HOOK_TIMEOUT`` s) never stops the watch.
+  curl, or mail). It runs in the background, in a process group of its own; a hook
+  that fails or hangs (its whole group killed after ``HOOK_TIMEOUT`` s, or when the
+  command that started it exits: ``Notifier.close``) never stops the watch.
 
 ``Notifier.send_new(watch_state)`` acts on each event of a ``WatchState`` once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["HOOK_TIMEOUT", "Notifier", "event_json", "run_hook", "terminal_alert"]
+from tui.protocol.hosttext import clean
+
+__all__ = ["HOOK_TIMEOUT", "Notifier", "event_json", "kill_group", "run_hook", "terminal_alert"]
 
 HOOK_TIMEOUT = 30.0
 ESC, BEL = "\x1b", "\x07"
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # control characters end or corrupt an OSC string
 NOTIFY_KINDS = frozenset({"failed", "finished", "killed", "lost", "stalled", "hung"})
 
 
 def _clean(text: str, limit: int = 200) -> str:
-    return _UNSAFE.sub(" ", text).strip()[:limit]
+    """Host text inside our own escape: sanitized (`hosttext.clean`), on one line."""
+    return clean(text, newline=False).strip()[:limit]
 
 
 def terminal_alert(title: str, body: str, tmux: bool = False) -> str:
@@ -49,8 +54,13 @@ def event_json(event: Any, host: str) -> dict[str, Any]:
     return {"host": host, **event.to_json()}
 
 
-def run_hook(argv: Sequence[str], payload: dict[str, Any], timeout: float = HOOK_TIMEOUT) -> threading.Thread:
-    """Start ``argv`` (no shell) with ``payload`` as JSON on stdin; wait for it in a thread."""
+def run_hook(argv: Sequence[str], payload: dict[str, Any], timeout: float = HOOK_TIMEOUT,
+             started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> threading.Thread:
+    """Start ``argv`` (no shell) with ``payload`` as JSON on stdin; wait for it in a thread.
+
+    The hook runs in a session (and process group) of its own, so at its timeout the
+    whole group is killed: a `sh -c 'curl …'` whose child hangs leaves nothing behind.
+    ``started`` is told the process, so that its owner can kill it on exit."""
 
     def go() -> None:
         try:
@@ -58,18 +68,26 @@ def run_hook(argv: Sequence[str], payload: dict[str, Any], timeout: float = HOOK
                                     stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             return  # a missing program: nothing to tell anyone with
+        if started is not None:
+            started(proc)
         try:
             proc.communicate(json.dumps(payload).encode() + b"\n", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        except OSError:
-            proc.kill()
-            proc.wait()
+        except (subprocess.TimeoutExpired, OSError):
+            kill_group(proc)
 
     th = threading.Thread(target=go, name="eagle3-notify-hook", daemon=True)
     th.start()
     return th
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the hook's process group (its session, started for it alone), then reap
+    the hook. Called only while the hook is not reaped yet, so its pid (the group's id)
+    cannot have been given to another process."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.wait()
 
 
 class Notifier:
@@ -85,6 +103,8 @@ class Notifier:
         self.kinds = kinds
         self.last_seq = 0
         self.hooks: list[threading.Thread] = []
+        self.procs: list[subprocess.Popen[bytes]] = []  # hook processes started, for close()
+        self._lock = threading.Lock()  # hook threads add to `procs`
 
     def send_new(self, watch_state: Any) -> list[Any]:
         """Notify the events of ``watch_state`` not seen yet; return them."""
@@ -98,6 +118,24 @@ class Notifier:
             if self.write is not None:
                 self.write(terminal_alert(f"eagle3-tui {self.host}", f"{ev.run_id} {ev.kind}: {ev.message}", self.tmux))
             if self.command:
-                self.hooks.append(run_hook(self.command, event_json(ev, self.host)))
+                self.hooks.append(run_hook(self.command, event_json(ev, self.host), started=self._started))
         self.hooks = [h for h in self.hooks if h.is_alive()]
+        with self._lock:
+            self.procs = [pr for pr in self.procs if pr.poll() is None]
         return events
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self.procs.append(proc)
+
+    def close(self, grace: float = 5.0) -> None:
+        """On exit: give running hooks ``grace`` seconds to deliver, then kill their
+        process groups, so no hook outlives the command that started it."""
+        deadline = time.monotonic() + grace
+        for th in self.hooks:
+            th.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            procs = list(self.procs)
+        for proc in procs:
+            if proc.poll() is None:  # still running (not reaped): its group is its own
+                kill_group(proc)

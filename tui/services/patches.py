@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tui.protocol.hosttext import clean, clean_tree
 from tui.services.files import atomic_write
 from tui.state import patches as P
 
@@ -41,11 +42,13 @@ class AgentLike(Protocol):
 
 
 class PatchServiceError(Exception):
-    """A refused or failed patch action. `str()` is one line; `detail` may hold a diff."""
+    """A refused or failed patch action. `str()` is one line; `detail` may hold a diff.
+    Both carry the host's paths and file contents: sanitized here, where they become
+    words to show (`tui.protocol.hosttext.clean`)."""
 
     def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.detail = detail
+        super().__init__(clean(message, newline=False))
+        self.detail = clean(detail)
 
 
 @dataclass
@@ -151,7 +154,7 @@ async def status(client: AgentLike, set_name: str, python: str | None,
     """Where the host's files stand: {set, target, package_dir, distribution_version,
     files: {path: {abs_path, sha256, backup, state}}, state, version (when a vK)}."""
     host = await _inspect(client, P.load_set(set_name, user_dir), python)
-    return _report(host, _classify(host))
+    return clean_tree(_report(host, _classify(host)))  # a report to show: the host's paths cleaned
 
 
 async def push(client: AgentLike, set_name: str, version: str, python: str | None,

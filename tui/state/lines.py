@@ -1,4 +1,4 @@
-"""Line assembly for raw log bytes: split, decode, strip ANSI, collapse ``\\r`` redraws.
+"""Line assembly for raw log bytes: split, decode, sanitize, collapse ``\\r`` redraws.
 
 Pure and incremental. The caller keeps ``partial`` (the undecoded bytes of the line that
 has no ``\\n`` yet) between chunks::
@@ -10,11 +10,15 @@ has no ``\\n`` yet) between chunks::
 
 Decoding happens only on complete lines, so a multi-byte UTF-8 character split across
 chunks is never turned into U+FFFD (``\\n`` never occurs inside a UTF-8 sequence).
+Each line passes `tui.protocol.hosttext.clean` (escapes, controls, bidi overrides) before
+its redraws are collapsed: this is where the log's text enters the client.
 """
 
 from __future__ import annotations
 
 import re
+
+from tui.protocol.hosttext import clean
 
 __all__ = [
     "MAX_PARTIAL",
@@ -29,23 +33,14 @@ __all__ = [
 # cannot grow the partial state without bound. Real vLLM/tqdm lines are < 1 KiB.
 MAX_PARTIAL = 8 * 1024 * 1024
 
-# CSI (colours, cursor moves), OSC (titles, hyperlinks) and the two-byte escapes.
-_ANSI = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
-    r"|\x1b[@-Z\\-_]"
-)
-
 # The worker prefix vLLM's decorate_logs writes at the start of every physical line:
 # "(Worker_TP0 pid=1234) ", "(VllmWorker rank=1 pid=7) ", "(EngineCore_DP0 pid=9) ".
 _LEAD_PREFIX = re.compile(r"\s*(\([A-Za-z][\w\-]*(?: [\w=\-]+)? pid=\d+\))\s*")
 
 
 def strip_ansi(text: str) -> str:
-    """Remove ANSI escape sequences from ``text``."""
-    if "\x1b" not in text:
-        return text
-    return _ANSI.sub("", text)
+    """``text`` sanitized (`tui.protocol.hosttext.clean`), its ``\\r`` kept for `collapse_cr`."""
+    return clean(text, cr=True)
 
 
 def collapse_cr(text: str) -> str:
@@ -75,7 +70,7 @@ def collapse_cr(text: str) -> str:
 
 def _clean(raw: bytes) -> str:
     """Decode one physical line and turn it into the displayed text."""
-    return collapse_cr(strip_ansi(raw.decode("utf-8", errors="replace")))
+    return collapse_cr(clean(raw, cr=True))
 
 
 def split_lines(partial: bytes, data: bytes) -> tuple[list[str], bytes]:

@@ -13,7 +13,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tui.state.lines import collapse_cr, strip_ansi
+from tui.protocol.hosttext import clean as sanitize
+from tui.state.lines import collapse_cr
 
 BLOCK = 1 << 20  # bytes per cached block
 MAX_BLOCKS = 32  # cached blocks held at most (32 MiB)
@@ -43,7 +44,7 @@ class FileChanged(Exception):
 
 
 def clean(raw: bytes, total: int | None = None) -> str:
-    """Displayed text of one physical line (no terminator): decode, strip ANSI, collapse ``\\r``.
+    """Displayed text of one physical line (no terminator): decode, sanitize, collapse ``\\r``.
 
     At most ``DISPLAY_MAX`` characters are kept; ``total`` is the line's full byte
     length when ``raw`` is only its head.
@@ -51,7 +52,7 @@ def clean(raw: bytes, total: int | None = None) -> str:
     if raw.endswith(b"\n"):
         raw = raw[:-1]
     full = len(raw) if total is None else total
-    text = collapse_cr(strip_ansi(raw[: DISPLAY_MAX * 4].decode("utf-8", "replace")))
+    text = collapse_cr(sanitize(raw[: DISPLAY_MAX * 4], cr=True))
     if len(text) > DISPLAY_MAX or full > len(raw) or len(raw) > DISPLAY_MAX * 4:
         return text[:DISPLAY_MAX] + f" … ({full} bytes in all)"
     return text
@@ -65,7 +66,7 @@ def match_text(raw: bytes) -> str:
     """
     if raw.endswith(b"\n"):
         raw = raw[:-1]
-    return collapse_cr(strip_ansi(raw[: MATCH_MAX * 4].decode("utf-8", "replace")))[:MATCH_MAX]
+    return collapse_cr(sanitize(raw[: MATCH_MAX * 4], cr=True))[:MATCH_MAX]
 
 
 def has_long_line(data: bytes) -> bool:
@@ -223,6 +224,7 @@ class LineIndex:
         self.marks: list[int] = [0]  # marks[k]: start of line k*every + 1
         self.frontier = 0  # every byte before this was counted
         self.newlines = 0  # newlines in [0, frontier)
+        self.open_end = False  # the bytes counted end inside a line (no newline yet)
 
     def feed(self, offset: int, data: bytes) -> None:
         """Count ``data`` (which starts at ``offset``) if it reaches past the frontier."""
@@ -240,7 +242,15 @@ class LineIndex:
             self.marks.append(offset + pos)
             nxt += self.every
         self.newlines = upto
+        if len(data) > pos:
+            self.open_end = not data.endswith(b"\n")
         self.frontier = offset + len(data)
+
+    @property
+    def lines(self) -> int:
+        """Lines in [0, frontier): the newlines, and a last line that has none yet (a
+        tqdm bar redrawn with ``\\r``, a log cut mid-line) is a line too."""
+        return self.newlines + (1 if self.open_end else 0)
 
     def knows(self, offset: int) -> bool:
         return offset <= self.frontier

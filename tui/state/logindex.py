@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui.protocol.hosttext import has_controls
 from tui.state.logblocks import (
     BLOCK,
     DISPLAY_MAX,
@@ -352,8 +353,8 @@ class LogDocument:
         """Lines of ``data`` (whole lines starting at byte ``base``) that match all patterns."""
         text = data.decode("utf-8", "replace")
         out: list[Line] = []
-        if "\x1b" in text or "\r" in text or has_long_line(data):
-            # Escapes or redraws change what is shown, and a long line must be cut before a
+        if has_controls(text) or has_long_line(data):
+            # Escapes, controls or redraws change what is shown, and a long line must be cut before a
             # regex sees it: judge each cleaned (and capped) line on its own.
             pos = 0
             for raw in data.split(b"\n"):

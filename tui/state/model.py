@@ -1,13 +1,20 @@
 """The client's view of one host, as frozen dataclasses. Pure: no I/O, no Textual.
 
-`from_snapshot_*` helpers turn the agent's plain dicts into these types; a
-missing or malformed reading becomes None (shown as N/A), never 0.
+`from_dict` helpers turn the agent's plain dicts into these types; a missing or
+malformed reading becomes None (shown as N/A), never 0. This is where the host's
+records enter the client's state, so every text in them passes the one sanitizer
+(`tui.protocol.hosttext.clean`) here: a table cell, a banner or `eagle3-tui runs` never
+meets an escape or a control. The exceptions are the values the client sends back to
+the host byte for byte: a run's `spec` (argv, cwd, env, for relaunch) and its `log`
+path (to follow it); whatever shows a log path cleans it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from tui.protocol.hosttext import clean, clean_tree
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
 LOG_LINES = 1000  # lines of log tail kept in memory
@@ -25,7 +32,17 @@ def _int(value: Any) -> int | None:
 
 
 def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """A non-empty host string, sanitized; else None."""
+    return clean(value, newline=False) if isinstance(value, str) and value else None
+
+
+def _text(value: Any) -> str | None:
+    """A host string (possibly empty), sanitized; None when it is not a string."""
+    return clean(value, newline=False) if isinstance(value, str) else None
+
+
+def _texts(values: Any) -> tuple[str, ...]:
+    return tuple(clean(str(v), newline=False) for v in values) if isinstance(values, (list, tuple)) else ()
 
 
 @dataclass(frozen=True)
@@ -63,8 +80,8 @@ class Gpu:
         index = _int(d.get("index"))
         return cls(
             index=index if index is not None else fallback_index,
-            name=d.get("name") if isinstance(d.get("name"), str) else None,
-            uuid=d.get("uuid") if isinstance(d.get("uuid"), str) else None,
+            name=_text(d.get("name")),
+            uuid=_text(d.get("uuid")),
             mem_used=_int(d.get("mem_used")),
             mem_total=_int(d.get("mem_total")),
             util=_num(d.get("util")),
@@ -94,21 +111,20 @@ class Proc:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Proc:
-        cmd = d.get("cmdline")
         return cls(
             pid=int(d["pid"]),
             ppid=_int(d.get("ppid")),
             pgid=_int(d.get("pgid")),
             sid=_int(d.get("sid")),
-            user=d.get("user") if isinstance(d.get("user"), str) else None,
-            state=d.get("state") if isinstance(d.get("state"), str) else None,
+            user=_text(d.get("user")),
+            state=_text(d.get("state")),
             cpu=_num(d.get("cpu")),
             rss=_int(d.get("rss")),
             start_time=_num(d.get("start_time")),
             elapsed=_num(d.get("elapsed")),
-            cmdline=tuple(str(a) for a in cmd) if isinstance(cmd, list) else (),
-            why=tuple(str(w) for w in d.get("why") or ()),
-            run_id=d.get("run_id") if isinstance(d.get("run_id"), str) else None,
+            cmdline=_texts(d.get("cmdline")),
+            why=_texts(d.get("why")),
+            run_id=_text(d.get("run_id")),
         )
 
 
@@ -125,7 +141,7 @@ class Host:
     def from_dict(cls, d: dict[str, Any]) -> Host:
         load = d.get("load")
         return cls(
-            hostname=d.get("hostname") if isinstance(d.get("hostname"), str) else None,
+            hostname=_text(d.get("hostname")),
             load=tuple(float(x) for x in load) if isinstance(load, list) else None,
             cpu_count=_int(d.get("cpu_count")),
             mem_total=_int(d.get("mem_total")),
@@ -147,9 +163,11 @@ class Run:
     signal: str | None
     patch_state: Any
     external: bool
-    log: str | None
+    log: str | None  # raw: the path the client asks the host to follow; clean it to show it
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # raw argv, cwd and env as the host sent them: a relaunch sends these back byte for byte
+    spec: dict[str, Any] = field(default_factory=dict, compare=False)
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
     job_id: str | None = None  # a Slurm run's job; the fields below are Slurm's word on it
@@ -168,27 +186,31 @@ class Run:
         argv = d.get("argv")
         env = d.get("env")
         return cls(
-            run_id=str(d.get("run_id", "?")),
-            name=str(d.get("name") or ""),
-            state=str(d.get("state") or "unknown"),
-            argv=tuple(str(a) for a in argv) if isinstance(argv, list) else (),
+            run_id=clean(str(d.get("run_id", "?")), newline=False),
+            name=clean(str(d.get("name") or ""), newline=False),
+            state=clean(str(d.get("state") or "unknown"), newline=False),
+            argv=_texts(argv),
             pid=_int(d.get("pid")),
             launched_at=_num(d.get("launched_at")) or _num(d.get("start_time")),
             ended_at=_num(d.get("ended_at")),
             exit_code=_int(d.get("exit_code")),
-            signal=d.get("signal") if isinstance(d.get("signal"), str) else None,
-            patch_state=d.get("patch_state"),
+            signal=_text(d.get("signal")),
+            patch_state=clean_tree(d.get("patch_state")),
             external=bool(d.get("external")),
             log=d.get("log") if isinstance(d.get("log"), str) else None,
-            cwd=d.get("cwd") if isinstance(d.get("cwd"), str) else None,
-            env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
-            error=d.get("error") if isinstance(d.get("error"), str) else None,
-            log_note=d.get("log_note") if isinstance(d.get("log_note"), str) else None,
+            cwd=_text(d.get("cwd")),
+            env={clean(str(k), newline=False): clean(str(v), newline=False) for k, v in env.items()}
+            if isinstance(env, dict) else {},
+            error=_text(d.get("error")),
+            log_note=_text(d.get("log_note")),
             job_id=_str(d.get("job_id")),
             slurm_state=_str(d.get("slurm_state")),
             slurm_reason=_str(d.get("slurm_reason")),
             nodes=_str(d.get("nodes")),
-            pace=d.get("pace") if isinstance(d.get("pace"), dict) else None,
+            pace=clean_tree(d.get("pace")) if isinstance(d.get("pace"), dict) else None,
+            spec={"argv": [str(a) for a in argv] if isinstance(argv, list) else [],
+                  "cwd": d.get("cwd") if isinstance(d.get("cwd"), str) else None,
+                  "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}},
         )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui import protocol as p
+from tui.protocol.hosttext import clean
 from tui.state import logparse, watch
 from tui.state.model import (
     HISTORY,
@@ -278,10 +279,11 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
     for gpu in gpus:
         past = history.get(gpu.index, ())
         history[gpu.index] = (past + ((gpu.mem_fraction, gpu.util),))[-HISTORY:]
+    host = Host.from_dict(snap.host)
     return replace(
         state,
-        host=Host.from_dict(snap.host),
-        hostname=snap.host.get("hostname") or state.hostname,
+        host=host,
+        hostname=host.hostname or state.hostname,
         gpus=gpus,
         gpu_source=snap.gpu_source,
         gpu_error=snap.gpu_error,
@@ -367,7 +369,7 @@ def analyse_log(log: LogTail, budget: int) -> LogTail:
 def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
     """The byte stream restarts: keep the old lines on screen, number new ones from 1."""
     notes = {
-        "missing": f"waiting for {event.path} to appear",
+        "missing": f"waiting for {clean(event.path, newline=False)} to appear",
         "truncated": "log was truncated; reading from the start",
         "rotated": "log was rotated; following the new file",
     }

@@ -369,10 +369,8 @@ def advice(state: AppState, now: float, patch_set: str | None) -> advisor.Advice
 KILL_BANNER_S = 60.0  # how long a finished action's verdict stays in the banner
 
 
-def banner(state: AppState, now: float, patch_set: str | None = None) -> tuple[str | None, str]:
-    """(text or None, kind: '' | 'ok' | 'error'), by priority: an action in flight or
-    just ended, a broken config, a link in trouble, the advisor's warning."""
-    act = state.actions[-1] if state.actions else None
+def _action_banner(state: AppState, act: Any, now: float) -> tuple[str, str] | None:
+    """The banner of a kill in flight or just ended, or of an unconfirmed action."""
     if act is not None and act.kind == "kill" and (not act.done or now - (act.ended_at or now) < KILL_BANNER_S):
         kill = state.kill
         if act.state == "ok" and act.result is not None:
@@ -390,6 +388,21 @@ def banner(state: AppState, now: float, patch_set: str | None = None) -> tuple[s
         return f"Killing run {act.run_id}…", ""
     if act is not None and act.state == "unconfirmed":
         return action_text(act), ""
+    return None
+
+
+def banner(state: AppState, now: float, patch_set: str | None = None) -> tuple[str | None, str]:
+    """(text or None, kind: '' | 'ok' | 'error'), by priority: an action in flight or
+    just ended, a broken config, a link in trouble, the advisor's warning. A link in
+    trouble is never hidden: an action's banner carries it too ("stale for 12 s")."""
+    act = state.actions[-1] if state.actions else None
+    shown = _action_banner(state, act, now)
+    if shown is not None:
+        text, kind = shown
+        link, link_kind = link_text(state, now)
+        if link_kind != "ok":  # a kill asked of a frozen agent: both must be read
+            return f"{text}  ·  ⚠ {link}", "error" if link_kind == "error" or kind == "error" else kind
+        return text, kind
     if state.settings.error:
         return f"config: {state.settings.error} — nothing launches until it is fixed", "error"
     text, kind = link_text(state, now)

@@ -6,6 +6,8 @@ permanent ones (a wrong key does not get better by trying again).
 
 from __future__ import annotations
 
+from tui.protocol.hosttext import clean
+
 
 class TransportError(Exception):
     """A link failure with a one-line message; `permanent` errors are not retried."""
@@ -13,8 +15,9 @@ class TransportError(Exception):
     permanent: bool = False
 
     def __init__(self, message: str, *, permanent: bool | None = None) -> None:
-        # Keep str() one line: the UI and the CLI print it as is.
-        super().__init__(" ".join(str(message).split()))
+        # Keep str() one line: the UI and the CLI print it as is. It often quotes the
+        # host (its Python's stderr, the server's banner): sanitized like all host text.
+        super().__init__(" ".join(clean(str(message)).split()))
         if permanent is not None:
             self.permanent = permanent
 

@@ -14,8 +14,10 @@ from typing import Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from tui.protocol.hosttext import clean
 from tui.services.config import Config
 from tui.services.hostfeed import HostFeed
 from tui.state import view
@@ -45,6 +47,24 @@ class EagleApp(App[None]):
         self._first = first
         self.read_only = read_only  # no kill, relaunch, launch, patch push (tui/views/readonly.py)
         self.fatal_error: str | None = None  # a failed connect of `connect HOST`: its one line
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text, whoever asks (`Screen.notify` passes markup=True by
+        default): its words often carry host text (a run's failure, an agent's error), and
+        markup in host text would raise `MarkupError` and end the app. The words are built
+        from many sources (exceptions too), so they pass the sanitizer on their way out."""
+        super().notify(clean(message), title=clean(title, newline=False), severity=severity, timeout=timeout,
+                       markup=False)
+
+    def close_hooks(self, grace: float = 2.0) -> None:
+        """After the app: the `[notify] command` hooks still running get `grace` seconds,
+        then their process groups are killed (nothing outlives `connect`)."""
+        first = self._first
+        feeds = getattr(first, "feeds", None) or {"": getattr(first, "feed", None)}
+        for feed in feeds.values():
+            if feed is not None:
+                feed.close_hooks(grace)
 
     def get_default_screen(self) -> Screen[Any]:
         return self._first

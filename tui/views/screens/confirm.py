@@ -34,7 +34,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self._title, id="title")
+            yield Static(Text(self._title), id="title")
             yield Static(Text("\n".join(self._lines)), id="body")
             with Horizontal():
                 yield Button("Cancel (n)", id="cancel", variant="primary")

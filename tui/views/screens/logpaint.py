@@ -14,6 +14,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tui.protocol.hosttext import clean
 from tui.state.logindex import MATCH_MAX, Line, LogDocument
 from tui.views.widgets.logtail import ERROR_PATTERN
 from tui.views.widgets.logtail import style_line
@@ -192,14 +193,14 @@ class LogPainter(Screen[None]):
         if shown:
             a, b = shown[0].line_no, shown[-1].line_no
             if a is not None and b is not None:
-                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.newlines}" if self._index_done() else ""))
+                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.lines}" if self._index_done() else ""))
             parts.append(f"{100 * shown[-1].end // max(1, size)}%")
         if self.searching is None and self.index_lines and not self._index_done():
             parts.append(f"indexing {100 * self.doc.index.frontier // max(1, size)}%")
         parts.append(f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size} B")
         head = " · ".join(parts)
         room = width - cell_len(head) - 3
-        path = self.path
+        path = clean(self.path, newline=False)  # the host's path, as the client may show it
         if room >= 12:  # else the path is left out: the flags matter more
             if cell_len(path) > room:
                 path = "…" + path[-(room - 1):]

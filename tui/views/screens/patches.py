@@ -82,7 +82,7 @@ class PatchScreen(Screen[str | None]):
         self.outcome: Text | None = None  # what that write did, under the status line
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self.host}: reading patch state of {self.set_name} …", id="patch-status")
+        yield Static(Text(f"{self.host}: reading patch state of {self.set_name} …"), id="patch-status")
         with Horizontal():
             yield DataTable(id="versions", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="preview-box"):
@@ -108,7 +108,7 @@ class PatchScreen(Screen[str | None]):
 
     # ---- rendering ----------------------------------------------------------------
     def _header(self, text: Text | str) -> None:
-        self.query_one("#patch-status", Static).update(text)
+        self.query_one("#patch-status", Static).update(Text(text) if isinstance(text, str) else text)
 
     def _fill_table(self) -> None:
         """(Re)build columns and rows, keeping the cursor; the host's version is marked.

@@ -30,7 +30,9 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from tui import trace
+from tui.protocol.hosttext import clean
 from tui.state.model import LOG_LINES, LogTail
+from tui.views.widgets.render import set_title
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
 # costs one linear scan (an unanchored `\w+Error` was quadratic: minutes on a 1 MB line).
@@ -219,7 +221,7 @@ class LogPane(Vertical):
         if log.path != self._path:  # another run's log: start afresh
             view.clear()
             self._path, self._shown, self._generation = log.path, 0, log.generation
-            self.border_title = Text(f"Log {log.path}") if log.path else NO_LOG  # a host path: never markup
+            set_title(self, f"Log {clean(log.path, newline=False)}" if log.path else NO_LOG)
         if log.generation != self._generation:
             # The stream restarted (truncation/rotation): mark it instead of clearing,
             # so what the user was reading stays on screen. Line counts start again.

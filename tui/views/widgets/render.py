@@ -49,15 +49,19 @@ def terminal_write(app: Any, seq: str) -> None:
 
 
 def set_title(widget: Any, title: str | None) -> None:
-    """Set a border title only when it changed: every assignment repaints the widget."""
+    """Set a border title only when it changed: every assignment repaints the widget.
+    The title is plain text (a str title is parsed as markup, and titles carry run ids
+    and log paths from the host)."""
     if getattr(widget, "_shown_title", None) != title:
         widget._shown_title = title
-        widget.border_title = title
+        widget.border_title = None if title is None else Text(title)
 
 
 def set_content(static: Any, content: Text | str, layout: bool = True) -> bool:
     """`Static.update` only when the content changed (an update lays the screen out
-    again); True when it was updated."""
+    again); True when it was updated. A str is shown as plain text, never markup."""
+    if isinstance(content, str):
+        content = Text(content)
     key = (content.plain, tuple(content.spans), str(content.style)) if isinstance(content, Text) else content
     if getattr(static, "_shown_content", None) == key:  # (Text's own == ignores its style)
         return False

@@ -144,7 +144,10 @@ def _cell_len(cell: Any) -> int:
 
 def _clip(cell: Any, width: int | None, keep_tail: bool) -> Any:
     """A cell cut to `width` cells: the tail of a run id (its unique end), the head of
-    a text (with an ellipsis)."""
+    a text (with an ellipsis). A str cell becomes plain `Text`: `DataTable` would parse
+    it as markup, and cells hold argv, run names and failure notes from the host."""
+    if isinstance(cell, str):
+        cell = Text(cell)
     if width is None or _cell_len(cell) <= width:
         return cell
     text = cell.plain if isinstance(cell, Text) else str(cell)
