@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from tui.state import view
 from tui.state.format import num, size

@@ -16,8 +16,7 @@ from textual.widgets import Static
 
 from tui.protocol.hosttext import clean
 from tui.state.logindex import MATCH_MAX, Line, LogDocument
-from tui.views.widgets.logtail import ERROR_PATTERN
-from tui.views.widgets.logtail import style_line
+from tui.views.widgets.logtail import ERROR_PATTERN, style_line
 
 
 class LogPainter(Screen[None]):
