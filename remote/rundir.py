@@ -8,11 +8,17 @@ is gone), ``killed.json`` (written by ``kill``) and ``error.json`` (the run coul
 be started; listed as state ``failed`` from ``launch.json`` and the error). Every
 process of the run inherits ``EAGLE3_TUI_RUN_ID=<run_id>`` so workers that escape the
 process tree can still be found. Every file is written through ``atomicfile``.
+
+Trust (``trust.py``): the runs dir and every run dir must be ours alone (owner, no
+group/other write, no symlink) and every record is read with O_NOFOLLOW and checked
+the same way. A runs dir that fails is refused (`RunnerError`, one line); a run dir or
+record that fails is left out of the listing with a one-line warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -24,10 +30,11 @@ import time
 from typing import Any, Callable, Iterator
 
 try:  # imported as remote.rundir (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs
+    from . import atomicfile, procfs, trust
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
+    import trust  # type: ignore[no-redef]
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -46,12 +53,46 @@ def default_runs_dir() -> str:
 
 
 def read_json(path: str) -> Any:
-    """Parsed JSON of a file, or None when missing, unreadable or half-written."""
+    """Parsed JSON of a file, or None when missing, unreadable or half-written.
+    A symlink, or a file another user owns or may write, raises `trust.Untrusted`."""
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(trust.read_bytes(path, "run record").decode("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def read_record(path: str) -> Any:
+    """`read_json` for an action on a run: a record that is not ours alone is RunnerError."""
+    try:
+        return read_json(path)
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+
+
+def check_runs_dir(runs_dir: str) -> bool:
+    """False when runs_dir does not exist; RunnerError (one line: path, owner, mode)
+    when it is not ours alone; True when it may be used."""
+    try:
+        trust.check_dir(runs_dir, "runs dir")
+    except FileNotFoundError:
+        return False
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+    return True
+
+
+def trusted_run_dir(runs_dir: str, run_id: str) -> str:
+    """The path of a run dir that may be used (`run_path`, the runs dir and the run dir
+    checked); RunnerError when either is not ours alone."""
+    path = run_path(runs_dir, run_id)
+    try:
+        if check_runs_dir(runs_dir):
+            trust.check_dir(path, "run dir")
+    except FileNotFoundError:
+        pass  # no such run: the caller says so
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+    return path
 
 
 def user_name() -> str:
@@ -190,9 +231,13 @@ def record(run_dir: str, btime: float) -> dict | None:
 _ENDED: dict[str, tuple[int, dict]] = {}
 
 
-def list_runs(runs_dir: str) -> list[dict]:
-    """Every run under runs_dir, newest first; junk and half-written dirs are skipped."""
+def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
+    """Every run under runs_dir, newest first; junk and half-written dirs are skipped.
+    A run dir or record that is not ours alone is skipped too, with its one line added
+    to `warnings`; a runs dir that is not ours alone is RunnerError."""
     try:
+        if not check_runs_dir(runs_dir):
+            return []
         names = os.listdir(runs_dir)
     except OSError:
         return []
@@ -208,15 +253,23 @@ def list_runs(runs_dir: str) -> list[dict]:
             out.append(dict(cached[1]))  # ended long ago: not even a stat
             continue
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
             continue
         if cached is not None and cached[0] == st.st_mtime_ns:
             out.append(dict(cached[1]))
             continue
-        rec = record(path, btime)
+        try:
+            trust.check_dir(path, "run dir")
+            rec = record(path, btime)
+        except trust.Untrusted as e:
+            if warnings is not None:
+                warnings.append(str(e))
+            continue
+        except OSError:
+            continue
         if rec is None:
             continue
         if rec["state"] in ("exited", "killed", "failed"):
@@ -257,10 +310,16 @@ def validate(name: Any, argv: Any, cwd: Any, env: Any, patch_state: Any) -> None
 def launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
     """Hold the runs dir's launch lock (never waiting: `busy` is the error when another
     holder has it), so a launch never races another launch or a prune."""
+    path = os.path.join(runs_dir, ".launch.lock")
     try:
-        os.makedirs(runs_dir, 0o700, exist_ok=True)
-        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
+        trust.make_dir(runs_dir, "runs dir")
+        # never through a symlink (O_NOFOLLOW), and only a lock file that is ours alone
+        lock = os.fdopen(trust.open_file(path, os.O_RDWR | os.O_CREAT, "launch lock"), "r+b")
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunnerError("refusing launch lock %s: a symlink" % path) from None
         raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
     with lock:
         try:

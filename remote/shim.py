@@ -26,6 +26,15 @@ except ImportError:
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
+UMASK_ENV = "EAGLE3_TUI_UMASK"  # the login's umask; the agent itself runs under 022
+
+
+def _restore_umask(text: str | None) -> None:
+    try:
+        if text and text.strip().isdigit():
+            os.umask(int(text.strip(), 8) & 0o777)
+    except ValueError:
+        pass
 
 
 def _become_subreaper() -> bool:
@@ -84,6 +93,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         log = os.path.join(req["cwd"], os.path.expanduser(log))
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         env = dict(os.environ)
+        _restore_umask(env.pop(UMASK_ENV, None))  # the login's umask, for the run's files
         env.update(req["env"])
         env[RUN_ENV] = run_id
         kwargs: dict[str, Any] = {}

@@ -84,9 +84,12 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
         runs_many(obj, hosts, as_json)
         return
     target = hosts[0] if hosts else None
-    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
+    warnings: list[str] = []
+    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg, warnings))
+    for line in warnings:  # a run dir the agent refused is never left out silently
+        click.echo(f"warning: {line}", err=True)
     if as_json:
-        print_json({"runs": result})
+        print_json({"runs": result, "warnings": warnings})
         return
     from tui.cli.report import format_runs
 

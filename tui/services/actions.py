@@ -58,10 +58,15 @@ async def snapshot(client: AgentClient, cfg: Config) -> dict[str, Any]:
     return await client.request("snapshot")
 
 
-async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
-    """Every run on the host, with processes matching `[run] match` adopted as external runs."""
+async def list_runs(client: AgentClient, cfg: Config,
+                    warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every run on the host, with processes matching `[run] match` adopted as external runs.
+    The agent's one-line warnings (run dirs it refused: not ours alone) go to `warnings`."""
     await configure(client, cfg)
-    return list((await client.request("runs")).get("runs") or [])
+    result = await client.request("runs")
+    if warnings is not None:
+        warnings.extend(str(w) for w in result.get("warnings") or [])
+    return list(result.get("runs") or [])
 
 
 def scheduler_args(cfg: Config) -> dict[str, Any]:

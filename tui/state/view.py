@@ -10,7 +10,9 @@ of this config, else the newest run of this config. A run is "of this config" wh
 was launched under `[run] name` (with no name configured, every managed run is). Runs
 adopted through `[run] match` (external, started by hand) come only when this config
 never launched a run here: the newest live one, then the newest. Another config's run
-is chosen only by naming it (or putting the cursor on it after `a`).
+is chosen only by naming it (or putting the cursor on it after `a`). A run whose
+`launched_at` lies more than `FUTURE_SKEW_S` after the host's time (a clock gone wrong,
+or a record someone wrote) never wins by default: it is chosen only by naming it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def visible_runs(state: AppState) -> tuple[Run, ...]:
     return state.runs if state.show_all else of_config(state)
 
 
+FUTURE_SKEW_S = 120.0  # how far a run's launch may lie past the host's time (clock skew)
+
+
+def from_the_future(run: Run, now: float | None) -> bool:
+    """Launched more than FUTURE_SKEW_S after `now` (the host's time of the snapshot)."""
+    return now is not None and run.launched_at is not None and run.launched_at > now + FUTURE_SKEW_S
+
+
 def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     """The run an action or view applies to (see the module docstring).
 
@@ -55,8 +65,9 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     chosen = state.run(state.cursor)
     if chosen is not None:
         return chosen
-    mine = newest_first([r for r in of_config(state) if not r.external])
-    adopted = newest_first([r for r in of_config(state) if r.external])
+    pool = [r for r in of_config(state) if not from_the_future(r, state.snapshot_time)]
+    mine = newest_first([r for r in pool if not r.external])
+    adopted = newest_first([r for r in pool if r.external])
     for pool in (mine, adopted):
         live = [r for r in pool if r.alive]
         if live or pool:
