@@ -37,6 +37,7 @@ except ImportError:
     import trust  # type: ignore[no-redef]
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
+EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved by the shim at launch
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -190,7 +191,8 @@ def record(run_dir: str, btime: float) -> dict | None:
         if not isinstance(rec.get(key), int):
             rec[key] = None
     same_boot = abs(float(rec.get("boot_time") or 0) - btime) < 2.0
-    exit_info = read_json(os.path.join(run_dir, "exit.json"))
+    # exit.reserve: the shim's exit record written into its reserved space (a full disk)
+    exit_info = read_json(os.path.join(run_dir, "exit.json")) or read_json(os.path.join(run_dir, EXIT_RESERVE))
     killed = read_json(os.path.join(run_dir, "killed.json"))
     exit_info = exit_info if isinstance(exit_info, dict) else None
     killed = killed if isinstance(killed, dict) else None
@@ -209,7 +211,13 @@ def record(run_dir: str, btime: float) -> dict | None:
     ended_at = (exit_info or {}).get("ended_at")
     if ended_at is None and state == "killed":
         ended_at = (killed or {}).get("at")
+    full = bool((exit_info or {}).get("disk_full"))
+    write_error = (exit_info or {}).get("write_error")
+    if state == "lost" and _disk_full(run_dir):  # not even the reserve: say why, not "lost"
+        full, write_error = True, "no space left on device in %s now: the run's end could not be recorded" % run_dir
     rec.update(
+        disk_full=full,
+        write_error=write_error if isinstance(write_error, str) else None,
         state=state,
         exit_code=(exit_info or {}).get("exit_code"),
         signal=(exit_info or {}).get("signal"),
@@ -224,6 +232,14 @@ def record(run_dir: str, btime: float) -> dict | None:
     else:
         rec["duration"] = None
     return rec
+
+
+def _disk_full(path: str) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024 or (st.f_files > 0 and st.f_favail == 0)
 
 
 # Records of ended runs never change while their directory does not: the agent lists

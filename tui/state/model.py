@@ -152,6 +152,8 @@ class Run:
     env: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
+    disk_full: bool = False  # the host's disk was full when the run's end was recorded
+    write_error: str | None = None  # why the exit record went to its reserve ("no space … in DIR")
     job_id: str | None = None  # a Slurm run's job; the fields below are Slurm's word on it
     slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
@@ -184,6 +186,8 @@ class Run:
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
             error=d.get("error") if isinstance(d.get("error"), str) else None,
             log_note=d.get("log_note") if isinstance(d.get("log_note"), str) else None,
+            disk_full=d.get("disk_full") is True,
+            write_error=_str(d.get("write_error")),
             job_id=_str(d.get("job_id")),
             slurm_state=_str(d.get("slurm_state")),
             slurm_reason=_str(d.get("slurm_reason")),

@@ -79,7 +79,10 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
 
 
 def state_label(run: Run) -> str:
-    """As shown everywhere: an exit with a non-zero code is a failure."""
+    """As shown everywhere: an exit with a non-zero code is a failure; a run whose end
+    could not be recorded because the host's disk is full is "disk full", not "lost"."""
+    if run.state == "lost" and run.disk_full:
+        return "disk full"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
 
 
@@ -161,6 +164,8 @@ def run_notes(state: AppState) -> dict[str, str]:
     for r in state.runs:
         if r.error:
             notes[r.run_id] = f"did not start: {r.error}"
+        elif r.write_error:  # the end was recorded in its reserved space, or not at all
+            notes.setdefault(r.run_id, f"{'disk full' if r.disk_full else 'exit record'}: {r.write_error}")
         elif r.external and not r.log and r.alive:
             notes.setdefault(r.run_id, r.log_note or NO_LOG_NOTE)
     w = state.watch
