@@ -348,6 +348,54 @@ def launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
 # ---------------------------------------------------------------- prune
 
 
+def prune_verdict(run_dir: str) -> str | None:
+    """Why an ended run chosen for pruning must be kept (one line), or None when its
+    directory can be removed whole. The one decision `--dry-run` and the real prune
+    share: a run dir that is not ours alone, one that holds a mount point (removing it
+    would empty that filesystem), or a folder in it we may not delete from."""
+    try:
+        root = trust.check_dir(run_dir, "run dir")
+    except trust.Untrusted as e:
+        return str(e)
+    except OSError as e:
+        return "cannot read %s: %s" % (run_dir, e.strerror)
+    for here, dirs, files in os.walk(run_dir, onerror=None):
+        if not os.access(here, os.W_OK | os.X_OK):
+            return "cannot delete inside %s: permission denied" % here
+        for name in dirs + files:
+            path = os.path.join(here, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_dev != root.st_dev:
+                return "%s is a mount point; unmount it first" % path
+    return None
+
+
+def _remove_tree(path: str) -> str | None:
+    """Remove `path` and everything in it (symlinks as links, never followed); the first
+    error ("PATH: reason"), or None when all of it is gone."""
+    first: list[str] = []
+
+    def gone(fn: Callable[[str], None], p: str) -> None:
+        try:
+            fn(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            first.append("%s: %s" % (p, e.strerror or e))
+
+    for here, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            gone(os.unlink, os.path.join(here, name))
+        for name in dirs:
+            sub = os.path.join(here, name)
+            gone(os.unlink if os.path.islink(sub) else os.rmdir, sub)
+    gone(os.rmdir, path)
+    return first[0] if first else None
+
+
 def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None = None,
                env: dict | None = None, dry_run: bool = False,
                lister: Callable[[str], list[dict]] | None = None) -> dict:
@@ -356,12 +404,12 @@ def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None 
     Selected: ended runs (not `running`) whose launch env holds every item of `env`
     (the demo marks its runs so), then of those, the ones that ended more than
     `older_than` seconds ago and are not among the `keep` newest. Only directories
-    this runner made (a launch.json inside) are touched. Holds the launch lock, so
-    a launch in progress is never raced. `lister` lists the runs (default `list_runs`;
-    the agent passes Slurm's, whose queued and running jobs are live too).
+    this runner made (a launch.json inside) are touched. Each selected run then goes
+    through `prune_verdict`, in a dry run as in the real one: those it keeps are listed
+    in `skipped` with the reason, as is a removal that failed part-way. Holds the launch
+    lock, so a launch in progress is never raced. `lister` lists the runs (default
+    `list_runs`; the agent passes Slurm's, whose queued and running jobs are live too).
     """
-    import shutil
-
     with launch_lock(runs_dir, "a launch is in progress on this host; try again"):
         now = time.time()
         ended = [r for r in (lister or list_runs)(runs_dir) if r.get("state") not in ("running", "pending")
@@ -371,14 +419,20 @@ def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None 
         if older_than is not None:
             chosen = [r for r in chosen
                       if (r.get("ended_at") or r.get("launched_at") or now) < now - older_than]
-        removed = []
+        removed, skipped = [], []
         for rec in chosen:
             path = run_path(runs_dir, rec["run_id"])
-            if not dry_run:
-                shutil.rmtree(path, ignore_errors=True)
+            brief = {"run_id": rec["run_id"], "name": rec.get("name"),
+                     "state": rec.get("state"), "ended_at": rec.get("ended_at")}
+            reason = prune_verdict(path)
+            if reason is None and not dry_run:
+                error = _remove_tree(path)
                 _ENDED.pop(path, None)
-                if os.path.exists(path):
-                    continue
-            removed.append({"run_id": rec["run_id"], "name": rec.get("name"),
-                            "state": rec.get("state"), "ended_at": rec.get("ended_at")})
-    return {"removed": removed, "kept": len(ended) - len(removed), "dry_run": dry_run}
+                if error is not None:
+                    reason = "removal failed part-way (%s)" % error
+            if reason is not None:
+                skipped.append(dict(brief, reason=reason))
+            else:
+                removed.append(brief)
+    return {"removed": removed, "skipped": skipped, "kept": len(ended) - len(removed),
+            "dry_run": dry_run}

@@ -133,7 +133,11 @@ def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int
     verb = "would remove" if dry_run else "removed"
     for r in result["removed"]:
         click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
-    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept")
+    skipped = result.get("skipped") or []
+    for r in skipped:  # the same decision in a dry run as in the real one, with its reason
+        click.echo(f"{'would keep' if dry_run else 'kept'} {r['run_id']}: {r.get('reason')}")
+    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept"
+               + (f" ({len(skipped)} of them for the reason given)" if skipped else ""))
 
 
 @click.command()
