@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -146,3 +147,36 @@ def test_a_planted_journal_is_refused(site: Path, jdir: Path, tmp_path: Path) ->
         assert "cannot roll back" in rec["error"] and "nobody (uid 65534)" in rec["error"]
     assert victim.read_bytes() == b"mine\n"
     assert sys.executable
+
+
+class KillsAgentAfterFirstWrite:
+    """The real client; the agent is SIGKILLed as soon as a write of the push has
+    answered (the reported case: the agent dies between two file writes). With one
+    transaction there is one write request, so the kill lands after it."""
+
+    def __init__(self, client: AgentClient, pid: int) -> None:
+        self.client, self.pid = client, pid
+
+    async def request(self, op: str, **args: object) -> dict:
+        result = await self.client.request(op, **args)
+        if op in ("file_write", "patch_apply"):
+            os.kill(self.pid, signal.SIGKILL)
+        return result
+
+
+async def test_agent_killed_between_the_writes_of_a_push_is_never_edited_by_hand(
+        site: Path, jdir: Path, tmp_path: Path) -> None:  # noqa: F811
+    client = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), reconnect=False)
+    hello = await client.start()
+    try:
+        await S.push(KillsAgentAfterFirstWrite(client, hello.pid), SET, "v5", PY, user_dir=tmp_path / "u")
+    except Exception as exc:  # noqa: BLE001 - the push's error, or the link lost right after it
+        assert "COULD NOT" not in str(exc)
+    await client.close()
+    client = await _client(tmp_path)
+    try:
+        st = await S.status(client, SET, PY, user_dir=tmp_path / "u")
+        assert st["state"] in ("pristine", "v5"), st["state"]
+        assert (await S.push(client, SET, "v5", PY, user_dir=tmp_path / "u"))["state"] == "v5"  # no --force
+    finally:
+        await client.close()
