@@ -158,10 +158,13 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
     return apply(state, event, time.time())
 
 
-def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None) -> Run | None:
+def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None,
+               now: float | None = None) -> Run | None:
     """The run `eagle3-tui kill` / `relaunch` apply to: the dashboard's rule
-    (`view.select_run`) over the host's runs."""
-    return view.select_run(state_of(cfg, runs), run_id)
+    (`view.select_run`) over the host's runs, at `now` (default: this machine's clock;
+    a run launched more than `view.FUTURE_SKEW_S` after it never wins by default)."""
+    snap = None if now is None else {"time": now, "runs": runs}
+    return view.select_run(state_of(cfg, runs, snap), run_id)
 
 
 def new_action_id() -> str:

@@ -12,7 +12,8 @@ adopted through `[run] match` (external, started by hand) come only when this co
 never launched a run here: the newest live one, then the newest. Another config's run
 is chosen only by naming it (or putting the cursor on it after `a`). A run whose
 `launched_at` lies more than `FUTURE_SKEW_S` after the host's time (a clock gone wrong,
-or a record someone wrote) never wins by default: it is chosen only by naming it.
+or a record someone wrote) never wins by default: it is chosen only by naming it (or by
+the cursor); when every run of the pool is such, none is chosen.
 """
 
 from __future__ import annotations
@@ -65,13 +66,13 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     chosen = state.run(state.cursor)
     if chosen is not None:
         return chosen
-    pool = [r for r in of_config(state) if not from_the_future(r, state.snapshot_time)]
-    mine = newest_first([r for r in pool if not r.external])
-    adopted = newest_first([r for r in pool if r.external])
+    mine = [r for r in of_config(state) if not r.external]
+    adopted = [r for r in of_config(state) if r.external]
     for pool in (mine, adopted):
-        live = [r for r in pool if r.alive]
-        if live or pool:
-            return (live or pool)[0]
+        if pool:  # this config's runs, when it launched any (even from the future)
+            pool = newest_first([r for r in pool if not from_the_future(r, state.snapshot_time)])
+            live = [r for r in pool if r.alive]
+            return (live or pool)[0] if pool else None
     return None
 
 
