@@ -31,14 +31,16 @@ def owner_name(uid: int) -> str:
         return "uid %d" % uid
 
 
-def problem(path: str, st: os.stat_result, what: str = "") -> Optional[str]:
-    """Why `st` (an lstat of `path`) is not ours alone, as one line, or None when it is."""
+def problem(path: str, st: os.stat_result, what: str = "", sealed: bool = False) -> Optional[str]:
+    """Why `st` (an lstat of `path`) is not ours alone, as one line, or None when it is.
+    `sealed`: the file lies in a directory of ours that no one else may even enter
+    (no group/other x bit), so its own group/other write bits cannot be used."""
     why = []
     if stat.S_ISLNK(st.st_mode):
         why.append("a symlink")
     if st.st_uid != os.geteuid():
         why.append("not owned by %s" % owner_name(os.geteuid()))
-    if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode):
+    if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode) and not sealed:
         why.append("writable by %s" % " and ".join(
             w for bit, w in ((0o020, "group"), (0o002, "others")) if st.st_mode & bit))
     if not why:
@@ -46,6 +48,16 @@ def problem(path: str, st: os.stat_result, what: str = "") -> Optional[str]:
     return "refusing %s%s: %s; owner %s, mode %04o" % (
         what + " " if what else "", path, ", ".join(why), owner_name(st.st_uid),
         stat.S_IMODE(st.st_mode))
+
+
+def _sealed(d: str) -> bool:
+    """`d` is a real directory of ours that group and others cannot enter: a file in it
+    written under a umask of 002 (an older record, 0664) is still ours alone."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o033
 
 
 def check_dir(path: str, what: str = "directory") -> os.stat_result:
@@ -71,7 +83,7 @@ def open_file(path: str, flags: int = os.O_RDONLY, what: str = "file") -> int:
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         st = os.fstat(fd)
-        reason = problem(path, st, what)
+        reason = problem(path, st, what, _sealed(os.path.dirname(os.path.abspath(path))))
         if reason is None and not stat.S_ISREG(st.st_mode):
             reason = "refusing %s %s: not a regular file" % (what, path)
         if reason:

@@ -286,3 +286,20 @@ def test_trust_problem_names_path_owner_and_mode(tmp_path: Path) -> None:
                     f"{trust.owner_name(os.geteuid())}, mode 0620")
     os.chmod(p, 0o600)
     assert trust.problem(str(p), os.lstat(p)) is None
+
+
+def test_a_group_writable_record_in_a_sealed_run_dir_is_still_ours(tmp_path: Path) -> None:
+    """Records written by an older agent under a umask of 002 (0664) inside a 0700 run dir
+    (no one else can enter it) stay listed; the same record in a 0755 run dir does not."""
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    d = _plant_run(runs, "20260101-000000-old1", ["true"], launched_at=time.time() - 60)
+    for f in d.iterdir():
+        os.chmod(f, 0o664)
+    os.chmod(d, 0o700)
+    assert [r["run_id"] for r in rundir.list_runs(str(runs))] == [d.name]
+    os.chmod(d, 0o755)
+    warnings: list[str] = []
+    rundir._ENDED.clear()
+    assert rundir.list_runs(str(runs), warnings) == []
+    assert "writable by group" in warnings[0] and "mode 0664" in warnings[0]
