@@ -303,3 +303,26 @@ def test_a_group_writable_record_in_a_sealed_run_dir_is_still_ours(tmp_path: Pat
     rundir._ENDED.clear()
     assert rundir.list_runs(str(runs), warnings) == []
     assert "writable by group" in warnings[0] and "mode 0664" in warnings[0]
+
+
+@pytest.mark.ssh
+async def test_our_own_upload_dir_left_group_writable_by_a_umask_of_002_still_starts(sshd, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tui.transport import AgentClient
+    from tui.transport.ssh import SshLink
+
+    cache = tmp_path / "cache"
+
+    def link() -> SshLink:
+        return SshLink(sshd.alias, ssh_config=sshd.ssh_config, python=sys.executable,
+                       cache_dir=str(cache), connect_timeout=10, runs_dir=str(tmp_path / "runs"))
+
+    client = AgentClient(link(), reconnect=False)
+    await client.start()
+    await client.close()
+    rdir = _agent_rdir(cache)
+    os.chmod(cache, 0o775)
+    os.chmod(rdir, 0o775)
+    client = AgentClient(link(), reconnect=False)
+    await client.start()  # our own dirs: tightened (chmod go-w), not refused
+    await client.close()
+    assert (cache.stat().st_mode & 0o777, rdir.stat().st_mode & 0o777) == (0o755, 0o755)

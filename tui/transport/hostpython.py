@@ -19,8 +19,8 @@ The agent directory is trusted only when it is ours alone (`trust_check`): befor
 agent is started (every start) and after an upload, the directory, its parent and
 every entry in it must be owned by the login user, writable by no group or other user,
 and no symlink; else the start is refused with one line naming the path, its owner and
-its mode (`ls -ld`). The two directories of ours are first made 0700 (`chmod go-w`
-would do; 0700 is what we create), so a umask of 002 does not lock a user out.
+its mode (`ls -ld`). The two directories, when ours, first lose group/other write
+(`chmod go-w`: an older upload under a umask of 002), so that does not lock a user out.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ KEEP_UMASK = 'EAGLE3_TUI_UMASK=$(umask); export EAGLE3_TUI_UMASK; umask 022; '
 def trust_check(rdir: str) -> str:
     """Shell: when `rdir`, its parent or anything under `rdir` is a symlink, owned by
     another user, or writable by group or others, print UNTRUSTED and `ls -ld` of the
-    first such path, and exit 3. Our own two directories are made 0700 first (an older
+    first such path, and exit 3. Our own two directories lose group/other write first (an older
     upload under a umask of 002), and the umask becomes 022 (the login's is kept in
     EAGLE3_TUI_UMASK; the shim gives it back to the run), so what the agent and Python
     write there (`__pycache__`, the remembered interpreter) stays ours alone."""
@@ -78,7 +78,7 @@ def trust_check(rdir: str) -> str:
     bad = r'\( -type l -o ! -user "$u" -o -perm -020 -o -perm -002 \)'
     return (f'{KEEP_UMASK}u=$(id -u); '
             f'for d in {qp} {q}; do [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] '
-            f'&& chmod 700 "$d" 2>/dev/null; done; '
+            f'&& chmod go-w "$d" 2>/dev/null; done; '
             f'b=$({{ find {qp} {q} -prune {bad} -print; '
             f'find {q} -mindepth 1 {bad} -print; }} 2>/dev/null | head -n 1); '
             f'if [ -n "$b" ]; then echo {UNTRUSTED}; ls -ld -- "$b"; exit 3; fi; ')
