@@ -326,3 +326,21 @@ async def test_our_own_upload_dir_left_group_writable_by_a_umask_of_002_still_st
     await client.start()  # our own dirs: tightened (chmod go-w), not refused
     await client.close()
     assert (cache.stat().st_mode & 0o777, rdir.stat().st_mode & 0o777) == (0o755, 0o755)
+
+
+def test_the_run_gets_the_login_umask_back_while_the_agent_runs_under_022(tmp_path: Path) -> None:
+    """The start command puts the agent under umask 022 (its files stay ours alone) and
+    keeps the login's in EAGLE3_TUI_UMASK; the shim gives that back to the run."""
+    old = os.umask(0o022)
+    try:
+        with AgentProc(env=dict(NO_GPU, EAGLE3_TUI_UMASK="0002"), args=["--runs-dir", str(tmp_path / "runs")]) as a:
+            rec = a.call("launch", {"argv": [sys.executable, "-c",
+                                             "import os; m = os.umask(0); print('umask %o' % m); "
+                                             "print('env', 'EAGLE3_TUI_UMASK' in os.environ)"],
+                                    "cwd": str(tmp_path)})
+            deadline = time.monotonic() + 10
+            while "env" not in Path(rec["log"]).read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        os.umask(old)
+    assert Path(rec["log"]).read_text().splitlines() == ["umask 2", "env False"]
