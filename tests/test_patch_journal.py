@@ -180,3 +180,19 @@ async def test_agent_killed_between_the_writes_of_a_push_is_never_edited_by_hand
         assert (await S.push(client, SET, "v5", PY, user_dir=tmp_path / "u"))["state"] == "v5"  # no --force
     finally:
         await client.close()
+
+
+def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_path: Path) -> None:
+    """The second file cannot be written (its folder is gone): the agent puts the first
+    back from the journal before it answers, and says so; no journal is left."""
+    from remote.wire import BadRequest
+
+    first = tmp_path / "a.py"
+    first.write_bytes(b"old\n")
+    gone = tmp_path / "missing-dir" / "b.py"
+    files = [{"path": str(first), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"), "backup": None},
+             {"path": str(gone), "data": b"x\n", "expect_sha256": None, "backup": None}]
+    with pytest.raises(BadRequest, match=rf"patch push to v9 failed .*; rolled back {first}$"):
+        journal.apply(files, "v9")
+    assert first.read_bytes() == b"old\n" and not (jdir / "journal.json").exists()
+    assert sorted(p.name for p in jdir.iterdir()) == [".lock"]

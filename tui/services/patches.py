@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from tui.services.files import atomic_write
 from tui.state import patches as P
+from tui.transport import AgentRequestError
 
 BACKUP_SUFFIX = ".eagle3-pristine"
 
@@ -240,12 +241,13 @@ async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: 
         # (a dismissed screen, Ctrl-C) waits for the reply, so the outcome is known.
         try:
             await _to_the_end(client.request("patch_apply", files=files, target=target))
-        except Exception as exc:  # noqa: BLE001 - one line, whatever the agent or link said
+        except AgentRequestError as exc:  # the host refused or rolled back: it says what
+            raise PatchServiceError(str(exc).removeprefix("patch_apply: ")) from None
+        except Exception as exc:  # noqa: BLE001 - the link: no answer, so say what is sure
             raise PatchServiceError(
-                f"push to {target} not done: {exc}. The host is as it was, or (when the link "
-                f"dropped after the host finished) at {target}: never half-patched; an agent "
-                f"that died mid-push is rolled back by the next one. See `eagle3-tui patch "
-                f"status`") from None
+                f"push to {target}: no answer from the host ({exc}); the host is as it was or "
+                f"wholly at {target}, never half-patched (a push its agent did not finish is "
+                f"rolled back by the next agent); see `eagle3-tui patch status`") from None
     after = await _inspect(client, pset, python)
     bad = [f.path for f in after.files if f.data != wanted[f.rel]]
     if bad:
