@@ -12,10 +12,11 @@ import time
 from typing import Any, Dict, List
 
 try:
-    from . import atomicfile
+    from . import atomicfile, trust
     from .wire import BadRequest, emit, one_line
 except ImportError:  # run as a script beside its siblings (the agent's upload directory)
     import atomicfile  # type: ignore[no-redef]
+    import trust  # type: ignore[no-redef]
     from wire import BadRequest, emit, one_line  # type: ignore[no-redef]
 
 ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
@@ -46,8 +47,7 @@ def record_outcome(folder: str, action: str, record: Dict[str, Any]) -> None:
     record = dict(record, action=action, at=time.time())
     if record.get("state") == "done":
         try:
-            with open(path, "rb") as f:
-                begun = json.loads(f.read().decode("utf-8"))
+            begun = json.loads(trust.read_bytes(path, "action record").decode("utf-8"))
             record.setdefault("op", begun.get("op"))
             record.setdefault("run_id", begun.get("run_id"))
             record.setdefault("started", begun.get("started"))
@@ -61,7 +61,7 @@ def record_outcome(folder: str, action: str, record: Dict[str, Any]) -> None:
             old = os.path.join(folder, name)
             if os.stat(old).st_mtime < cutoff:
                 os.unlink(old)
-    except OSError as exc:
+    except (OSError, trust.Untrusted) as exc:
         emit({"type": "error", "message": "cannot record action %s: %s" % (action, one_line(exc))})
 
 
@@ -73,9 +73,9 @@ def read_outcomes(folder: str, ids: List[Any]) -> Dict[str, Any]:
         if not valid_id(action):
             raise BadRequest("ids must be action ids")
         try:
-            with open(os.path.join(folder, action + ".json"), "rb") as f:
-                rec = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError):
+            rec = json.loads(trust.read_bytes(os.path.join(folder, action + ".json"),
+                                              "action record").decode("utf-8"))
+        except (OSError, ValueError, trust.Untrusted):
             rec = None
         if isinstance(rec, dict) and rec.get("state") == "running" and not _pid_alive(rec.get("agent_pid")):
             rec = dict(rec, state="done", ok=False, error="the agent that ran it ended before it finished")

@@ -42,18 +42,18 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # Siblings, shipped alongside (every remote/*.py is uploaded together).
+import journal  # noqa: E402
 from actions import ACTION_OPS, read_outcomes, record_outcome, valid_id  # noqa: E402
-from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, run_python  # noqa: E402
+from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, read_range, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
 from pace import attach as attach_pace  # noqa: E402
 from proctable import ProcTable  # noqa: E402
-from wire import CLIENT_GONE, BadRequest, arg, b64, emit, one_line, user_path, user_path_or_none  # noqa: E402
+from wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none  # noqa: E402
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL = 1
 RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if runner is broken
-READ_RANGE_MAX = 4 * 1024 * 1024
 
 
 def load_runner() -> Tuple[Any, Any, Any, Optional[str]]:
@@ -115,10 +115,11 @@ class Agent:
             raise BadRequest(self.runner_error or "runner unavailable")
         return self.runner
 
-    def _runs(self, procs: Optional[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    def _runs(self, procs: Optional[List[Dict[str, Any]]],
+              warnings: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         if self.runner is None:
             return []
-        runs = list(self.runner.list_runs(self._runs_dir()))
+        runs = list(self.runner.list_runs(self._runs_dir(), warnings))
         if self.slurm is not None:  # Slurm runs: state from the scheduler, pending ones added
             runs = self.slurm.overlay(runs, self._runs_dir())
         if self.match and procs is not None:
@@ -144,10 +145,11 @@ class Agent:
         gpu_pids = {p["pid"] for g in gpus for p in g.get("processes") or []}
         live: Dict[str, Dict[int, str]] = {"sid": {}, "pgid": {}}
         runs_error = None
+        skipped: List[str] = []  # run dirs and records refused (trust.py): said, never silent
         try:
-            runs = self._runs(None)
+            runs = self._runs(None, skipped)
         except Exception as exc:
-            runs, runs_error = [], one_line(exc)
+            runs, runs_error = [], str(exc) if type(exc).__name__ == "RunnerError" else one_line(exc)
         for r in runs:
             if r.get("state") == "running" and not r.get("external"):
                 for key in ("sid", "pgid"):
@@ -160,6 +162,7 @@ class Agent:
             except Exception as exc:
                 runs_error = one_line(exc)
         attach_pace(runs, self._runs_dir())
+        runs_error = "; ".join(([runs_error] if runs_error else []) + skipped) or None
         with self.lock:
             self.last_procs = procs
         return gpus, gpu_error, procs, runs, runs_error
@@ -225,7 +228,7 @@ class Agent:
         try:
             result = fn(args, rid)
         except Exception as exc:  # the runner's own one-line errors pass through as they are
-            plain = isinstance(exc, BadRequest) or type(exc).__name__ == "RunnerError"
+            plain = isinstance(exc, BadRequest) or type(exc).__name__ in ("RunnerError", "Untrusted")
             error = str(exc) if plain else one_line(exc)
             if action:  # recorded before the reply, so a client that missed it can ask
                 self._record_outcome(action, {"state": "done", "ok": False, "error": error})
@@ -314,19 +317,7 @@ class Agent:
 
     def op_read_range(self, args: Dict[str, Any], rid: int) -> Any:
         path, offset = user_path(arg(args, "path", str)), arg(args, "offset", int)
-        length = arg(args, "length", int)
-        if offset < 0 or not 0 <= length <= READ_RANGE_MAX:
-            raise BadRequest("read_range needs offset >= 0 and 0 <= length <= 4 MiB")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise BadRequest("%s does not exist" % path) from None
-        try:
-            st = os.fstat(fd)
-            data = os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
-        return {"offset": offset, "b64": b64(data), "size": st.st_size, "inode": st.st_ino}
+        return read_range(path, offset, arg(args, "length", int))
 
     def op_file_read(self, args: Dict[str, Any], rid: int) -> Any:
         return file_read(user_path(arg(args, "path", str)))
@@ -339,6 +330,10 @@ class Agent:
         return file_write(user_path(arg(args, "path", str)), data,
                           arg(args, "expect_sha256", str, None),
                           user_path_or_none(arg(args, "backup", str, None)))
+
+    def op_patch_apply(self, args: Dict[str, Any], rid: int) -> Any:
+        """A patch push as one transaction (remote/journal.py): every file or none."""
+        return journal.apply_request(args)
 
     def op_resolve_module(self, args: Dict[str, Any], rid: int) -> Any:
         module = arg(args, "module", str)
@@ -378,7 +373,8 @@ class Agent:
             # A client may ask before any snapshot was taken: scan now, or external
             # runs (found only through the process table) would be missing.
             procs = self._sample()[2]
-        return {"runs": self._runs(procs)}
+        warnings: List[str] = []
+        return {"runs": self._runs(procs, warnings), "warnings": warnings}
 
     def op_prune(self, args: Dict[str, Any], rid: int) -> Any:
         runner = self._need_runner()
@@ -430,7 +426,10 @@ class Agent:
         return 0
 
     def run(self) -> int:
-        emit(self.hello())
+        recovered = journal.recover()  # before anything else: a push whose agent died
+        emit(dict(self.hello(), patch_recovered=recovered))
+        if recovered:
+            emit({"type": "error", "message": journal.describe(recovered)})
         threading.Thread(target=self._reader, daemon=True).start()
         self.next_snap = time.monotonic()
         behind = False

@@ -16,12 +16,14 @@ from typing import Any, Optional
 
 def write_bytes(path: str, data: bytes, like: Optional[os.stat_result] = None) -> None:
     """Write `data` to `path` atomically. The new file takes the mode and owner of `like`
-    (the file it replaces) when given, else the mode a plain ``open()`` would give."""
+    (the file it replaces) when given, else 0644 less the umask: never writable by group
+    or others, so a record we write passes our own trust check (``trust.py``)."""
     d = os.path.dirname(os.path.abspath(path))
-    # O_EXCL on a random name: no two writers share a temp file, and the mode follows
-    # the umask as with open() (no process-wide umask juggling, which races threads).
+    # O_EXCL on a random name: no two writers share a temp file (and never a symlink
+    # someone put there); the umask still applies (no process-wide umask juggling,
+    # which races threads).
     tmp = os.path.join(d, ".%s.%s.tmp" % (os.path.basename(path), binascii.hexlify(os.urandom(4)).decode()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -304,8 +304,8 @@ def kill(
         if root and finder and root[0] in finder.never:
             raise RunnerError("refusing to kill %s: it runs the agent itself" % run_id)
     else:
-        run_dir = rundir.run_path(runs_dir, run_id)
-        manifest = rundir.read_json(os.path.join(run_dir, "manifest.json"))
+        run_dir = rundir.trusted_run_dir(runs_dir, run_id)  # never a planted manifest
+        manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
         if not isinstance(manifest, dict):
             if not os.path.isfile(os.path.join(run_dir, "launch.json")):
                 raise RunnerError("no run %s" % run_id)

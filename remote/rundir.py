@@ -8,11 +8,17 @@ is gone), ``killed.json`` (written by ``kill``) and ``error.json`` (the run coul
 be started; listed as state ``failed`` from ``launch.json`` and the error). Every
 process of the run inherits ``EAGLE3_TUI_RUN_ID=<run_id>`` so workers that escape the
 process tree can still be found. Every file is written through ``atomicfile``.
+
+Trust (``trust.py``): the runs dir and every run dir must be ours alone (owner, no
+group/other write, no symlink) and every record is read with O_NOFOLLOW and checked
+the same way. A runs dir that fails is refused (`RunnerError`, one line); a run dir or
+record that fails is left out of the listing with a one-line warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -24,12 +30,14 @@ import time
 from typing import Any, Callable, Iterator
 
 try:  # imported as remote.rundir (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs
+    from . import atomicfile, procfs, trust
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
+    import trust  # type: ignore[no-redef]
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
+EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved by the shim at launch
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -46,12 +54,46 @@ def default_runs_dir() -> str:
 
 
 def read_json(path: str) -> Any:
-    """Parsed JSON of a file, or None when missing, unreadable or half-written."""
+    """Parsed JSON of a file, or None when missing, unreadable or half-written.
+    A symlink, or a file another user owns or may write, raises `trust.Untrusted`."""
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(trust.read_bytes(path, "run record").decode("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def read_record(path: str) -> Any:
+    """`read_json` for an action on a run: a record that is not ours alone is RunnerError."""
+    try:
+        return read_json(path)
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+
+
+def check_runs_dir(runs_dir: str) -> bool:
+    """False when runs_dir does not exist; RunnerError (one line: path, owner, mode)
+    when it is not ours alone; True when it may be used."""
+    try:
+        trust.check_dir(runs_dir, "runs dir")
+    except FileNotFoundError:
+        return False
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+    return True
+
+
+def trusted_run_dir(runs_dir: str, run_id: str) -> str:
+    """The path of a run dir that may be used (`run_path`, the runs dir and the run dir
+    checked); RunnerError when either is not ours alone."""
+    path = run_path(runs_dir, run_id)
+    try:
+        if check_runs_dir(runs_dir):
+            trust.check_dir(path, "run dir")
+    except FileNotFoundError:
+        pass  # no such run: the caller says so
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+    return path
 
 
 def user_name() -> str:
@@ -149,7 +191,8 @@ def record(run_dir: str, btime: float) -> dict | None:
         if not isinstance(rec.get(key), int):
             rec[key] = None
     same_boot = abs(float(rec.get("boot_time") or 0) - btime) < 2.0
-    exit_info = read_json(os.path.join(run_dir, "exit.json"))
+    # exit.reserve: the shim's exit record written into its reserved space (a full disk)
+    exit_info = read_json(os.path.join(run_dir, "exit.json")) or read_json(os.path.join(run_dir, EXIT_RESERVE))
     killed = read_json(os.path.join(run_dir, "killed.json"))
     exit_info = exit_info if isinstance(exit_info, dict) else None
     killed = killed if isinstance(killed, dict) else None
@@ -168,7 +211,13 @@ def record(run_dir: str, btime: float) -> dict | None:
     ended_at = (exit_info or {}).get("ended_at")
     if ended_at is None and state == "killed":
         ended_at = (killed or {}).get("at")
+    full = bool((exit_info or {}).get("disk_full"))
+    write_error = (exit_info or {}).get("write_error")
+    if state == "lost" and _disk_full(run_dir):  # not even the reserve: say why, not "lost"
+        full, write_error = True, "no space left on device in %s now: the run's end could not be recorded" % run_dir
     rec.update(
+        disk_full=full,
+        write_error=write_error if isinstance(write_error, str) else None,
         state=state,
         exit_code=(exit_info or {}).get("exit_code"),
         signal=(exit_info or {}).get("signal"),
@@ -185,14 +234,26 @@ def record(run_dir: str, btime: float) -> dict | None:
     return rec
 
 
+def _disk_full(path: str) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024 or (st.f_files > 0 and st.f_favail == 0)
+
+
 # Records of ended runs never change while their directory does not: the agent lists
 # runs every tick, so re-reading three JSON files per old run would dominate its cost.
 _ENDED: dict[str, tuple[int, dict]] = {}
 
 
-def list_runs(runs_dir: str) -> list[dict]:
-    """Every run under runs_dir, newest first; junk and half-written dirs are skipped."""
+def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
+    """Every run under runs_dir, newest first; junk and half-written dirs are skipped.
+    A run dir or record that is not ours alone is skipped too, with its one line added
+    to `warnings`; a runs dir that is not ours alone is RunnerError."""
     try:
+        if not check_runs_dir(runs_dir):
+            return []
         names = os.listdir(runs_dir)
     except OSError:
         return []
@@ -208,15 +269,23 @@ def list_runs(runs_dir: str) -> list[dict]:
             out.append(dict(cached[1]))  # ended long ago: not even a stat
             continue
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
             continue
         if cached is not None and cached[0] == st.st_mtime_ns:
             out.append(dict(cached[1]))
             continue
-        rec = record(path, btime)
+        try:
+            trust.check_dir(path, "run dir")
+            rec = record(path, btime)
+        except trust.Untrusted as e:
+            if warnings is not None:
+                warnings.append(str(e))
+            continue
+        except OSError:
+            continue
         if rec is None:
             continue
         if rec["state"] in ("exited", "killed", "failed"):
@@ -257,10 +326,16 @@ def validate(name: Any, argv: Any, cwd: Any, env: Any, patch_state: Any) -> None
 def launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
     """Hold the runs dir's launch lock (never waiting: `busy` is the error when another
     holder has it), so a launch never races another launch or a prune."""
+    path = os.path.join(runs_dir, ".launch.lock")
     try:
-        os.makedirs(runs_dir, 0o700, exist_ok=True)
-        lock = open(os.path.join(runs_dir, ".launch.lock"), "a+b")
+        trust.make_dir(runs_dir, "runs dir")
+        # never through a symlink (O_NOFOLLOW), and only a lock file that is ours alone
+        lock = os.fdopen(trust.open_file(path, os.O_RDWR | os.O_CREAT, "launch lock"), "r+b")
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunnerError("refusing launch lock %s: a symlink" % path) from None
         raise RunnerError("cannot use runs dir %s: %s" % (runs_dir, e.strerror)) from None
     with lock:
         try:
@@ -273,6 +348,54 @@ def launch_lock(runs_dir: str, busy: str) -> Iterator[None]:
 # ---------------------------------------------------------------- prune
 
 
+def prune_verdict(run_dir: str) -> str | None:
+    """Why an ended run chosen for pruning must be kept (one line), or None when its
+    directory can be removed whole. The one decision `--dry-run` and the real prune
+    share: a run dir that is not ours alone, one that holds a mount point (removing it
+    would empty that filesystem), or a folder in it we may not delete from."""
+    try:
+        root = trust.check_dir(run_dir, "run dir")
+    except trust.Untrusted as e:
+        return str(e)
+    except OSError as e:
+        return "cannot read %s: %s" % (run_dir, e.strerror)
+    for here, dirs, files in os.walk(run_dir, onerror=None):
+        if not os.access(here, os.W_OK | os.X_OK):
+            return "cannot delete inside %s: permission denied" % here
+        for name in dirs + files:
+            path = os.path.join(here, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_dev != root.st_dev:
+                return "%s is a mount point; unmount it first" % path
+    return None
+
+
+def _remove_tree(path: str) -> str | None:
+    """Remove `path` and everything in it (symlinks as links, never followed); the first
+    error ("PATH: reason"), or None when all of it is gone."""
+    first: list[str] = []
+
+    def gone(fn: Callable[[str], None], p: str) -> None:
+        try:
+            fn(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            first.append("%s: %s" % (p, e.strerror or e))
+
+    for here, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            gone(os.unlink, os.path.join(here, name))
+        for name in dirs:
+            sub = os.path.join(here, name)
+            gone(os.unlink if os.path.islink(sub) else os.rmdir, sub)
+    gone(os.rmdir, path)
+    return first[0] if first else None
+
+
 def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None = None,
                env: dict | None = None, dry_run: bool = False,
                lister: Callable[[str], list[dict]] | None = None) -> dict:
@@ -281,12 +404,12 @@ def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None 
     Selected: ended runs (not `running`) whose launch env holds every item of `env`
     (the demo marks its runs so), then of those, the ones that ended more than
     `older_than` seconds ago and are not among the `keep` newest. Only directories
-    this runner made (a launch.json inside) are touched. Holds the launch lock, so
-    a launch in progress is never raced. `lister` lists the runs (default `list_runs`;
-    the agent passes Slurm's, whose queued and running jobs are live too).
+    this runner made (a launch.json inside) are touched. Each selected run then goes
+    through `prune_verdict`, in a dry run as in the real one: those it keeps are listed
+    in `skipped` with the reason, as is a removal that failed part-way. Holds the launch
+    lock, so a launch in progress is never raced. `lister` lists the runs (default
+    `list_runs`; the agent passes Slurm's, whose queued and running jobs are live too).
     """
-    import shutil
-
     with launch_lock(runs_dir, "a launch is in progress on this host; try again"):
         now = time.time()
         ended = [r for r in (lister or list_runs)(runs_dir) if r.get("state") not in ("running", "pending")
@@ -296,14 +419,20 @@ def prune_runs(runs_dir: str, older_than: float | None = None, keep: int | None 
         if older_than is not None:
             chosen = [r for r in chosen
                       if (r.get("ended_at") or r.get("launched_at") or now) < now - older_than]
-        removed = []
+        removed, skipped = [], []
         for rec in chosen:
             path = run_path(runs_dir, rec["run_id"])
-            if not dry_run:
-                shutil.rmtree(path, ignore_errors=True)
+            brief = {"run_id": rec["run_id"], "name": rec.get("name"),
+                     "state": rec.get("state"), "ended_at": rec.get("ended_at")}
+            reason = prune_verdict(path)
+            if reason is None and not dry_run:
+                error = _remove_tree(path)
                 _ENDED.pop(path, None)
-                if os.path.exists(path):
-                    continue
-            removed.append({"run_id": rec["run_id"], "name": rec.get("name"),
-                            "state": rec.get("state"), "ended_at": rec.get("ended_at")})
-    return {"removed": removed, "kept": len(ended) - len(removed), "dry_run": dry_run}
+                if error is not None:
+                    reason = "removal failed part-way (%s)" % error
+            if reason is not None:
+                skipped.append(dict(brief, reason=reason))
+            else:
+                removed.append(brief)
+    return {"removed": removed, "skipped": skipped, "kept": len(ended) - len(removed),
+            "dry_run": dry_run}

@@ -2,11 +2,14 @@
 detached by ``launch.py``. It starts the run's command with its log and run marker,
 writes ``manifest.json``, keeps the run's pace in ``pace.json`` (a thread running
 ``pace.follow`` over the run's log), reaps the run and every orphan of it, and writes
-``exit.json`` when all are gone. Standard library only; Python 3.9+."""
+``exit.json`` when all are gone -- through ENOSPC too: its space is reserved at launch
+(``exit.reserve``, see `write_exit`). Standard library only; Python 3.9+."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import signal
 import socket
@@ -26,6 +29,16 @@ except ImportError:
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
+RESERVE_BYTES = 4096  # the exit record's space, reserved at launch (write_exit)
+UMASK_ENV = "EAGLE3_TUI_UMASK"  # the login's umask; the agent itself runs under 022
+
+
+def _restore_umask(text: str | None) -> None:
+    try:
+        if text and text.strip().isdigit():
+            os.umask(int(text.strip(), 8) & 0o777)
+    except ValueError:
+        pass
 
 
 def _become_subreaper() -> bool:
@@ -56,6 +69,55 @@ def _forward(group: list[int], num: int) -> None:
             os.killpg(group[0], num)
 
 
+def reserve_exit(run_dir: str) -> int | None:
+    """Reserve the exit record's space at launch: ``exit.reserve``, RESERVE_BYTES of
+    blanks, written and fsynced while the disk still has room (an fd kept open; None
+    when even that fails). `write_exit` overwrites it in place when the disk is full."""
+    path = os.path.join(run_dir, rundir.EXIT_RESERVE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+    try:
+        os.write(fd, b" " * (RESERVE_BYTES - 1) + b"\n")
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    return fd
+
+
+def write_exit(run_dir: str, reserve: int | None, record: dict) -> None:
+    """Write ``exit.json``; when that fails (ENOSPC, EDQUOT, any OSError) the record, with
+    ``write_error`` ("no space left on device in RUN_DIR") and ``disk_full``, goes into the reserved blocks of
+    ``exit.reserve`` (overwritten in place: no new block is needed), which is then renamed
+    to ``exit.json`` (``rundir.record`` reads either). The exit code is never lost."""
+    path = os.path.join(run_dir, "exit.json")
+    try:
+        atomicfile.write_json(path, record)
+    except OSError as e:
+        if reserve is None:
+            raise
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        record = dict(record, write_error="%s in %s" % (why, run_dir),
+                      disk_full=e.errno in (errno.ENOSPC, errno.EDQUOT))
+        data = json.dumps(record, sort_keys=True).encode()
+        while len(data) >= RESERVE_BYTES and record["strays"]:
+            record["strays"] = record["strays"][: len(record["strays"]) // 2]  # the pids can go
+            data = json.dumps(record, sort_keys=True).encode()
+        os.pwrite(reserve, data.ljust(RESERVE_BYTES - 1) + b"\n", 0)
+        os.fsync(reserve)
+        with contextlib.suppress(OSError):  # a rename needs no data block; if not, it stays
+            os.rename(os.path.join(run_dir, rundir.EXIT_RESERVE), path)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
+    if reserve is not None:
+        os.close(reserve)
+
+
 def supervise(run_dir: str, detach: bool = True) -> int:
     """Body of ``shim.py supervise RUN_DIR``: run, record, wait, record the end.
     ``detach=False`` (a Slurm batch job, slurm.py) stays in the foreground and returns
@@ -84,6 +146,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         log = os.path.join(req["cwd"], os.path.expanduser(log))
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         env = dict(os.environ)
+        _restore_umask(env.pop(UMASK_ENV, None))  # the login's umask, for the run's files
         env.update(req["env"])
         env[RUN_ENV] = run_id
         kwargs: dict[str, Any] = {}
@@ -131,6 +194,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         "patch_state": req.get("patch_state"),
         "log": os.path.abspath(log),
     }
+    reserve = reserve_exit(run_dir)  # before the run can fill the disk
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
@@ -165,17 +229,14 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     elif status is not None:
         code = os.WEXITSTATUS(status)
     ended = time.time()
-    atomicfile.write_json(
-        os.path.join(run_dir, "exit.json"),
-        {
-            "exit_code": code,
-            "signal": sig_name,
-            "ended_at": ended,
-            "main_ended_at": main_ended,
-            "strays": strays,
-            "strays_outlived": bool(strays),
-        },
-    )
+    write_exit(run_dir, reserve, {
+        "exit_code": code,
+        "signal": sig_name,
+        "ended_at": ended,
+        "main_ended_at": main_ended,
+        "strays": strays,
+        "strays_outlived": bool(strays),
+    })
     if detach:
         return 0
     return code if code is not None else 128 + (os.WTERMSIG(status) if status is not None else 0)

@@ -324,7 +324,17 @@ def _slurm_dirs(runs_dir: str) -> list[str]:
     except OSError:
         return []
     return [os.path.join(runs_dir, n) for n in names
-            if not n.startswith(".") and is_slurm(os.path.join(runs_dir, n))]
+            if not n.startswith(".") and _ours(os.path.join(runs_dir, n))
+            and is_slurm(os.path.join(runs_dir, n))]
+
+
+def _ours(run_dir: str) -> bool:
+    """A run dir that is ours alone (rundir.list_runs warns about the others)."""
+    try:
+        rundir.trust.check_dir(run_dir)
+    except (OSError, rundir.trust.Untrusted):
+        return False
+    return True
 
 
 _FINAL: dict[str, dict] = {}  # run dir -> record of a Slurm run that has ended
@@ -348,7 +358,10 @@ def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
                     jobs = squeue()
                 except RunnerError as e:
                     error = str(e)
-            rec = record(d, jobs, error)
+            try:
+                rec = record(d, jobs, error)
+            except rundir.trust.Untrusted:
+                continue  # a planted record: rundir.list_runs warned about it
             if rec["state"] in ("exited", "killed", "failed") and rec.get("slurm_state") not in ACTIVE:
                 _FINAL[d] = rec
         mine[rec["run_id"]] = dict(rec)
@@ -357,8 +370,8 @@ def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
     return out
 
 
-def list_runs(runs_dir: str) -> list[dict]:
-    return overlay(rundir.list_runs(runs_dir), runs_dir)
+def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
+    return overlay(rundir.list_runs(runs_dir, warnings), runs_dir)
 
 
 # ---------------------------------------------------------------- kill
@@ -370,14 +383,14 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     job to leave Slurm's active states; then SIGKILL whatever of the run is still on
     this node and wait until no GPU lists a process of it (the same proof as a local
     kill). Nodes other than this host get no proof here: `gpus_free` is None there."""
-    run_dir = rundir.run_path(runs_dir, run_id)
+    run_dir = rundir.trusted_run_dir(runs_dir, run_id)
     if not is_slurm(run_dir):
         raise RunnerError("run %s is not a Slurm run" % run_id)
     g_term = sum(max(0.0, float(g)) for g in graces)
     t0 = time.monotonic()
     rec = record(run_dir, squeue(fresh=True))
     job = rec["job_id"]
-    manifest = rundir.read_json(os.path.join(run_dir, "manifest.json"))
+    manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
     here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
     finder = killer._Finder(run_id, manifest if here else None, None) if here else None
     if finder is not None:

@@ -26,6 +26,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     site = tmp_path / "site-packages"
     spec_wheel.unpack(site)
     monkeypatch.setenv("PYTHONPATH", str(site))  # the agent and its host python inherit it
+    monkeypatch.setenv("EAGLE3_TUI_JOURNAL_DIR", str(tmp_path / "patch-journal"))  # not ~/.cache
     return site
 
 

@@ -96,15 +96,17 @@ def test_cli_and_screen_select_the_same_run(host: tuple[list[dict[str, Any]], st
     state = apply(state, CursorMoved(cursor), 0.0)
     screen = EagleApp._run(SimpleNamespace(state=state))  # type: ignore[arg-type]
     # The CLI: `kill` / `relaunch` with no RUN_ID, or with the id the user sees under the cursor.
-    cli = services.choose_run(cfg, runs, cursor)
+    cli = services.choose_run(cfg, runs, cursor, now=state.snapshot_time)  # the host's clock, as the screen's
     assert (screen.run_id if screen else None) == (cli.run_id if cli else None)
     if cursor is None and screen is not None:
         mine = [r for r in runs if r["name"] == "job" and not r["external"]]
         assert screen.name == "job" or (screen.external and not mine)  # never another config's run
         if any(r["state"] == "running" for r in mine):
             assert screen.alive  # a live run of this config before any ended one
-    if cursor is None and screen is None:
-        assert not [r for r in runs if r["name"] == "job" or r["external"]]
+    if cursor is None and screen is None:  # none of this config, or only runs from the future
+        pool = [r for r in state.runs if r.name == "job" and not r.external] or [
+            r for r in state.runs if r.external]
+        assert all(view.from_the_future(r, state.snapshot_time) for r in pool)
 
 
 # ---- an adopted run shows its own log ------------------------------------------------

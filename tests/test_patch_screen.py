@@ -196,14 +196,14 @@ async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site
 
 
 class HoldsFirstWrite:
-    """The real client, but the first `file_write` waits for `release` before it is sent."""
+    """The real client, but the push's `patch_apply` waits for `release` before it is sent."""
 
     def __init__(self, client: AgentClient) -> None:  # noqa: F811
         self.client = client
         self.holding, self.release = asyncio.Event(), asyncio.Event()
 
     async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        if op == "file_write" and not self.holding.is_set():
+        if op == "patch_apply" and not self.holding.is_set():
             self.holding.set()
             await self.release.wait()
         return await self.client.request(op, **args)

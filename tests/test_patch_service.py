@@ -119,77 +119,80 @@ async def test_capture_a_hand_edit_as_a_new_version(client: AgentClient, site: P
     assert P.version_order(P.load_set_dir(P.bundled_sets_dir() / SET)) == P.version_order(pset)
 
 
-class EditsDuringWrite:
-    """The real client, but a second writer changes `victim` just before we write it."""
+class EditsBeforeApply:
+    """The real client, but a second writer changes `victim` just before the push's
+    writes reach the host (after every file was read and compiled)."""
 
     def __init__(self, client: AgentClient, victim: Path) -> None:
         self.client, self.victim = client, victim
 
     async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        if op == "file_write" and args["path"] == str(self.victim) and args["expect_sha256"]:
+        if op == "patch_apply":
             self.victim.write_bytes(self.victim.read_bytes() + b"# someone else\n")
         return await self.client.request(op, **args)
 
 
-async def test_failed_write_rolls_back_files_already_written(
+async def test_a_file_changed_before_the_writes_refuses_the_whole_push(
         client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes]) -> None:
+    """Every hash is checked on the host before the first write: nothing is written."""
     worker = pkg(site, WORKER)
     with pytest.raises(S.PatchServiceError) as info:
-        await S.push(EditsDuringWrite(client, worker), SET, "latest", PY, user_dir=user_dir)
+        await S.push(EditsBeforeApply(client, worker), SET, "latest", PY, user_dir=user_dir)
     msg = str(info.value)
-    assert f"writing {worker} failed" in msg and f"rolled back {GEN}" in msg
-    assert pkg(site, GEN).read_bytes() == pristine[GEN]  # put back
+    assert f"{worker} changed" in msg and "nothing was written" in msg
+    assert pkg(site, GEN).read_bytes() == pristine[GEN]  # never written
     assert worker.read_bytes() == pristine[WORKER] + b"# someone else\n"  # theirs, kept
 
 
-class HoldsSecondWrite:
-    """The real client, but the second `file_write` of a push stops and waits: before it
-    reaches the agent (`after=False`) or after the agent has written it (`after=True`).
-    Later writes (the undo's) go straight through."""
+class HoldsApply:
+    """The real client, but the push's `patch_apply` is held: before it reaches the agent
+    (`after=False`) or after the agent has answered it (`after=True`)."""
 
     def __init__(self, client: AgentClient, after: bool) -> None:
         self.client, self.after = client, after
-        self.writes = 0
-        self.holding = asyncio.Event()
+        self.holding, self.release = asyncio.Event(), asyncio.Event()
 
     async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        if op == "file_write":
-            self.writes += 1
-            if self.writes == 2:
-                if self.after:
-                    await self.client.request(op, **args)
-                self.holding.set()
-                await asyncio.Event().wait()  # until cancelled
-        return await self.client.request(op, **args)
+        if op != "patch_apply":
+            return await self.client.request(op, **args)
+        if not self.after:
+            self.holding.set()
+            await self.release.wait()
+        result = await self.client.request(op, **args)
+        if self.after:
+            self.holding.set()
+            await self.release.wait()
+        return result
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before-agent", "after-agent"])
-async def test_cancelled_push_puts_back_what_it_wrote(
-        client: AgentClient, site: Path, user_dir: Path, pristine: dict[str, bytes],
-        after: bool) -> None:
-    """Cancelling a push between its two file writes (a dismissed screen, Ctrl-C) leaves
-    the host as it was, whether or not the write in flight reached the agent."""
-    held = HoldsSecondWrite(client, after)
+async def test_cancelled_push_is_all_or_nothing(
+        client: AgentClient, site: Path, user_dir: Path, pset: P.PatchSet,
+        pristine: dict[str, bytes], after: bool) -> None:
+    """Cancelling a push (a dismissed screen, Ctrl-C) waits for its one request: the host
+    is then wholly pristine or wholly the version, never a mix."""
+    held = HoldsApply(client, after)
     task = asyncio.create_task(S.push(held, SET, "latest", PY, user_dir=user_dir))
     await asyncio.wait_for(held.holding.wait(), 20)
-    assert pkg(site, GEN).read_bytes() != pristine[GEN]  # the first file really was written
-    if after:
-        assert pkg(site, WORKER).read_bytes() != pristine[WORKER]
     task.cancel()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # the cancellation waits for the request
+    held.release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
-    assert (await S.status(client, SET, PY, user_dir=user_dir))["state"] == "pristine"
+    now = {r: pkg(site, r).read_bytes() for r in pristine}
+    assert now == P.build_version(pset, P.latest(pset).name, pristine)
+    assert (await S.status(client, SET, PY, user_dir=user_dir))["state"] == P.latest(pset).name
 
 
 class DropsOnWrite:
-    """The real client, but the link drops on the first `file_write` (nothing written)."""
+    """The real client, but the link drops when the push would write (nothing written)."""
 
     def __init__(self, client: AgentClient) -> None:
         self.client = client
 
     async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        if op == "file_write":
+        if op in ("file_write", "patch_apply"):
             raise LinkLost("connection to gpu-box lost")
         return await self.client.request(op, **args)
 

@@ -151,7 +151,8 @@ async def test_warm_start_is_one_exec_and_first_contact_uploads(
         assert hello.python == ".".join(map(str, sys.version_info[:3]))
         channels.append(lnk.channels)
     first, warm = channels
-    assert len(first) == 3 and "sftp" in first  # probe, upload, agent
+    # probe, upload, the upload dir's trust check, agent
+    assert len(first) == 4 and "sftp" in first and "EAGLE3-TUI-UNTRUSTED" in first[2]
     assert len(warm) == 1 and "agent.py" in warm[0] and "python3" in warm[0]
 
 

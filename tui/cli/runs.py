@@ -85,9 +85,12 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
         runs_many(obj, hosts, as_json)
         return
     target = hosts[0] if hosts else None
-    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg))
+    warnings: list[str] = []
+    result = run_on_host(obj, target, lambda c: services.list_runs(c, obj.cfg, warnings))
+    for line in warnings:  # a run dir the agent refused is never left out silently
+        click.echo(f"warning: {line}", err=True)
     if as_json:
-        print_json({"runs": result})
+        print_json({"runs": result, "warnings": warnings})
         return
     from tui.cli.report import format_runs, no_runs
 
@@ -134,7 +137,11 @@ def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int
     verb = "would remove" if dry_run else "removed"
     for r in result["removed"]:
         click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
-    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept")
+    skipped = result.get("skipped") or []
+    for r in skipped:  # the same decision in a dry run as in the real one, with its reason
+        click.echo(f"{'would keep' if dry_run else 'kept'} {r['run_id']}: {r.get('reason')}")
+    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept"
+               + (f" ({len(skipped)} of them for the reason given)" if skipped else ""))
 
 
 @click.command()

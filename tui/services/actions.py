@@ -59,10 +59,15 @@ async def snapshot(client: AgentClient, cfg: Config) -> dict[str, Any]:
     return await client.request("snapshot")
 
 
-async def list_runs(client: AgentClient, cfg: Config) -> list[dict[str, Any]]:
-    """Every run on the host, with processes matching `[run] match` adopted as external runs."""
+async def list_runs(client: AgentClient, cfg: Config,
+                    warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every run on the host, with processes matching `[run] match` adopted as external runs.
+    The agent's one-line warnings (run dirs it refused: not ours alone) go to `warnings`."""
     await configure(client, cfg)
-    return list((await client.request("runs")).get("runs") or [])
+    result = await client.request("runs")
+    if warnings is not None:
+        warnings.extend(str(w) for w in result.get("warnings") or [])
+    return list(result.get("runs") or [])
 
 
 def scheduler_args(cfg: Config) -> dict[str, Any]:
@@ -156,10 +161,13 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
     return apply(state, event, time.time())
 
 
-def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None) -> Run | None:
+def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None,
+               now: float | None = None) -> Run | None:
     """The run `eagle3-tui kill` / `relaunch` apply to: the dashboard's rule
-    (`view.select_run`) over the host's runs."""
-    return view.select_run(state_of(cfg, runs), run_id)
+    (`view.select_run`) over the host's runs, at `now` (default: this machine's clock;
+    a run launched more than `view.FUTURE_SKEW_S` after it never wins by default)."""
+    snap = None if now is None else {"time": now, "runs": runs}
+    return view.select_run(state_of(cfg, runs, snap), run_id)
 
 
 def new_action_id() -> str:

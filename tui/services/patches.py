@@ -2,7 +2,7 @@
 
 Each function takes an agent client with `await client.request(op, **args) -> dict`
 (it raises on ok:false) and uses only the agent ops `resolve_module`, `file_read`,
-`file_write` and `py_compile` (docs/architecture.md, "Agent protocol"). Everything
+`patch_apply` and `py_compile` (docs/architecture.md, "Agent protocol"). Everything
 else -- building a version, classifying the host's state -- is the pure engine in
 tui/state/patches.py, run here on the client.
 
@@ -13,9 +13,11 @@ Safety rules:
   with its known version's diff reversed), checked against the manifest's sha256;
 - an unknown state (hand edits) is never overwritten without `force`; the refusal
   carries the diff of the host file against pristine;
-- every file is compiled with the host's Python before anything is written; writes go
-  in manifest order, each atomic and conditional on the hash we read; if one fails or
-  the task is cancelled, the files already written are put back (and the error says so);
+- every file is compiled with the host's Python before anything is written; the writes
+  are one agent request (`patch_apply`), one transaction on the host (remote/journal.py):
+  every hash is checked first, a journal is written, then the files (each atomic), then
+  the journal is removed; a failure, or an agent killed mid-way, is rolled back on the
+  host itself (by the next agent in the latter case), never over the link;
 - `would_refuse` runs every check without writing: the UI shows why before asking;
 - the backup is made only from a pristine file, and only once.
 """
@@ -33,6 +35,7 @@ from typing import Any, Protocol
 from tui.protocol.hosttext import clean, clean_tree
 from tui.services.files import atomic_write
 from tui.state import patches as P
+from tui.transport import AgentRequestError
 
 BACKUP_SUFFIX = ".eagle3-pristine"
 
@@ -232,22 +235,22 @@ async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: 
                       force: bool) -> dict[str, Any]:
     plan = await _plan(client, pset, target, python, force)
     wanted = plan.wanted
-    written: list[_HostFile] = []
-    try:
-        for f in plan.todo:
-            backup = f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None
-            await client.request("file_write", path=f.path, expect_sha256=f.sha, backup=backup,
-                                 b64=base64.b64encode(wanted[f.rel]).decode())
-            written.append(f)
-    except BaseException as exc:
-        # Any failure -- an agent error, a lost link, or this task being cancelled (a
-        # dismissed screen, Ctrl-C) -- puts back what was written, so the host is never
-        # left half-patched; the undo runs to its end even through a cancellation.
-        in_flight = plan.todo[len(written)]
-        undone = await _to_the_end(_undo(client, written, wanted, in_flight))
-        if not isinstance(exc, Exception):
-            raise
-        raise PatchServiceError(f"writing {in_flight.path} failed ({exc}); {undone}") from None
+    files = [{"path": f.path, "expect_sha256": f.sha,
+              "backup": f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None,
+              "b64": base64.b64encode(wanted[f.rel]).decode()} for f in plan.todo]
+    if files:
+        # One request, one transaction on the host (remote/journal.py): every file is
+        # written or none is, whatever happens to the agent or the link. A cancellation
+        # (a dismissed screen, Ctrl-C) waits for the reply, so the outcome is known.
+        try:
+            await _to_the_end(client.request("patch_apply", files=files, target=target))
+        except AgentRequestError as exc:  # the host refused or rolled back: it says what
+            raise PatchServiceError(str(exc).removeprefix("patch_apply: ")) from None
+        except Exception as exc:  # noqa: BLE001 - the link: no answer, so say what is sure
+            raise PatchServiceError(
+                f"push to {target}: no answer from the host ({exc}); the host is as it was or "
+                f"wholly at {target}, never half-patched (a push its agent did not finish is "
+                f"rolled back by the next agent); see `eagle3-tui patch status`") from None
     after = await _inspect(client, pset, python)
     bad = [f.path for f in after.files if f.data != wanted[f.rel]]
     if bad:
@@ -259,7 +262,7 @@ async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: 
     return report
 
 
-async def _to_the_end(coro: Coroutine[Any, Any, str]) -> str:
+async def _to_the_end(coro: Coroutine[Any, Any, Any]) -> Any:
     """Await `coro` shielded from cancellation of the calling task; a cancellation that
     arrives meanwhile is re-raised once `coro` has finished."""
     task = asyncio.ensure_future(coro)
@@ -268,44 +271,12 @@ async def _to_the_end(coro: Coroutine[Any, Any, str]) -> str:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            if task.cancelled():  # the undo itself was cancelled (the loop is closing)
+            if task.cancelled():  # the request itself was cancelled (the loop is closing)
                 raise
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
     return task.result()
-
-
-async def _undo(client: AgentLike, written: list[_HostFile], wanted: dict[str, bytes],
-                in_flight: _HostFile) -> str:
-    """Put back the files already written, newest first; says what happened.
-
-    `in_flight` -- the write that failed or was interrupted -- is put back too when the
-    host has its new bytes: a lost link or a cancellation may come after the agent wrote
-    it. (The agent serves file ops of one link in order, so this read sees that write.)
-    """
-    undo, failed = list(written), []
-    try:
-        _, sha = await _read(client, in_flight.path)
-        if sha == P.sha256(wanted[in_flight.rel]):
-            undo.append(in_flight)
-    except Exception as exc:  # noqa: BLE001 - say that it could not be checked
-        failed.append(f"{in_flight.rel} (could not check it: {exc})")
-    if not undo and not failed:
-        return "nothing had been written"
-    done = []
-    for f in reversed(undo):
-        try:
-            await client.request("file_write", path=f.path, backup=None,
-                                 expect_sha256=P.sha256(wanted[f.rel]),
-                                 b64=base64.b64encode(f.data or b"").decode())
-            done.append(f.rel)
-        except Exception as exc:  # noqa: BLE001 - report every file that could not be undone
-            failed.append(f"{f.rel} ({exc})")
-    msg = f"rolled back {', '.join(done)}" if done else ""
-    if failed:
-        msg += ("; " if msg else "") + f"COULD NOT roll back {', '.join(failed)}"
-    return msg
 
 
 async def capture(client: AgentLike, set_name: str, python: str | None, new_version: str,

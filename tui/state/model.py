@@ -170,6 +170,8 @@ class Run:
     spec: dict[str, Any] = field(default_factory=dict, compare=False)
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
+    disk_full: bool = False  # the host's disk was full when the run's end was recorded
+    write_error: str | None = None  # why the exit record went to its reserve ("no space … in DIR")
     job_id: str | None = None  # a Slurm run's job; the fields below are Slurm's word on it
     slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
@@ -203,6 +205,8 @@ class Run:
             if isinstance(env, dict) else {},
             error=_text(d.get("error")),
             log_note=_text(d.get("log_note")),
+            disk_full=d.get("disk_full") is True,
+            write_error=_text(d.get("write_error")),
             job_id=_str(d.get("job_id")),
             slurm_state=_str(d.get("slurm_state")),
             slurm_reason=_str(d.get("slurm_reason")),

@@ -10,7 +10,10 @@ of this config, else the newest run of this config. A run is "of this config" wh
 was launched under `[run] name` (with no name configured, every managed run is). Runs
 adopted through `[run] match` (external, started by hand) come only when this config
 never launched a run here: the newest live one, then the newest. Another config's run
-is chosen only by naming it (or putting the cursor on it after `a`).
+is chosen only by naming it (or putting the cursor on it after `a`). A run whose
+`launched_at` lies more than `FUTURE_SKEW_S` after the host's time (a clock gone wrong,
+or a record someone wrote) never wins by default: it is chosen only by naming it (or by
+the cursor); when every run of the pool is such, none is chosen.
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ def visible_runs(state: AppState) -> tuple[Run, ...]:
     return state.runs if state.show_all else of_config(state)
 
 
+FUTURE_SKEW_S = 120.0  # how far a run's launch may lie past the host's time (clock skew)
+
+
+def from_the_future(run: Run, now: float | None) -> bool:
+    """Launched more than FUTURE_SKEW_S after `now` (the host's time of the snapshot)."""
+    return now is not None and run.launched_at is not None and run.launched_at > now + FUTURE_SKEW_S
+
+
 def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     """The run an action or view applies to (see the module docstring).
 
@@ -55,12 +66,13 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
     chosen = state.run(state.cursor)
     if chosen is not None:
         return chosen
-    mine = newest_first([r for r in of_config(state) if not r.external])
-    adopted = newest_first([r for r in of_config(state) if r.external])
+    mine = [r for r in of_config(state) if not r.external]
+    adopted = [r for r in of_config(state) if r.external]
     for pool in (mine, adopted):
-        live = [r for r in pool if r.alive]
-        if live or pool:
-            return (live or pool)[0]
+        if pool:  # this config's runs, when it launched any (even from the future)
+            pool = newest_first([r for r in pool if not from_the_future(r, state.snapshot_time)])
+            live = [r for r in pool if r.alive]
+            return (live or pool)[0] if pool else None
     return None
 
 
@@ -68,7 +80,10 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
 
 
 def state_label(run: Run) -> str:
-    """As shown everywhere: an exit with a non-zero code is a failure."""
+    """As shown everywhere: an exit with a non-zero code is a failure; a run whose end
+    could not be recorded because the host's disk is full is "disk full", not "lost"."""
+    if run.state == "lost" and run.disk_full:
+        return "disk full"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
 
 
@@ -150,6 +165,8 @@ def run_notes(state: AppState) -> dict[str, str]:
     for r in state.runs:
         if r.error:
             notes[r.run_id] = f"did not start: {r.error}"
+        elif r.write_error:  # the end was recorded in its reserved space, or not at all
+            notes.setdefault(r.run_id, f"{'disk full' if r.disk_full else 'exit record'}: {r.write_error}")
         elif r.external and not r.log and r.alive:
             notes.setdefault(r.run_id, r.log_note or NO_LOG_NOTE)
     w = state.watch

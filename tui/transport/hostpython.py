@@ -14,6 +14,13 @@ what was found and the setting that fixes it.
 Hosts without an SFTP subsystem (hardened sshd, dropbear, many containers) get the
 agent files over an exec channel instead: `UPLOAD` reads them as JSON on stdin,
 writes each atomically and checks its sha256 before the `.complete` marker is written.
+
+The agent directory is trusted only when it is ours alone (`trust_check`): before the
+agent is started (every start) and after an upload, the directory, its parent and
+every entry in it must be owned by the login user, writable by no group or other user,
+and no symlink; else the start is refused with one line naming the path, its owner and
+its mode (`ls -ld`). The two directories, when ours, first lose group/other write
+(`chmod go-w`: an older upload under a umask of 002), so that does not lock a user out.
 """
 
 from __future__ import annotations
@@ -52,6 +59,29 @@ assert MIN_VERSION[0] == 3 and MIN_VERSION[1] < 10
 NEW_ENOUGH = f"3.[{MIN_VERSION[1]}-9].*|3.[1-9][0-9].*|[4-9].*"
 STARTED = "EAGLE3-TUI-AGENT-STARTS"  # the agent's own output follows this line
 PROBED = "EAGLE3-TUI-PROBED"  # the probe ended without starting the agent
+UNTRUSTED = "EAGLE3-TUI-UNTRUSTED"  # the agent dir is not ours alone; `ls -ld` of it follows
+
+
+# The login's umask is kept for the run (the shim restores it); the agent runs under 022.
+KEEP_UMASK = 'EAGLE3_TUI_UMASK=$(umask); export EAGLE3_TUI_UMASK; umask 022; '
+
+
+def trust_check(rdir: str) -> str:
+    """Shell: when `rdir`, its parent or anything under `rdir` is a symlink, owned by
+    another user, or writable by group or others, print UNTRUSTED and `ls -ld` of the
+    first such path, and exit 3. Our own two directories lose group/other write first (an older
+    upload under a umask of 002), and the umask becomes 022 (the login's is kept in
+    EAGLE3_TUI_UMASK; the shim gives it back to the run), so what the agent and Python
+    write there (`__pycache__`, the remembered interpreter) stays ours alone."""
+    parent = rdir.rsplit("/", 1)[0] if "/" in rdir else "."
+    q, qp = shlex.quote(rdir), shlex.quote(parent)
+    bad = r'\( -type l -o ! -user "$u" -o -perm -020 -o -perm -002 \)'
+    return (f'{KEEP_UMASK}u=$(id -u); '
+            f'for d in {qp} {q}; do [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] '
+            f'&& chmod go-w "$d" 2>/dev/null; done; '
+            f'b=$({{ find {qp} {q} -prune {bad} -print; '
+            f'find {q} -mindepth 1 {bad} -print; }} 2>/dev/null | head -n 1); '
+            f'if [ -n "$b" ]; then echo {UNTRUSTED}; ls -ld -- "$b"; exit 3; fi; ')
 
 
 def _names(python: str | None) -> str:
@@ -80,6 +110,7 @@ def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
     complete, cache = shlex.quote(rdir + "/.complete"), cache_file(python, rdir)
     remember = _remember(cache, '"$p"', '"$v"')
     script = (
+        trust_check(rdir) +
         f'if [ -f {complete} ] && {{ IFS= read -r c && IFS= read -r l; }} 2>/dev/null <{shlex.quote(cache)} '
         '&& [ "$c" = "$PATH" ] && v=${l#*	} && [ -x "${v#* }" ]; then '
         f'printf "%s\\n" "$l"; echo {STARTED}; exec "${{v#* }}" {agent}; fi; '
@@ -96,10 +127,18 @@ def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
 
 
 def start_after_upload(found: Found, python: str | None, rdir: str, agent_args: list[str]) -> str:
-    """Start the just-uploaded agent on `found`, remembering it for the next start."""
+    """Start the just-uploaded agent on `found`, remembering it for the next start (the
+    client checked the directory with `trust_check` after the upload)."""
     agent = shlex.join([found.path, "-u", f"{rdir}/agent.py", *agent_args])
     remember = _remember(cache_file(python, rdir), shlex.quote(found.name), shlex.quote(f"{found.dotted} {found.path}"))
-    return shlex.join(["sh", "-c", remember + "exec " + agent])
+    return shlex.join(["sh", "-c", KEEP_UMASK + remember + "exec " + agent])
+
+
+def untrusted_error(where: str, rdir: str, lines: list[str]) -> str:
+    """The one line for a refused agent directory, from what `trust_check` printed."""
+    detail = " ".join("".join(c if c.isprintable() else "?" for c in ln) for ln in lines).strip()
+    return (f"refusing to run the agent from {where}:{rdir}: {detail or 'a path in it'} is not "
+            f"yours alone (owned by another user, writable by group or others, or a symlink)")
 
 
 def parse_probe(output: str, python: str | None) -> list[Found]:
@@ -144,18 +183,20 @@ UPLOAD = r"""
 import base64, hashlib, json, os, sys
 d = sys.argv[1]
 files = json.loads(sys.stdin.read())
-os.makedirs(d, exist_ok=True)
+os.makedirs(d, 0o700, exist_ok=True)
 for name, (b64, sha) in sorted(files.items()):
     data = base64.b64decode(b64)
     if hashlib.sha256(data).hexdigest() != sha or "/" in name:
         sys.exit("checksum mismatch for " + name)
     tmp = os.path.join(d, ".%s.tmp-%d" % (name, os.getpid()))
-    with open(tmp, "wb") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(d, name))
-with open(os.path.join(d, ".complete"), "w") as f:
+fd = os.open(os.path.join(d, ".complete"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+with os.fdopen(fd, "w") as f:
     f.write(sys.argv[2] + "\n")
 print("ok %d" % len(files))
 """

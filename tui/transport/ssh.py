@@ -234,12 +234,17 @@ class SshLink:
         `rdir` holds a complete upload (else None: upload, then start it)."""
         proc = await conn.create_process(hostpython.start_command(self._asked(), rdir, args), encoding=None)
         lines: list[str] = []
+        untrusted: list[str] = []  # the agent dir is not ours alone: `ls -ld` of the path
 
         async def until_marker() -> bool:
             while raw := await proc.stdout.readline():
                 line = raw.decode(errors="replace").rstrip("\n")
                 if line in (hostpython.STARTED, hostpython.PROBED):
                     return line == hostpython.STARTED
+                if line == hostpython.UNTRUSTED:
+                    rest = (await proc.stdout.read()).decode(errors="replace").splitlines()
+                    untrusted.extend(rest[:1] or [""])
+                    return False
                 lines.append(line)
             return False  # the shell ended early: what it printed is all there is
 
@@ -251,6 +256,9 @@ class SshLink:
             raise AgentStartFailed(
                 f"the host Python probe on {self._where} did not answer within {self.connect_timeout:g} s"
             ) from None
+        if untrusted:
+            proc.close()
+            raise AgentStartFailed(hostpython.untrusted_error(self._where, rdir, untrusted))
         if self.found is None:
             try:
                 self.found = hostpython.choose(
@@ -270,12 +278,13 @@ class SshLink:
         """
         try:
             async with conn.start_sftp_client() as sftp:
-                await sftp.makedirs(rdir, exist_ok=True)
+                await sftp.makedirs(rdir, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
+                mine = asyncssh.SFTPAttrs(permissions=0o600)  # never writable by group or others
                 for fname, data in files.items():
-                    async with sftp.open(f"{rdir}/{fname}", "wb") as f:
+                    async with sftp.open(f"{rdir}/{fname}", "wb", mine) as f:
                         await f.write(data)
                 # Written last: a half-finished upload has no marker and is redone.
-                async with sftp.open(f"{rdir}/.complete", "wb") as f:
+                async with sftp.open(f"{rdir}/.complete", "wb", mine) as f:
                     await f.write(sha.encode() + b"\n")
         except asyncssh.ChannelOpenError as exc:
             sftp_error = exc.reason or str(exc)
@@ -286,6 +295,13 @@ class SshLink:
                 f"cannot upload the agent to {self._where}:{rdir}: {exc}"
             ) from None
         self.uploads += 1
+        # The upload went into a directory someone else might have made: check it now.
+        res = await conn.run(shlex.join(["sh", "-c", hostpython.trust_check(rdir) + "echo ok"]),
+                             check=False, timeout=self.connect_timeout)
+        out = str(res.stdout or "").splitlines()
+        if hostpython.UNTRUSTED in out:
+            raise AgentStartFailed(hostpython.untrusted_error(
+                self._where, rdir, out[out.index(hostpython.UNTRUSTED) + 1:][:1]))
 
     async def _upload_exec(self, conn: asyncssh.SSHClientConnection, python: str,
                            files: dict[str, bytes], sha: str, rdir: str, sftp_error: str) -> None:

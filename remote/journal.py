@@ -1,0 +1,241 @@
+"""A patch push as one transaction on the host (the agent op ``patch_apply``): every
+file of it is written, or none is, whatever happens to the agent or the link.
+
+Steps, under an exclusive ``flock`` on ``JOURNAL_DIR/.lock`` (one push at a time per
+user; the lock dies with its holder):
+
+1. every file's current sha256 is checked against the one the client read; a mismatch
+   refuses the whole push before anything is written;
+2. the original bytes of each file are saved (``orig-<i>``, atomically), then
+   ``journal.json`` names the files, their original and new hashes, the saved copies
+   and the target version; from here the push is "begun";
+3. each file's pristine backup (once) and the file itself are written atomically;
+4. the hashes are verified, then the journal is removed (the commit), then the reply.
+
+A push that fails in step 3 or 4 is rolled back from the journal before the error is
+returned. An agent that starts and finds ``journal.json`` (its writer died: SIGKILL,
+OOM, a reboot) rolls it back before anything else and reports it (``recover``). Back,
+not forward: the original bytes are on disk before the first write, and the client
+learns of a push only from its reply, so an unfinished push is one that did not happen
+(a reply lost after the commit still leaves the pushed version: both are whole states).
+
+The journal dir is ``~/.cache/eagle3-tui/patch-journal`` (``EAGLE3_TUI_JOURNAL_DIR``
+overrides it); it and its files must be ours alone (``trust.py``): a planted journal
+would have us "restore" any file to bytes of someone else's choosing.
+``EAGLE3_TUI_TEST_KILL_AT=N`` (tests only) makes the agent SIGKILL itself at step N of
+a push, so a test can interrupt it at every step. Stdlib only; Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import signal
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+try:  # imported as remote.journal (tests) or as a top-level module (host)
+    from . import atomicfile, trust
+    from .wire import BadRequest, arg, user_path, user_path_or_none
+except ImportError:
+    import atomicfile  # type: ignore[no-redef]
+    import trust  # type: ignore[no-redef]
+    from wire import BadRequest, arg, user_path, user_path_or_none  # type: ignore[no-redef]
+
+JOURNAL_ENV = "EAGLE3_TUI_JOURNAL_DIR"
+KILL_AT_ENV = "EAGLE3_TUI_TEST_KILL_AT"  # tests only: SIGKILL ourselves at this step
+LOCK_WAIT = 30.0  # seconds a push or a recovery waits for another agent's push
+
+
+def journal_dir() -> str:
+    return os.environ.get(JOURNAL_ENV) or os.path.expanduser("~/.cache/eagle3-tui/patch-journal")
+
+
+def _sha(data: Optional[bytes]) -> Optional[str]:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class _Steps:
+    """Counts the steps of a push; the test hook kills the agent at step N."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.kill_at = os.environ.get(KILL_AT_ENV)
+
+    def __call__(self, what: str) -> None:
+        self.n += 1
+        if self.kill_at == str(self.n):
+            os.write(2, ("killed at step %d: %s\n" % (self.n, what)).encode())
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _locked(d: str) -> Iterator[None]:
+    fd = trust.open_file(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT, "patch journal lock")
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BadRequest("another patch push is in progress on this host") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _open_dir() -> str:
+    d = journal_dir()
+    try:
+        trust.make_dir(d, "patch journal dir")
+    except trust.Untrusted as e:
+        raise BadRequest(str(e)) from None
+    return d
+
+
+def _clear(d: str) -> None:
+    """The commit (or the end of a rollback): the journal first, then the saved copies."""
+    path = os.path.join(d, "journal.json")
+    if os.path.lexists(path):
+        os.unlink(path)
+    for old in glob.glob(os.path.join(d, "orig-*")):
+        os.unlink(old)
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _roll_back(d: str, journal: Dict[str, Any]) -> List[str]:
+    """Put every file of `journal` back to its original bytes; the paths restored."""
+    restored = []
+    for i, f in enumerate(journal["files"]):
+        path = f["path"]
+        for tmp in glob.glob(os.path.join(os.path.dirname(path), ".%s.*.tmp" % glob.escape(os.path.basename(path)))):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a write cut short between its temp file and the rename
+        current = _read(path)
+        if _sha(current) == f["orig_sha256"]:
+            continue
+        if f["orig_sha256"] is None:
+            os.unlink(path)
+        else:
+            orig = trust.read_bytes(os.path.join(d, "orig-%d" % i), "patch journal copy")
+            if _sha(orig) != f["orig_sha256"]:
+                raise BadRequest("patch journal copy of %s is damaged; left as it is" % path)
+            atomicfile.write_bytes(path, orig, os.stat(path) if current is not None else None)
+        restored.append(path)
+    return restored
+
+
+def recover() -> Optional[Dict[str, Any]]:
+    """Roll back a push whose agent died (its journal is still there). None when there
+    was none; else {target, started, restored: [paths]} (or {error} when it could not)."""
+    d = journal_dir()
+    if not os.path.lexists(os.path.join(d, "journal.json")):
+        return None
+    try:
+        d = _open_dir()
+        with _locked(d):
+            return _recover_locked(d)
+    except (OSError, ValueError, BadRequest, trust.Untrusted) as e:
+        return {"error": "cannot roll back the interrupted patch push in %s: %s" % (d, e)}
+
+
+def describe(recovered: Dict[str, Any]) -> str:
+    """One line for the user about what `recover` did."""
+    if recovered.get("error"):
+        return str(recovered["error"])
+    return "an interrupted patch push to %s was rolled back: %s" % (
+        recovered.get("target"), ", ".join(recovered.get("restored") or []) or "nothing had changed yet")
+
+
+def _recover_locked(d: str) -> Optional[Dict[str, Any]]:
+    try:
+        raw = trust.read_bytes(os.path.join(d, "journal.json"), "patch journal")
+    except FileNotFoundError:
+        return None  # the push we waited for finished
+    journal = json.loads(raw.decode("utf-8"))
+    restored = _roll_back(d, journal)
+    _clear(d)
+    return {"target": journal.get("target"), "started": journal.get("started"), "restored": restored}
+
+
+def apply(files: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
+    """Write `files` ([{path, data, expect_sha256, backup}]) as one transaction."""
+    step = _Steps()
+    d = _open_dir()
+    with _locked(d):
+        recovered = _recover_locked(d)  # a push whose agent died comes first
+        step("locked")
+        originals = []
+        for f in files:
+            current = _read(f["path"])
+            if _sha(current) != f["expect_sha256"]:
+                raise BadRequest("%s changed: current sha256 %s, expected %s; nothing was written" % (
+                    f["path"], (_sha(current) or "none (missing)")[:12],
+                    (f["expect_sha256"] or "none (must not exist)")[:12]))
+            originals.append(current)
+        journal = {"target": target, "started": time.time(), "agent_pid": os.getpid(), "files": []}
+        for i, (f, orig) in enumerate(zip(files, originals)):
+            if orig is not None:
+                atomicfile.write_bytes(os.path.join(d, "orig-%d" % i), orig)
+            journal["files"].append({"path": f["path"], "orig_sha256": _sha(orig),
+                                     "new_sha256": _sha(f["data"])})
+        step("originals saved")
+        atomicfile.write_json(os.path.join(d, "journal.json"), journal)
+        step("journal written")
+        try:
+            for f, orig in zip(files, originals):
+                st = os.stat(f["path"]) if orig is not None else None
+                if f.get("backup") and orig is not None and not os.path.exists(f["backup"]):
+                    atomicfile.write_bytes(f["backup"], orig, st)
+                    step("backup of %s" % os.path.basename(f["path"]))
+                atomicfile.write_bytes(f["path"], f["data"], st)
+                step("wrote %s" % os.path.basename(f["path"]))
+            bad = [f["path"] for f in files if _sha(_read(f["path"])) != _sha(f["data"])]
+            if bad:
+                raise BadRequest("verification failed after writing %s" % ", ".join(bad))
+        except BaseException as e:
+            restored = _roll_back(d, journal)
+            _clear(d)
+            why = str(e) if isinstance(e, BadRequest) else "%s: %s" % (type(e).__name__, e)
+            raise BadRequest("patch push to %s failed (%s); rolled back %s" % (
+                target, why, ", ".join(restored) or "nothing (nothing had changed)")) from None
+        _clear(d)
+        step("committed")
+    return {"files": [{"path": f["path"], "sha256": _sha(f["data"])} for f in files],
+            "recovered": recovered}
+
+
+def apply_request(args: Dict[str, Any]) -> Dict[str, Any]:
+    """`patch_apply {files: [{path, b64, expect_sha256, backup}], target}`, checked."""
+    files = []
+    for f in arg(args, "files", list):
+        if not isinstance(f, dict):
+            raise BadRequest("patch_apply: files must be objects")
+        try:
+            data = base64.b64decode(arg(f, "b64", str), validate=True)
+        except ValueError:
+            raise BadRequest("patch_apply: b64 is not valid base64") from None
+        files.append({"path": user_path(arg(f, "path", str)), "data": data,
+                      "expect_sha256": arg(f, "expect_sha256", str, None),
+                      "backup": user_path_or_none(arg(f, "backup", str, None))})
+    return apply(files, arg(args, "target", str, "?"))

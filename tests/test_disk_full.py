@@ -1,0 +1,114 @@
+"""Nothing lost on a full disk: the shim's exit record survives ENOSPC (its space is
+reserved at launch), keeps the exit code and says "no space left on device in DIR",
+and the client says "disk full", not "lost". A real full filesystem: a 1 MiB tmpfs
+mounted in the test (needs root: CI runs as root) filled while the job runs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remote import launch, rundir
+from tui.cli.report import format_runs
+from tui.services.actions import state_of
+from tui.services.config import load_config
+from tui.state import view
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
+
+JOB = """\
+import os, sys, time
+go = sys.argv[1]
+print("started", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.02)
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(where: Path) -> None:
+    """Write until the filesystem says ENOSPC."""
+    with open(where / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        (where / "probe").write_bytes(b"x" * 8192)
+
+
+def _wait_ended(runs: Path, run_id: str, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = next(r for r in rundir.list_runs(str(runs)) if r["run_id"] == run_id)
+        if rec["state"] != "running":
+            return rec
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} still running")
+
+
+def _cfg(tmp_path: Path):  # type: ignore[no-untyped-def]
+    (tmp_path / "eagle3.toml").write_text('[run]\nname = "full"\nargv = ["true"]\n')
+    return load_config(tmp_path / "eagle3.toml")
+
+
+def test_exit_code_and_reason_survive_a_disk_filled_while_the_job_runs(small_fs: Path, tmp_path: Path) -> None:
+    runs = small_fs / "runs"
+    go = tmp_path / "go"
+    rec = launch.launch(str(runs), "full", [sys.executable, "-c", JOB, str(go)], str(tmp_path), {})
+    run_id = rec["run_id"]
+    deadline = time.monotonic() + 20
+    while b"started" not in Path(rec["log"]).read_bytes():  # its one print, before the disk fills
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    _fill(small_fs)
+    go.touch()  # the job exits 3 now, on a full disk
+    ended = _wait_ended(runs, run_id)
+    assert ended["state"] == "exited" and ended["exit_code"] == 3, ended
+    assert ended["disk_full"] is True
+    assert ended["write_error"] == f"no space left on device in {runs / run_id}"
+    # what the user sees: `runs` and the dashboard's rows
+    state = state_of(_cfg(tmp_path), [ended])
+    (row,) = view.run_rows(state, time.time(), state.runs)
+    assert row.state == "failed" and row.exit == "3"
+    assert row.note == f"disk full: no space left on device in {runs / run_id}"
+    assert "lost" not in format_runs(state)
+
+
+def test_a_run_lost_on_a_full_disk_says_disk_full(small_fs: Path, tmp_path: Path) -> None:
+    """No reserve either (the shim died, or the disk was full at launch): the run is not
+    alive and has no end recorded, and its filesystem is full: "disk full", not "lost"."""
+    runs = small_fs / "runs"
+    d = runs / "20260101-000000-lost"
+    d.mkdir(parents=True, mode=0o700)
+    (d / "manifest.json").write_text(json.dumps({
+        "run_id": d.name, "name": "full", "argv": ["x"], "pid": 2 ** 22 - 7, "start_ticks": 1,
+        "shim_pid": 2 ** 22 - 8, "shim_start_ticks": 1, "boot_time": 0, "launched_at": time.time() - 5}))
+    _fill(small_fs)
+    (rec,) = rundir.list_runs(str(runs))
+    assert rec["state"] == "lost" and rec["disk_full"] is True
+    assert f"no space left on device in {d}" in rec["write_error"]
+    state = state_of(_cfg(tmp_path), [rec])
+    (row,) = view.run_rows(state, time.time(), state.runs)
+    assert row.state == "disk full" and row.note.startswith("disk full: no space left on device")
+    assert " lost " not in format_runs(state)

@@ -1,0 +1,73 @@
+"""`runs prune --dry-run` promises what the real prune does: both go through one decision
+(`rundir.prune_verdict`), and a run either prune keeps is listed with its reason. The
+real CLI against real run dirs; the run that cannot go holds a mount point (a tmpfs, as
+root: CI runs as root) or, as another user, a folder it may not delete from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL, env=env)
+
+
+def _ended_run(runs: Path, run_id: str) -> Path:
+    d = runs / run_id
+    d.mkdir(parents=True, mode=0o700)
+    t = time.time() - 3600
+    req = {"run_id": run_id, "name": "job", "argv": ["true"], "cwd": "/", "env": {},
+           "patch_state": None, "log": None, "launched_at": t}
+    (d / "launch.json").write_text(json.dumps(req))
+    (d / "manifest.json").write_text(json.dumps(dict(req, pid=None, boot_time=0, start_time=t)))
+    (d / "exit.json").write_text(json.dumps({"exit_code": 0, "ended_at": t + 1}))
+    return d
+
+
+def test_dry_run_and_real_prune_agree_and_say_why_a_run_stays(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    plain = _ended_run(runs, "20260101-000000-aaaa")
+    stuck = _ended_run(runs, "20260101-000001-bbbb")
+    inner = stuck / "scratch"
+    inner.mkdir()
+    mounted = os.geteuid() == 0
+    if mounted:  # a filesystem mounted inside the run dir: removing it would empty it
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(inner)], check=True)
+        why = f"{inner} is a mount point; unmount it first"
+    else:
+        why = f"cannot delete inside {inner}: permission denied"
+    (inner / "precious").write_text("keep me")
+    if not mounted:
+        os.chmod(inner, 0o500)
+    (tmp_path / "eagle3.toml").write_text(f'[host]\nruns_dir = "{runs}"\n[run]\nname = "job"\nargv = ["true"]\n')
+    try:
+        dry = cli("runs", "prune", "local", "--keep", "0", "--dry-run", cwd=tmp_path)
+        real = cli("runs", "prune", "local", "--keep", "0", cwd=tmp_path)
+        assert dry.returncode == 0 and real.returncode == 0, dry.stderr + real.stderr
+        assert dry.stdout.splitlines() == [
+            f"would remove {plain.name}  job  exited",
+            f"would keep {stuck.name}: {why}",
+            "would remove 1 run(s); 1 ended run(s) kept (1 of them for the reason given)"]
+        assert real.stdout.splitlines() == [
+            f"removed {plain.name}  job  exited",
+            f"kept {stuck.name}: {why}",
+            "removed 1 run(s); 1 ended run(s) kept (1 of them for the reason given)"]
+        assert not plain.exists() and (inner / "precious").read_text() == "keep me"
+        again = json.loads(cli("runs", "prune", "local", "--keep", "0", "--dry-run", "--json",
+                               cwd=tmp_path).stdout)
+        assert again["removed"] == [] and again["skipped"][0]["reason"] == why
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(inner)], check=False)
+        else:
+            os.chmod(inner, 0o700)
