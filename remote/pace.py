@@ -50,6 +50,8 @@ _BAR = re.compile(
 )
 _BATCH = re.compile(r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+)")
 _DONE = re.compile(r"\[extract\] done: ")
+# A restarted run's next attempt begins (remote/restart.py): its pace starts afresh.
+_ATTEMPT = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
 _SERVING = re.compile(r"Uvicorn running on|Application startup complete|The server is fired up")
 _LOADED = re.compile(r"Model loading took|Loading (?:model )?weights took")
 # Lines that say "still waiting", not progress (the client's list, tui/state/watch.py).
@@ -141,6 +143,10 @@ class Pace:
 
     def _marker(self, line: str, now: float) -> bool:
         """One line's progress marker, if any; True when it was a step."""
+        if _ATTEMPT.match(line):
+            self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
+            self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
+            return True
         m = _BAR.search(line)
         if m:
             desc = m.group("desc").strip()

@@ -23,6 +23,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 __all__ = [
     "BUILTIN_PATH",
+    "RESTART_CLASSES",
     "Signature",
     "SignatureError",
     "SignatureSet",
@@ -31,7 +32,11 @@ __all__ = [
 ]
 
 BUILTIN_PATH = Path(__file__).resolve().parent.parent / "data" / "signatures.toml"
-_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal"}
+_KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal",
+         "restart"}
+# What a failure's root cause means for the host's restart policy (remote/restart.py):
+# "transient" restarts, "deterministic" never does, "unclassified" only after progress.
+RESTART_CLASSES = ("transient", "deterministic", "unclassified")
 
 
 class SignatureError(ValueError):
@@ -51,6 +56,7 @@ class Signature:
     generic: bool = False  # the catch-all, used when nothing specific matched
     after_load: bool | None = None  # None: can happen either way
     serving_fatal: bool = False  # the engine died: fatal even when a request handler reports it
+    restart: str | None = None  # one of RESTART_CLASSES; None (a user's entry): "unclassified"
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern match in ``message``, or None."""
@@ -144,6 +150,10 @@ def _check_entry(name: str, i: int, entry: Any) -> dict[str, Any]:
         if not ok:
             raise SignatureError(f"{where}: key 'fix': must be a string or a table of strings")
         checked["fix"] = dict(fix) if isinstance(fix, dict) else fix
+    if "restart" in entry:
+        if entry["restart"] not in RESTART_CLASSES:
+            raise SignatureError(f"{where}: key 'restart': must be one of {', '.join(RESTART_CLASSES)}")
+        checked["restart"] = entry["restart"]
     for key in ("wrapper", "generic", "after_load", "serving_fatal"):
         if key in entry:
             if not isinstance(entry[key], bool):

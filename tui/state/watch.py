@@ -63,6 +63,8 @@ class WatchConfig:
     stall_extracting_s: float = 120.0
     hang_s: float = 600.0
     idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
+    on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
+
 
     def floor(self, phase: str) -> float:
         return float(getattr(self, f"stall_{phase}_s", 0.0))
@@ -74,7 +76,8 @@ class WatchConfig:
             return cls()
         get: Callable[[str, float], Any] = (
             values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
-        return cls(**{f: float(get(f, getattr(cls, f))) for f in cls.__dataclass_fields__})
+        return cls(**{f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
+                      for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)})
 
 
 @dataclass(frozen=True)
