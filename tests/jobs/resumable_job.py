@@ -8,6 +8,7 @@ the extractor's batch lines, and fails the way its mode says.
     always      every attempt dies at once with an NCCL watchdog timeout
     hang1       attempt 1 writes 2 samples, then sleeps for ever (hung after the load)
     unknown     every attempt writes 1 new sample and dies with an unclassified error
+    stuck       attempt 1 writes 1 sample; every attempt dies unclassified at its next one
 
 OUT/attempts counts the attempts; OUT/writes.log gets one line per sample written.
 """
@@ -49,7 +50,7 @@ for i in range(1, n + 1):
         continue
     if mode == "transient2" and attempt <= 2 and new == 3:
         nccl_timeout()
-    if mode == "unknown" and new == 1:
+    if (mode == "unknown" and new == 1) or (mode == "stuck" and (new == 1 or attempt > 1)):
         raise RuntimeError("something nobody classified")
     if mode == "hang1" and attempt == 1 and new == 2:
         time.sleep(3600)

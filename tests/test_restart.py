@@ -1,0 +1,246 @@
+"""Restarts decided on the host (remote/restart.py): the policy compiled from eagle3.toml
+and the one signature table, the host's matcher against the client's, and real runs
+launched through the real shim with no client connected until they end."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote import kill as killer
+from remote import launch as launcher
+from remote import rundir
+from remote.restart import Matcher, decide, delay
+from tui.services.config import parse_config
+from tui.services.restartpolicy import compile_policy
+from tui.state.loganalysis import LogAnalysis
+from tui.state.logparse import step
+from tui.state.signatures import RESTART_CLASSES, load_signatures
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = str(REPO / "tests" / "jobs" / "resumable_job.py")
+FIXTURES = sorted(glob.glob(str(REPO / "tests/fixtures/corpus*/*.log")) + glob.glob(str(REPO / "tests/fixtures/logs/*.log"))
+                  + glob.glob(str(REPO / "tests/fixtures/heldout/**/*.log"), recursive=True))
+# Real lines for the signatures no fixture log holds (shapes from the issue threads the
+# corpus README lists, and from test_logparse).
+LINES = [
+    "TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'",
+    "(Worker_TP0 pid=12) ERROR 11-29 12:00:01 [multiproc_executor.py:671] RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause",
+    "slurmstepd: error: *** JOB 4242 ON node3 CANCELLED AT 2026-12-01T03:12:44 DUE TO PREEMPTION ***",
+    "ModuleNotFoundError: No module named 'speculators'",
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "[preflight] FAIL sample_tokens: MultiprocExecutor has no sample_tokens",
+    "TypeError: get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'",
+    "OSError: [Errno 28] No space left on device",
+    "[extract] error: --model is required (see --help)",
+    "AttributeError: 'DeepseekV3Model' object has no attribute 'get_input_embeddings'",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275",
+    "(VllmWorker rank=0 pid=81) ERROR 06-01 10:00:00 [multiproc_executor.py:470] WorkerProc failed to start.",
+    "TimeoutError: RPC call to execute_model timed out.",
+    "ERROR 07-01 10:00:00 [multiproc_executor.py:140] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+]
+POLICY = compile_policy(parse_config('[run]\nrestart = "on-failure"\n'))
+
+
+def _fixture_lines() -> list[str]:
+    out = list(LINES)
+    for path in FIXTURES:
+        out.extend(Path(path).read_text(errors="replace").splitlines())
+    return out
+
+
+def test_every_signature_has_a_restart_class() -> None:
+    sigs = load_signatures(user_file=None)
+    assert {s.id: s.restart for s in sigs if s.restart not in RESTART_CLASSES} == {}
+    by_id = {s.id: s.restart for s in sigs}
+    assert by_id["nccl-timeout"] == by_id["gpu-device-error"] == by_id["worker-died"] == "transient"
+    assert by_id["module-not-found"] == by_id["cuda-oom"] == by_id["preflight-failed"] == "deterministic"
+    assert by_id["python-traceback"] == "unclassified"
+
+
+def test_host_matcher_agrees_with_the_client_on_every_fixture_line() -> None:
+    """Each line alone, and each fixture log whole: the same root cause id both sides;
+    and every signature of the table is named by at least one of these real lines."""
+    matcher = Matcher(POLICY)
+    named, wrong = set(), []
+    for line in _fixture_lines():
+        client = step(LogAnalysis(), line, 1).root_cause
+        host = matcher.root_cause([line])
+        if (client and client.id) != (host and host["id"]):
+            wrong.append((line[:120], client and client.id, host and host["id"]))
+        if client:
+            named.add(client.id)
+    assert wrong == []
+    assert {s.id for s in load_signatures(user_file=None)} - named == set()
+    for path in FIXTURES:
+        lines = Path(path).read_text(errors="replace").splitlines()
+        a = LogAnalysis()
+        for i, line in enumerate(lines, 1):
+            a = step(a, line, i)
+        host = matcher.root_cause(lines)
+        assert (a.root_cause and a.root_cause.id) == (host and host["id"]), path
+
+
+def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
+    matcher = Matcher(POLICY)
+    lines = ["ModuleNotFoundError: No module named 'x'", "[eagle3-tui] attempt 2/4 starts",
+             "[rank0]:[E1129 12:00:01.000 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout"]
+    assert matcher.root_cause(lines)["id"] == "nccl-timeout"  # type: ignore[index]
+    a = LogAnalysis()
+    for i, line in enumerate(lines[:2], 1):
+        a = step(a, line, i)
+    assert a.root_cause is None  # the client's analysis starts afresh there too
+    src = (REPO / "remote" / "restart.py").read_text()
+    assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
+
+
+def test_delay_doubles_up_to_the_cap() -> None:
+    p = {"restart_delay": 30.0, "restart_delay_max": 100.0}
+    assert [delay(p, n) for n in (1, 2, 3, 4)] == [30.0, 60.0, 100.0, 100.0]
+
+
+def test_decide_rules() -> None:
+    now = 1000.0
+    nccl = {"id": "nccl-timeout", "title": "NCCL collective timed out", "class": "transient"}
+    mod = {"id": "module-not-found", "title": "Import failed", "class": "deterministic"}
+    other = {"id": "python-traceback", "title": "Python exception", "class": "unclassified"}
+
+    def end(cause: dict | None, batch: int | None = None, **kw: object) -> dict:
+        return {"exit_code": 1, "cause": cause, "progress": {"batch": batch}, "ended_at": now, **kw}
+
+    assert decide(POLICY, [], end(nccl), now) == (True, "restarting: NCCL collective timed out (nccl-timeout)")
+    assert decide(POLICY, [], end(mod), now)[1] == "not restarted: Import failed (module-not-found) is deterministic"
+    assert decide(POLICY, [], end(other, None), now)[0] is False  # no progress at all
+    assert decide(POLICY, [end(other, 5, restarted=True)], end(other, 9), now)[0] is True
+    assert decide(POLICY, [end(other, 5, restarted=True)], end(other, 5), now)[0] is False
+    assert decide(POLICY, [], end(nccl, killed=True), now) == (False, "killed")
+    assert decide(POLICY, [], {"exit_code": 0, "cause": None}, now) == (False, "finished")
+    three = [end(nccl, restarted=True, ended_at=now - 5000) for _ in range(3)]
+    assert decide(POLICY, three, end(nccl), now)[1].startswith("gave up: NCCL collective timed out (nccl-timeout) after 3")
+    never = dict(POLICY, restart="never")
+    assert decide(never, [], end(nccl), now) == (False, "not restarted: restart = never")
+    assert decide(dict(never, on_hang="restart"), [], end(None, hung=True), now)[0] is True
+    assert decide(dict(never, on_hang="kill"), [], end(None, hung=True), now) == (
+        False, "hung: stopped (on_hang = kill)")
+
+
+# ---------------------------------------------------------------- real runs
+
+
+def _policy(toml: str) -> dict:
+    policy = compile_policy(parse_config(toml))
+    assert policy is not None
+    return policy
+
+
+def _launch(tmp_path: Path, mode: str, toml: str, n: int = 10) -> tuple[str, str, Path]:
+    runs = str(tmp_path / "runs")
+    out = tmp_path / "out"
+    rec = launcher.launch(runs, "job", [sys.executable, JOB, str(out), str(n), mode], str(tmp_path), {},
+                          restart=_policy(toml))
+    return runs, rec["run_id"], out
+
+
+def _record(runs: str, run_id: str) -> dict:
+    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.procfs").procfs.boot_time())
+    assert rec is not None
+    return rec
+
+
+def _ended(runs: str, run_id: str, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = _record(runs, run_id)
+        if rec["state"] != "running":
+            return rec
+        time.sleep(0.1)
+    killer.kill(runs, run_id, graces=(0.5, 0.5), gpu_wait=0)
+    raise AssertionError("the run did not end in %gs" % timeout)
+
+
+FAST = '[run]\nrestart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n'
+
+
+def test_a_transient_death_twice_then_finished_every_sample_once(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "transient2", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert [a["restarted"] for a in rec["attempts"]] == [True, True, False]
+    first = rec["attempts"][0]
+    assert first["cause"]["id"] == "nccl-timeout" and first["exit_code"] == 1
+    assert first["progress"]["batch"] == 3 and rec["attempts"][1]["progress"]["batch"] == 6
+    assert first["why"] == "restarting: NCCL collective timed out (nccl-timeout)"
+    assert rec["attempts"][2]["why"] == "finished" and rec["restart_at"] is None
+    writes = (out / "writes.log").read_text().split()
+    assert sorted(writes, key=int) == [str(i) for i in range(1, 11)]  # every sample exactly once
+    log = Path(rec["log"]).read_text()
+    assert "[eagle3-tui] attempt 2/4 starts" in log and "[eagle3-tui] attempt 3/4 starts" in log
+    assert log.count("[extract] done:") == 1
+
+
+def test_module_not_found_is_never_restarted(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "module", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 0)
+    (only,) = rec["attempts"]
+    assert only["cause"]["id"] == "module-not-found" and only["restarted"] is False
+    assert rec["restart_note"] == "not restarted: Import failed (module-not-found) is deterministic"
+    assert (out / "attempts").read_text() == "1"
+
+
+def test_kill_during_the_wait_wins(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "always", '[run]\nrestart = "on-failure"\nrestart_delay = 600\n')
+    deadline = time.monotonic() + 30
+    while _record(runs, run_id).get("restart_at") is None:
+        assert time.monotonic() < deadline, "no pending restart"
+        time.sleep(0.1)
+    waiting = _record(runs, run_id)
+    assert waiting["state"] == "running" and waiting["restart_at"] > time.time() + 500
+    report = killer.kill(runs, run_id, graces=(2.0, 2.0), gpu_wait=0)
+    assert report["ok"]
+    rec = _ended(runs, run_id, 10)
+    assert rec["state"] == "killed" and rec["restarts"] == 0
+    assert rec["attempts"][-1]["why"] == "killed while waiting to restart"
+    time.sleep(1.0)
+    assert (out / "attempts").read_text() == "1"  # nothing started later
+
+
+def test_thrash_guard_gives_up(tmp_path: Path) -> None:
+    toml = FAST + "max_restarts = 50\nthrash_failures = 3\nthrash_window = 60\n"
+    runs, run_id, out = _launch(tmp_path, "always", toml)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["restarts"]) == ("exited", 2)
+    assert rec["restart_note"] == "gave up: 3 failures within 1 min (thrash guard)"
+    assert (out / "attempts").read_text() == "3"
+
+
+def test_unclassified_failure_restarts_only_while_it_progresses(tmp_path: Path) -> None:
+    toml = FAST + "max_restarts = 20\nthrash_failures = 0\n"
+    runs, run_id, out = _launch(tmp_path, "unknown", toml, n=3)
+    rec = _ended(runs, run_id)
+    # each attempt writes one new sample, then dies unclassified; the third finishes
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert rec["attempts"][0]["why"] == "restarting: Python exception (python-traceback), after progress to batch 1"
+    assert sorted((out / "writes.log").read_text().split()) == ["1", "2", "3"]
+    # attempt 2 gets no further than attempt 1's batch 1: not restarted again
+    (tmp_path / "stuck").mkdir()
+    runs, run_id, out = _launch(tmp_path / "stuck", "stuck", toml, n=3)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 1)
+    assert rec["restart_note"].endswith("and no progress beyond the previous attempt")
+
+
+def test_a_hung_attempt_is_restarted_on_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAGLE3_TUI_PACE_S", "0.2")  # the shim's pace looks (inherited by the shim)
+    toml = '[run]\ngraces = [0.5, 0.5]\nrestart_delay = 0.2\n[watch]\non_hang = "restart"\nhang_s = 1.5\n'
+    runs, run_id, out = _launch(tmp_path, "hang1", toml, n=5)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 1)
+    first = rec["attempts"][0]
+    assert first["hung"] is True and first["why"] == "restarting: hung"
+    assert sorted((out / "writes.log").read_text().split()) == ["1", "2", "3", "4", "5"]
