@@ -143,8 +143,9 @@ class Matcher:
         interrupted = False
         for raw in lines:
             line = self.ansi.sub("", raw) if "\x1b" in raw else raw
-            if STARTS.match(line):
-                best, interrupted = None, False  # a new attempt: its own failures only
+            if line.startswith(MARK):  # this supervisor's own lines: never a failure
+                if STARTS.match(line):
+                    best, interrupted = None, False  # a new attempt: its own failures only
                 continue
             level, source, msg = self.split(line)
             if level in self.quiet:

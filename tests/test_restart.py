@@ -244,3 +244,53 @@ def test_a_hung_attempt_is_restarted_on_the_host(tmp_path: Path, monkeypatch: py
     first = rec["attempts"][0]
     assert first["hung"] is True and first["why"] == "restarting: hung"
     assert sorted((out / "writes.log").read_text().split()) == ["1", "2", "3", "4", "5"]
+
+
+# ---------------------------------------------------------------- what the client shows
+
+
+def _attempt(n: int, **kw: object) -> dict:
+    rec = {"n": n, "started_at": 100.0 * n, "ended_at": 100.0 * n + 50, "exit_code": 1, "restarted": True,
+           "cause": {"id": "nccl-timeout", "title": "NCCL watchdog timeout", "class": "transient"},
+           "progress": {"phase": "extracting", "step": "batch %d/4000" % (1200 + n), "batch": 1200 + n},
+           "why": "restarting: NCCL watchdog timeout (nccl-timeout)"}
+    rec.update(kw)
+    return rec
+
+
+def test_labels_of_a_waiting_and_a_restarted_run() -> None:
+    from tui.state import view
+    from tui.state.model import Run
+
+    waiting = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "max_restarts": 3,
+                             "attempts": [_attempt(1, restart_at=1000.0)], "restart_at": 1000.0})
+    assert view.state_label(waiting) == "waiting"
+    assert view.restart_label(waiting, 975.0) == (
+        "waiting to restart in 25 s (restart 1 of 3) — last: NCCL watchdog timeout at batch 1,201/4,000")
+    done = Run.from_dict({"run_id": "r", "state": "exited", "exit_code": 0, "restarts": 2, "restart_note": "finished",
+                          "attempts": [_attempt(1), _attempt(2, progress={"step": "batch 1203/4000"}),
+                                       _attempt(3, exit_code=0, restarted=False, why="finished", cause=None)]})
+    assert view.state_label(done) == "exited"
+    assert view.restart_label(done, 0.0) == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
+    row = view.run_row(done, "", 0.0)
+    assert row.note == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
+    plain = Run.from_dict({"run_id": "p", "state": "exited", "exit_code": 1})
+    assert view.restart_label(plain, 0.0) == ""
+
+
+def test_notifications_once_per_attempt_with_the_attempt() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchState, observe
+
+    first = [_attempt(1, restart_at=200.0)]
+    second = [_attempt(1), _attempt(2, restarted=False, why="gave up: 2 failures within 10 min (thrash guard)")]
+    ws = WatchState(run_id="r")
+    for attempts in (first, first, second, second):
+        run = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "attempts": attempts,
+                             "restart_at": 200.0 if attempts is first else None})
+        ws = observe(ws, run, None, 0, (), (), 150.0)
+    kinds = [(e.kind, e.detail.get("attempt")) for e in ws.events]
+    assert kinds == [("restarting", 1), ("gave up", 2)]
+    assert ws.events[0].to_json()["attempt"] == 1
+    assert ws.events[1].message == ("attempt 2 failed: NCCL watchdog timeout at batch 1,202/4,000;"
+                                    " gave up: 2 failures within 10 min (thrash guard)")

@@ -28,7 +28,7 @@ __all__ = ["HOOK_TIMEOUT", "Notifier", "event_json", "run_hook", "terminal_alert
 HOOK_TIMEOUT = 30.0
 ESC, BEL = "\x1b", "\x07"
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")  # control characters end or corrupt an OSC string
-NOTIFY_KINDS = frozenset({"failed", "finished", "killed", "lost", "stalled", "hung"})
+NOTIFY_KINDS = frozenset({"failed", "finished", "killed", "lost", "stalled", "hung", "restarting", "gave up"})
 
 
 def _clean(text: str, limit: int = 200) -> str:

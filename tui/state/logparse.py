@@ -140,9 +140,10 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
     stall detection and phase durations where the log has no timestamps). Returns
     ``analysis`` itself when the line changes nothing.
     """
-    if line.startswith("[eagle3-tui] attempt ") and _ATTEMPT.match(line):
-        # the host restarted the run (remote/restart.py): the new attempt starts afresh
-        return LogAnalysis(signatures=analysis.signatures, phase_t=t)
+    if line.startswith("[eagle3-tui] attempt "):  # the host's restart supervisor's own line
+        if _ATTEMPT.match(line):  # the run restarted (remote/restart.py): the attempt starts afresh
+            return LogAnalysis(signatures=analysis.signatures, phase_t=t)
+        return analysis  # it quotes causes by title: never a failure of its own
     pre = split_prefix(line)
     b = _Builder(analysis, t, _log_seconds(pre.timestamp))
     _fold(b, pre, line, line_no, t)

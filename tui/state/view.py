@@ -68,8 +68,32 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
 
 
 def state_label(run: Run) -> str:
-    """As shown everywhere: an exit with a non-zero code is a failure."""
+    """As shown everywhere: an exit with a non-zero code is a failure; a live run whose
+    host supervisor waits to restart it is "waiting"."""
+    if run.state == "running" and run.restart_at is not None:
+        return "waiting"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
+
+
+def restart_label(run: Run, now: float) -> str:
+    """What the host's restart policy did with a run: '' for a run that never needed it;
+    "waiting to restart in 25 s (restart 2 of 3) — last: NCCL collective timed out at
+    batch 1,203/4,000", "restarted 2× — last: …", or why it was not restarted."""
+    tried = [a for a in run.attempts if a.get("ended_at") is not None]
+    failed = [a for a in tried if a.get("exit_code") != 0 or a.get("hung")]
+    if not failed:
+        return ""
+    last = watcher.attempt_cause(failed[-1])
+    if run.restart_at is not None and run.alive:
+        of = f" of {run.max_restarts}" if run.max_restarts is not None else ""
+        left = max(0, int(run.restart_at - now))
+        wait = f"{left} s" if left < 60 else duration(left)
+        return f"waiting to restart in {wait} (restart {run.restarts}{of}) — last: {last}"
+    said = f"restarted {run.restarts}× — last: {last}" if run.restarts else last
+    note = run.restart_note or ""
+    if not run.alive and note and note not in ("finished", "killed"):
+        said += f"; {note}"
+    return said
 
 
 def exit_label(run: Run) -> str:
@@ -119,6 +143,10 @@ def run_row(run: Run, note: str, now: float) -> RunRow:
     end = run.ended_at or (now if run.alive else None)
     dur = duration(end - run.launched_at) if end and run.launched_at else "N/A"
     job = slurm_label(run)
+    again = restart_label(run, now)
+    if again and note.startswith(again.split(" — ")[-1]):
+        note = ""
+    note = "; ".join(x for x in (again, note) if x)
     return RunRow(
         run_id=run.run_id, name=run.name or "", state=state_label(run), started=started,
         duration=dur, exit=exit_label(run), patch=patch_label(run),
