@@ -221,14 +221,19 @@ def phase(state: AppState, run: Run | None, now: float) -> str | None:
     ph = getattr(a, "phase", None)
     if run is not None and run.state == "killed":
         return "killed"
+    if run is not None and run.alive and run.restart_at is not None:
+        return "waiting to restart"  # the host's supervisor: the attempt failed, the next is due
     w = state.watch  # tui.state.watch: stalled / hung, from the run's own pace
     if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
         return str(w.condition)
     return ph
 
 
-def progress_label(run: Run | None) -> str:
-    return f"run {run.run_id} ({run.state})" if run else "no run"
+def progress_label(run: Run | None, now: float | None = None) -> str:
+    if run is None:
+        return "no run"
+    again = restart_label(run, time.time() if now is None else now)
+    return f"run {run.run_id} ({run.state})" + (f" — {again}" if again else "")
 
 
 # ---- liveness -----------------------------------------------------------------------

@@ -208,7 +208,9 @@ def observe(
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
             said = "interrupted" if kind == "killed" and run.state == "exited" else kind
-            events.append((kind, f"run {said}" + (f" (exit {run.exit_code})" if run.exit_code else ""), detail))
+            again = f" after {run.restarts} restart(s)" if getattr(run, "restarts", 0) else ""
+            events.append((kind, f"run {said}{again}" + (f" (exit {run.exit_code})" if run.exit_code else ""),
+                           dict(detail, restarts=getattr(run, "restarts", 0))))
         ws = replace(ws, condition="ended")
         return _emit(ws, events, run.run_id, now)
 
