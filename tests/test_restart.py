@@ -294,3 +294,42 @@ def test_notifications_once_per_attempt_with_the_attempt() -> None:
     assert ws.events[0].to_json()["attempt"] == 1
     assert ws.events[1].message == ("attempt 2 failed: NCCL watchdog timeout at batch 1,202/4,000;"
                                     " gave up: 2 failures within 10 min (thrash guard)")
+
+
+def test_a_real_extraction_restarted_twice_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    """remote/extract.py on the tiny demo model (hf backend, CPU), killed twice after
+    writing part of its files: the restarts skip the finished samples and the output
+    is byte-identical to an uninterrupted run's."""
+    import hashlib
+    import json
+    import subprocess
+
+    pytest.importorskip("torch")
+    from tui.services.demo import build_demo
+
+    paths = build_demo(tmp_path / "demo", shards=2, layers=8, hidden=64, sequences=2, seq_len=8,
+                       shard_delay=0.0, patches=False)
+    data = tmp_path / "data.jsonl"
+    lengths = [5, 17, 9, 33, 2, 12, 21, 7]
+    data.write_text("".join(json.dumps({"input_ids": [(7 * i + 13 * t) % 1000 + 3 for t in range(n)]}) + "\n"
+                            for i, n in enumerate(lengths)))
+    extract = str(REPO / "remote" / "extract.py")
+    args = ["--backend", "hf", "--model", str(paths.model), "--data", str(data), "--batch-size", "1",
+            "--device", "cpu"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    runs = str(tmp_path / "runs")
+    rec = launcher.launch(runs, "extract", [sys.executable, str(REPO / "tests/jobs/flaky_extract.py"), extract,
+                                            str(part), *args], str(tmp_path), {}, restart=_policy(FAST))
+    ref = subprocess.run([sys.executable, extract, *args, "--out", str(full)], capture_output=True, text=True,
+                         timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    rec = _ended(runs, rec["run_id"], 300)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert [a["cause"]["id"] for a in rec["attempts"][:2]] == ["nccl-timeout", "nccl-timeout"]
+    log = Path(rec["log"]).read_text()
+    assert "skipped (already done)" in log and log.count("[extract] done:") == 1
+
+    def digests(d: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+    assert digests(part) == digests(full)
