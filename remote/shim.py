@@ -19,10 +19,10 @@ from typing import Any
 try:  # imported as remote.shim (tests, client) or as a top-level module (host)
     from . import atomicfile, pace, procfs, restart, rundir
 except ImportError:
-    import restart  # type: ignore[no-redef]
     import atomicfile  # type: ignore[no-redef]
     import pace  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
+    import restart  # type: ignore[no-redef]
     import rundir  # type: ignore[no-redef]
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError

@@ -77,8 +77,9 @@ class WatchConfig:
             return cls()
         get: Callable[[str, float], Any] = (
             values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
-        return cls(**{f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
-                      for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)})
+        kw: dict[str, Any] = {f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
+                              for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)}
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def observe(
     if root is not None and root.line.rstrip().endswith(("KeyboardInterrupt", "SystemExit")):
         root = None  # a run being killed prints these; its end says what happened
     events.extend(_attempt_events(run))
-    if root is not None and getattr(run, "attempts", ()) and run.state not in _ENDED:
+    if root is not None and bool(getattr(run, "attempts", None)) and run.state not in _ENDED:
         root = None  # the host decides whether this attempt's failure ends the run: its record says
     if root is not None:
         summary = analysis.failure_summary() or "failed"
