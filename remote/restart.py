@@ -346,8 +346,6 @@ class Supervisor:
                     self.stop_attempt()
         code = self.child.returncode
         self.child = None
-        if self.stop_sig is None and self._others():
-            self.stop_attempt()  # leftovers of the attempt never overlap the next one
         self._reap()
         self.attempts.pop()
         rec.update(ended_at=time.time(), exit_code=code if code >= 0 else None,
@@ -384,6 +382,7 @@ class Supervisor:
                 if n > 1 or why != "finished":
                     self.say("%d ended (%s): %s" % (n, _how(rec), why))
                 break
+            self.stop_attempt()  # leftovers of the attempt never overlap the next one
             wait = delay(self.policy, sum(1 for a in self.attempts if a.get("restarted")))
             at = time.time() + wait
             rec["restart_at"] = at
