@@ -201,6 +201,10 @@ def test_kill_during_the_wait_wins(tmp_path: Path) -> None:
         time.sleep(0.1)
     waiting = _record(runs, run_id)
     assert waiting["state"] == "running" and waiting["restart_at"] > time.time() + 500
+    assert rundir.prune_runs(runs, keep=0)["removed"] == []  # a waiting run is live: never pruned
+    from tui.services.actions import relaunch
+    with pytest.raises(ValueError, match="is still running"):  # nor relaunched over
+        __import__("asyncio").run(relaunch(None, parse_config(""), waiting))  # type: ignore[arg-type]
     report = killer.kill(runs, run_id, graces=(2.0, 2.0), gpu_wait=0)
     assert report["ok"]
     rec = _ended(runs, run_id, 10)
@@ -333,3 +337,31 @@ def test_a_real_extraction_restarted_twice_equals_an_uninterrupted_one(tmp_path:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
 
     assert digests(part) == digests(full)
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[run]\nrestart = "always"', 'eagle3.toml: run.restart: must be "never" or "on-failure", not \'always\''),
+    ("[run]\nmax_restarts = -1", "eagle3.toml: run.max_restarts: must be a whole number from 0 to 1000"),
+    ('[run]\nrestart_delay = "30"', "eagle3.toml: run.restart_delay: must be a number of seconds, not str"),
+    ("[run]\nrestart_delay = 60\nrestart_delay_max = 10",
+     "eagle3.toml: run.restart_delay_max: must be at least run.restart_delay (60)"),
+    ('[watch]\non_hang = "nap"', 'eagle3.toml: watch.on_hang: must be "notify", "kill" or "restart", not \'nap\''),
+])
+def test_policy_settings_are_checked_in_one_line(text: str, error: str) -> None:
+    from tui.services.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text)
+    assert str(exc.value) == error
+
+
+def test_no_policy_no_restart_in_the_request_and_a_bad_class_is_refused(tmp_path: Path) -> None:
+    from tui.services.actions import restart_args
+    from tui.state.signatures import SignatureError
+
+    assert restart_args(parse_config("")) == {}
+    assert restart_args(parse_config('[watch]\non_hang = "kill"'))["restart"]["restart"] == "never"
+    bad = tmp_path / "sigs.toml"
+    bad.write_text('[[signature]]\nid = "x"\ntitle = "X"\npatterns = ["x"]\nrestart = "sometimes"\n')
+    with pytest.raises(SignatureError, match="key 'restart': must be one of transient, deterministic, unclassified"):
+        load_signatures([bad], user_file=None)
