@@ -365,3 +365,13 @@ def test_no_policy_no_restart_in_the_request_and_a_bad_class_is_refused(tmp_path
     bad.write_text('[[signature]]\nid = "x"\ntitle = "X"\npatterns = ["x"]\nrestart = "sometimes"\n')
     with pytest.raises(SignatureError, match="key 'restart': must be one of transient, deterministic, unclassified"):
         load_signatures([bad], user_file=None)
+
+
+def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAGLE3_TUI_PACE_S", "0.2")
+    toml = '[run]\ngraces = [0.5, 0.5]\nrestart = "on-failure"\n[watch]\non_hang = "kill"\nhang_s = 1.5\n'
+    runs, run_id, out = _launch(tmp_path, "hang1", toml, n=5)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["restarts"]) == ("exited", 0) and rec["exit_code"] != 0
+    assert rec["restart_note"] == "hung: stopped (on_hang = kill)"
+    assert (out / "attempts").read_text() == "1"
