@@ -375,3 +375,18 @@ def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch
     assert (rec["state"], rec["restarts"]) == ("exited", 0) and rec["exit_code"] != 0
     assert rec["restart_note"] == "hung: stopped (on_hang = kill)"
     assert (out / "attempts").read_text() == "1"
+
+
+def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchState, assess, observe
+
+    pace = {"source": "shim", "phase": "extracting", "step": "batch 3/10", "step_at": 0.0, "intervals": [1.0, 1.0],
+            "idle_since": 0.0, "gpu": "none: no GPUs"}
+    rec = {"run_id": "r", "state": "running", "pace": pace, "restarts": 1, "attempts": [_attempt(1)]}
+    assert assess(Run.from_dict(rec), None, 5000.0).condition == "hung"  # type: ignore[union-attr]
+    waiting = Run.from_dict(dict(rec, restart_at=6000.0))
+    assert assess(waiting, None, 5000.0) is None
+    ws = observe(WatchState(run_id="r"), waiting, None, 0, (), (), 5000.0)
+    ws = observe(ws, waiting, None, 0, (), (), 5900.0)
+    assert ws.condition == "ok" and [e.kind for e in ws.events] == ["restarting"]

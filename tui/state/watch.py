@@ -215,6 +215,11 @@ def observe(
         ws = replace(ws, condition="ended")
         return _emit(ws, events, run.run_id, now)
 
+    if getattr(run, "restart_at", None) is not None:  # the host waits to restart it: no
+        ws = replace(ws, last_step_t=now, steps=(now,), idle_since=None, seeded=False,  # progress is due
+                     condition="ok" if ws.condition in ("stalled", "hung") else ws.condition)
+        return _emit(ws, events, run.run_id, now)
+
     # progress
     mark, label = _progress(phase, analysis, lines)
     if ws.seeded:  # the host's history stands: this look only learns what its marks look like
@@ -331,6 +336,8 @@ def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any
     has no pace."""
     if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
         return None
+    if getattr(run, "restart_at", None) is not None:
+        return None  # waiting for the host's restart: neither stalled nor hung
     ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
     if not ws.seeded:
         return None
