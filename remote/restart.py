@@ -329,7 +329,15 @@ class Supervisor:
         rec: dict[str, Any] = {"n": n, "started_at": started, "log_offset": start}
         self.attempts.append(rec)
         self.save()
-        self.child = subprocess.Popen(self.req["argv"], stdin=subprocess.DEVNULL, close_fds=True)
+        try:
+            self.child = subprocess.Popen(self.req["argv"], stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as e:  # the command itself is missing or not executable: no retry helps
+            self.say("%d: cannot start the command: %s" % (n, e))
+            self.attempts.pop()
+            rec.update(ended_at=time.time(), exit_code=127, signal=None, hung=False, killed=False,
+                       progress=None, cause={"id": "cannot-start", "title": "cannot start the command",
+                                             "class": "deterministic", "line": str(e)[:500]})
+            return rec
         rec["pid"] = self.child.pid
         self.save()
         hung = False

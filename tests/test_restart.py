@@ -390,3 +390,11 @@ def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:
     ws = observe(WatchState(run_id="r"), waiting, None, 0, (), (), 5000.0)
     ws = observe(ws, waiting, None, 0, (), (), 5900.0)
     assert ws.condition == "ok" and [e.kind for e in ws.events] == ["restarting"]
+
+
+def test_a_command_that_cannot_start_is_not_restarted(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    rec = launcher.launch(runs, "job", [str(tmp_path / "no-such-program")], str(tmp_path), {}, restart=_policy(FAST))
+    rec = _ended(runs, rec["run_id"])
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 127, 0)
+    assert rec["restart_note"] == "not restarted: cannot start the command (cannot-start) is deterministic"
