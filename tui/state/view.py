@@ -363,6 +363,8 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
         if mine:
             held = None if None in mine else sum(m or 0 for m in mine)
             per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
+    pending = ([f"Restart: the pending restart (in {max(0, int(run.restart_at - time.time()))} s) is cancelled;"
+                " nothing starts later."] if run.restart_at is not None else [])
     return [
         f"host:   {state.hostname or state.target}",
         f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
@@ -372,6 +374,7 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
         f"Signals: SIGINT, then SIGTERM after {graces[0]:.0f} s, then SIGKILL after {graces[1]:.0f} s more."
         if run.job_id is None else
         f"Slurm job {run.job_id}: scancel --signal=TERM, then plain scancel after {sum(graces):.0f} s.",
+        *pending,
     ]
 
 
