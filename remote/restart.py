@@ -297,13 +297,15 @@ class Supervisor:
                 and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        """Reap orphans re-parented to this subreaper; never the attempt's own process,
+        whose status Popen must read."""
+        me, keep = os.getpid(), self.child.pid if self.child is not None else None
+        for pid in procfs.list_pids():
+            if pid != keep and (procfs.read_stat(pid) or {}).get("ppid") == me:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
 
     def stop_attempt(self) -> None:
         """SIGINT, SIGTERM, then SIGKILL after the run's graces, to every process of the
