@@ -398,3 +398,10 @@ def test_a_command_that_cannot_start_is_not_restarted(tmp_path: Path) -> None:
     rec = _ended(runs, rec["run_id"])
     assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 127, 0)
     assert rec["restart_note"] == "not restarted: cannot start the command (cannot-start) is deterministic"
+
+
+def test_leftovers_of_a_failed_attempt_are_gone_before_the_next_starts(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "stray", FAST, n=3)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 1)
+    assert (out / "stray_seen").read_text() == "gone"

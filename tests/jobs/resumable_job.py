@@ -9,6 +9,8 @@ the extractor's batch lines, and fails the way its mode says.
     hang1       attempt 1 writes 2 samples, then sleeps for ever (hung after the load)
     unknown     every attempt writes 1 new sample and dies with an unclassified error
     stuck       attempt 1 writes 1 sample; every attempt dies unclassified at its next one
+    stray       attempt 1 leaves a double-forked sleeper behind (its pid in OUT/stray) and
+                dies of an NCCL timeout; attempt 2 notes in OUT/stray_seen whether it lives
 
 OUT/attempts counts the attempts; OUT/writes.log gets one line per sample written.
 """
@@ -41,6 +43,25 @@ if mode == "module":
     import speculators_not_installed  # noqa: F401
 if mode == "always":
     nccl_timeout()
+if mode == "stray" and attempt == 1:
+    if os.fork() == 0:
+        if os.fork() == 0:
+            with open(os.path.join(out, "stray"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(3600)
+        os._exit(0)
+    os.wait()
+    while not os.path.exists(os.path.join(out, "stray")):
+        time.sleep(0.01)
+    nccl_timeout()
+if mode == "stray":
+    stray = int(open(os.path.join(out, "stray")).read())
+    try:
+        state = open("/proc/%d/stat" % stray).read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    with open(os.path.join(out, "stray_seen"), "w") as f:
+        f.write("alive" if state not in ("gone", "Z", "X") else "gone")
 say("Loading weights took 0.10 seconds")
 new = 0
 for i in range(1, n + 1):
