@@ -356,7 +356,7 @@ class Agent:
         where = (self._runs_dir(), arg(args, "name", str, None), arg(args, "argv", list),
                  user_path(arg(args, "cwd", str, "~")), arg(args, "env", dict, {}))
         extra = {"patch_state": args.get("patch_state"), "log": arg(args, "log", str, None),
-                 "python": sys.executable}
+                 "python": sys.executable, "restart": arg(args, "restart", dict, None)}
         if scheduler is not None and scheduler.get("kind", "local") != "local":
             if scheduler.get("kind") != "slurm":
                 raise BadRequest("unknown scheduler %r" % scheduler.get("kind"))

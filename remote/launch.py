@@ -45,9 +45,13 @@ def launch(
     log: str | None = None,
     python: str = sys.executable,
     allow_concurrent: bool = False,
+    restart: dict | None = None,
 ) -> dict:
-    """Start argv under a detached supervisor shim and return its run record."""
+    """Start argv under a detached supervisor shim and return its run record.
+    ``restart``: the client's compiled restart policy (restart.py), kept in launch.json."""
     rundir.validate(name, argv, cwd, env, patch_state)
+    if restart is not None and not isinstance(restart, dict):
+        raise RunnerError("restart must be a policy object or null")
     if log is not None and not isinstance(log, str):
         raise RunnerError("log must be a path or null")
     name = name or rundir.name_from_argv(argv)
@@ -71,6 +75,8 @@ def launch(
             "log": log,
             "launched_at": time.time(),
         }
+        if restart is not None:
+            request["restart"] = restart
         atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
         shim_env = dict(os.environ)
         shim_env[RUN_ENV] = run_id  # marks the shim too, so snapshots attribute it

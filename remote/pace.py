@@ -61,6 +61,8 @@ _TRAIN_STEP = re.compile(
 _TRAIN_LOSS = re.compile(r"(?i)['\"]?\b(?:train[_/])?loss['\"]?\s*[:=]\s*[-+\d.na]")
 _NOT_TRAIN = re.compile(r"(?i)shard|checkpoint|download|loading|processed prompts|map\b|tokeniz|"
                         r"val|eval|test|predict|rollout|capturing")
+# A restarted run's next attempt begins (remote/restart.py): its pace starts afresh.
+_ATTEMPT = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
 _SERVING = re.compile(r"Uvicorn running on|Application startup complete|The server is fired up")
 _LOADED = re.compile(r"Model loading took|Loading (?:model )?weights took")
 # Lines that say "still waiting", not progress (the client's list, tui/state/watch.py).
@@ -152,6 +154,10 @@ class Pace:
 
     def _marker(self, line: str, now: float) -> bool:
         """One line's progress marker, if any; True when it was a step."""
+        if _ATTEMPT.match(line):
+            self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
+            self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
+            return True
         m = _BAR.search(line)
         if m:
             desc = m.group("desc").strip()

@@ -225,6 +225,11 @@ def record(run_dir: str, btime: float) -> dict | None:
         external=False,
         error=None,
     )
+    tried = read_json(os.path.join(run_dir, "attempts.json"))  # restart.py's, with a policy
+    if isinstance(tried, dict) and isinstance(tried.get("attempts"), list):
+        rec.update(restarts=tried.get("restarts") or 0, attempts=tried["attempts"],
+                   restart_note=tried.get("note"), max_restarts=tried.get("max_restarts"),
+                   restart_at=tried.get("restart_at") if state == "running" else None)
     start = rec.get("start_time")
     end = ended_at if ended_at is not None else (time.time() if state == "running" else None)
     if isinstance(start, (int, float)) and isinstance(end, (int, float)):

@@ -20,11 +20,12 @@ import time
 from typing import Any
 
 try:  # imported as remote.shim (tests, client) or as a top-level module (host)
-    from . import atomicfile, pace, procfs, rundir
+    from . import atomicfile, pace, procfs, restart, rundir
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
     import pace  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
+    import restart  # type: ignore[no-redef]
     import rundir  # type: ignore[no-redef]
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
@@ -154,8 +155,8 @@ def supervise(run_dir: str, detach: bool = True) -> int:
             kwargs["process_group"] = 0
         else:
             kwargs["preexec_fn"] = lambda: os.setpgid(0, 0)
-        child = subprocess.Popen(
-            req["argv"],
+        child = subprocess.Popen(  # the argv, or the restart supervisor that runs it (restart.py)
+            restart.command(run_dir, req) or req["argv"],
             cwd=req["cwd"],
             env=env,
             stdin=subprocess.DEVNULL,

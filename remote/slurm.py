@@ -119,8 +119,9 @@ def _script(run_dir: str, python: str) -> str:
 
 def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict[str, str],
            opts: Any, patch_state: Any = None, log: str | None = None,
-           python: str = sys.executable) -> dict:
-    """Write the batch script and submit it with ``sbatch --parsable``; the run record."""
+           python: str = sys.executable, restart: Any = None) -> dict:
+    """Write the batch script and submit it with ``sbatch --parsable``; the run record.
+    ``restart``: the restart policy; the job's shim restarts within its allocation."""
     rundir.validate(name, argv, cwd, env, patch_state)
     opts = check_options(opts)
     if log is not None and not isinstance(log, str):
@@ -136,6 +137,8 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
         request = {"run_id": run_id, "name": name, "argv": argv, "cwd": cwd, "env": env,
                    "patch_state": patch_state, "log": log, "launched_at": time.time(),
                    "scheduler": dict(opts, kind="slurm")}
+        if isinstance(restart, dict):
+            request["restart"] = restart
         atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
         script = os.path.join(run_dir, SCRIPT)
         with open(script, "w", encoding="utf-8") as f:

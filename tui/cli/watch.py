@@ -88,10 +88,12 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
         cause = root.title if root is not None and result == "failed" else None
         if as_json:
             print(json.dumps({"event": "ended", "run_id": run.run_id, "outcome": result, "cause": cause,
-                              "exit_code": current.exit_code, "signal": current.signal}, sort_keys=True),
+                              "exit_code": current.exit_code, "signal": current.signal,
+                              "restarts": current.restarts}, sort_keys=True),
                   file=out, flush=True)
         elif not said_end:
-            print(f"run {run.run_id} ended: {result} (exit {code})" + (f": {cause}" if cause else ""),
+            again = f", restarted {current.restarts}×" if current.restarts else ""
+            print(f"run {run.run_id} ended: {result} (exit {code}{again})" + (f": {cause}" if cause else ""),
                   file=out, flush=True)
         return OUTCOME_CODES[result]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["clean", "clean_tree", "has_controls"]
+__all__ = ["ESCAPES", "clean", "clean_tree", "has_controls"]
 
 # The sequences a terminal would act on, 7-bit (one literal prefix, so `re` skips to
 # each ESC in C) and 8-bit. The alternatives never overlap in what they repeat, so the
@@ -36,6 +36,7 @@ _SEQ7 = re.compile(
     rf"|[\]PX^_]{_STRING}"  # OSC, DCS, SOS, PM, APC
     r"|[ -/]*[0-~]?)"  # ESC c, ESC 7, ESC =, ESC #8, ESC (B, a lone ESC
 )
+ESCAPES = _SEQ7  # for a matcher that strips escapes as `clean` does (the host's restart policy)
 _SEQ8 = re.compile(rf"\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f]{_STRING}")
 _INTRODUCER = re.compile("[\x90\x98\x9b\x9d\x9e\x9f]")
 

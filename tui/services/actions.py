@@ -80,8 +80,17 @@ def scheduler_args(cfg: Config) -> dict[str, Any]:
                           "time": run.time, "sbatch_args": list(run.sbatch_args)}}
 
 
+def restart_args(cfg: Config) -> dict[str, Any]:
+    """`restart` of a launch request: the policy the host's supervisor enforces with no
+    client connected (tui/services/restartpolicy.py); nothing when there is none."""
+    from tui.services.restartpolicy import compile_policy
+
+    policy = compile_policy(cfg)
+    return {"restart": policy} if policy is not None else {}
+
+
 def _launch_args(cfg: Config, patch_state: Any, action: str | None = None) -> dict[str, Any]:
-    return {**({"action": action} if action else {}), **scheduler_args(cfg),
+    return {**({"action": action} if action else {}), **scheduler_args(cfg), **restart_args(cfg),
         "name": cfg.run.name,
         "argv": list(cfg.require_command()),
         "cwd": cfg.run.cwd,
@@ -114,6 +123,7 @@ async def relaunch(
         "launch",
         **({"action": action} if action else {}),
         **scheduler_args(cfg),  # a Slurm run is resubmitted
+        **restart_args(cfg),
         name=run.get("name") or cfg.run.name,
         argv=list(run.get("argv") or cfg.run.command),
         cwd=run.get("cwd") or cfg.run.cwd,

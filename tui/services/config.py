@@ -42,7 +42,8 @@ SLURM_KEYS = ("partition", "gpus", "time", "sbatch_args")  # [run] keys that onl
 SLURM_TIME = r"^([0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE)$"  # sbatch --time
 # Allowed ranges of the number settings, in seconds (the agent refuses intervals outside).
 RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0),
-          "graces": (0.0, 3600.0), "gpu_wait": (0.0, 3600.0)}
+          "graces": (0.0, 3600.0), "gpu_wait": (0.0, 3600.0), "restart_delay": (0.0, 86400.0),
+          "restart_delay_max": (0.0, 86400.0), "thrash_window": (0.0, 604800.0)}
 
 
 def Seconds(key: str) -> Any:  # noqa: N802 - builds a type
@@ -91,6 +92,17 @@ class RunConfig:
     time: Annotated[str, Strict(), Field(pattern=SLURM_TIME)] | None = _key(
         None, 'a Slurm time limit ("30", "2:00:00", "1-12")')
     sbatch_args: Argv = _key((), "a list of strings (extra sbatch arguments)")
+    # Restarts, decided on the host by the supervisor (remote/restart.py, README "Runs that
+    # keep going"): the n-th restart waits min(restart_delay × 2^(n-1), restart_delay_max).
+    restart: Literal["never", "on-failure"] = _key("never", '"never" or "on-failure"')
+    max_restarts: Annotated[int, Strict(), Field(ge=0, le=1000)] = _key(
+        3, "a whole number from 0 to 1000")
+    restart_delay: Seconds("restart_delay") = _key(30.0, "a number of seconds")  # type: ignore[valid-type]
+    restart_delay_max: Seconds("restart_delay_max") = _key(600.0, "a number of seconds")  # type: ignore[valid-type]
+    # the thrash guard: this many failures within thrash_window seconds → give up (0: off)
+    thrash_failures: Annotated[int, Strict(), Field(ge=0, le=1000)] = _key(
+        4, "a whole number from 0 to 1000 (0: no thrash guard)")
+    thrash_window: Seconds("thrash_window") = _key(600.0, "a number of seconds")  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,11 @@ class NotifyConfig:
 _WatchSection = make_dataclass(
     "WatchSection",
     [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
-      field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)],
+      field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)
+     if f.name != "on_hang"]
+    # what the supervisor on the host does to a hung run (remote/restart.py)
+    + [("on_hang", Literal["notify", "kill", "restart"],
+        field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))],
     frozen=True, namespace={"__pydantic_config__": STRICT})
 @dataclass(frozen=True)
 class FleetConfig:
@@ -184,7 +200,7 @@ def _message(section: str, cls: type, err: Mapping[str, Any]) -> str:
         text = "must be between {:g} and {:g}".format(*RANGES[key])
     elif kind in ("greater_than_equal", "less_than_equal"):
         text = f"must be {what}"
-    elif kind == "string_pattern_mismatch":
+    elif kind in ("string_pattern_mismatch", "literal_error"):
         text = f"must be {what}, not {err.get('input')!r}"
     else:
         given = type(err.get("input")).__name__
@@ -230,6 +246,9 @@ def parse_config(text: str, where: str = DEFAULT_NAME) -> Config:
         except ValidationError as exc:
             raise ConfigError(f"{where}: " + _message(name, SECTIONS[name], exc.errors()[0])) from None
     run = sections.get("run")
+    if run is not None and run.restart_delay_max < run.restart_delay:
+        raise ConfigError(f"{where}: run.restart_delay_max: must be at least run.restart_delay"
+                          f" ({run.restart_delay:g})")
     if run is not None and run.scheduler != "slurm":
         unused = [k for k in SLURM_KEYS if k in raw.get("run", {})]
         if unused:

@@ -130,6 +130,10 @@ _LIFECYCLE_WORDS = ("Uvicorn", "startup complete", "throughput", "API server", "
                     "instance can use", "Memory pool end", "Load weight", "fired up", "Processed prompts")
 
 
+# The host's restart supervisor's line that begins attempt 2, 3, … (remote/restart.py STARTS).
+_ATTEMPT = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
+
+
 def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None) -> LogAnalysis:
     """Fold one assembled line (see ``split_lines``) into ``analysis``.
 
@@ -137,6 +141,10 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
     stall detection and phase durations where the log has no timestamps). Returns
     ``analysis`` itself when the line changes nothing.
     """
+    if line.startswith("[eagle3-tui] attempt "):  # the host's restart supervisor's own line
+        if _ATTEMPT.match(line):  # the run restarted (remote/restart.py): the attempt starts afresh
+            return LogAnalysis(signatures=analysis.signatures, phase_t=t)
+        return analysis  # it quotes causes by title: never a failure of its own
     pre = split_prefix(line)
     b = _Builder(analysis, t, _log_seconds(pre.timestamp))
     _fold(b, pre, line, line_no, t)

@@ -177,6 +177,13 @@ class Run:
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
     nodes: str | None = None  # the node list Slurm allocated
     pace: dict[str, Any] | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
+    # a run with a restart policy (remote/restart.py): restarts so far, every attempt's
+    # record, when the pending restart starts (None unless waiting), and the last decision
+    restarts: int = 0
+    attempts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    restart_at: float | None = None
+    restart_note: str | None = None
+    max_restarts: int | None = None
 
     @property
     def alive(self) -> bool:
@@ -215,6 +222,12 @@ class Run:
             spec={"argv": [str(a) for a in argv] if isinstance(argv, list) else [],
                   "cwd": d.get("cwd") if isinstance(d.get("cwd"), str) else None,
                   "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}},
+            restarts=_int(d.get("restarts")) or 0,
+            attempts=tuple(clean_tree(a) for a in d.get("attempts") or () if isinstance(a, dict))
+            if isinstance(d.get("attempts"), list) else (),
+            restart_at=_num(d.get("restart_at")),
+            restart_note=_str(d.get("restart_note")),
+            max_restarts=_int(d.get("max_restarts")),
         )
 
 

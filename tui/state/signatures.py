@@ -23,6 +23,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 __all__ = [
     "BUILTIN_PATH",
+    "RESTART_CLASSES",
     "Signature",
     "SignatureError",
     "SignatureSet",
@@ -32,7 +33,10 @@ __all__ = [
 
 BUILTIN_PATH = Path(__file__).resolve().parent.parent / "data" / "signatures.toml"
 _KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal",
-         "persist"}
+         "persist", "restart"}
+# What a failure's root cause means for the host's restart policy (remote/restart.py):
+# "transient" restarts, "deterministic" never does, "unclassified" only after progress.
+RESTART_CLASSES = ("transient", "deterministic", "unclassified")
 
 
 class SignatureError(ValueError):
@@ -55,6 +59,7 @@ class Signature:
     # a failure only when this many consecutive training-metric lines match (a NaN loss that
     # persists); one matching line alone (a recovered overflow) is not a failure
     persist: int = 1
+    restart: str | None = None  # one of RESTART_CLASSES; None (a user's entry): "unclassified"
 
     def search(self, message: str) -> re.Match[str] | None:
         """The first pattern match in ``message``, or None."""
@@ -152,6 +157,10 @@ def _check_entry(name: str, i: int, entry: Any) -> dict[str, Any]:
         if not isinstance(entry["persist"], int) or isinstance(entry["persist"], bool) or entry["persist"] < 1:
             raise SignatureError(f"{where}: key 'persist': must be a whole number of lines, at least 1")
         checked["persist"] = entry["persist"]
+    if "restart" in entry:
+        if entry["restart"] not in RESTART_CLASSES:
+            raise SignatureError(f"{where}: key 'restart': must be one of {', '.join(RESTART_CLASSES)}")
+        checked["restart"] = entry["restart"]
     for key in ("wrapper", "generic", "after_load", "serving_fatal"):
         if key in entry:
             if not isinstance(entry[key], bool):

@@ -81,10 +81,34 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
 
 def state_label(run: Run) -> str:
     """As shown everywhere: an exit with a non-zero code is a failure; a run whose end
-    could not be recorded because the host's disk is full is "disk full", not "lost"."""
+    could not be recorded because the host's disk is full is "disk full", not "lost"; a
+    live run whose host supervisor waits to restart it is "waiting"."""
     if run.state == "lost" and run.disk_full:
         return "disk full"
+    if run.state == "running" and run.restart_at is not None:
+        return "waiting"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
+
+
+def restart_label(run: Run, now: float) -> str:
+    """What the host's restart policy did with a run: '' for a run that never needed it;
+    "waiting to restart in 25 s (restart 2 of 3) — last: NCCL collective timed out at
+    batch 1,203/4,000", "restarted 2× — last: …", or why it was not restarted."""
+    tried = [a for a in run.attempts if a.get("ended_at") is not None]
+    failed = [a for a in tried if a.get("exit_code") != 0 or a.get("hung")]
+    if not failed:
+        return ""
+    last = watcher.attempt_cause(failed[-1])
+    if run.restart_at is not None and run.alive:
+        of = f" of {run.max_restarts}" if run.max_restarts is not None else ""
+        left = max(0, int(run.restart_at - now))
+        wait = f"{left} s" if left < 60 else duration(left)
+        return f"waiting to restart in {wait} (restart {run.restarts}{of}) — last: {last}"
+    said = f"restarted {run.restarts}× — last: {last}" if run.restarts else last
+    note = run.restart_note or ""
+    if not run.alive and note and note not in ("finished", "killed"):
+        said += f"; {note}"
+    return said
 
 
 def exit_label(run: Run) -> str:
@@ -134,6 +158,10 @@ def run_row(run: Run, note: str, now: float) -> RunRow:
     end = run.ended_at or (now if run.alive else None)
     dur = duration(end - run.launched_at) if end and run.launched_at else "N/A"
     job = slurm_label(run)
+    again = restart_label(run, now)
+    if again and note.startswith(again.split(" — ")[-1]):
+        note = ""
+    note = "; ".join(x for x in (again, note) if x)
     return RunRow(
         run_id=run.run_id, name=run.name or "", state=state_label(run), started=started,
         duration=dur, exit=exit_label(run), patch=patch_label(run),
@@ -210,14 +238,19 @@ def phase(state: AppState, run: Run | None, now: float) -> str | None:
     ph = getattr(a, "phase", None)
     if run is not None and run.state == "killed":
         return "killed"
+    if run is not None and run.alive and run.restart_at is not None:
+        return "waiting to restart"  # the host's supervisor: the attempt failed, the next is due
     w = state.watch  # tui.state.watch: stalled / hung, from the run's own pace
     if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
         return str(w.condition)
     return ph
 
 
-def progress_label(run: Run | None) -> str:
-    return f"run {run.run_id} ({run.state})" if run else "no run"
+def progress_label(run: Run | None, now: float | None = None) -> str:
+    if run is None:
+        return "no run"
+    again = restart_label(run, time.time() if now is None else now)
+    return f"run {run.run_id} ({run.state})" + (f" — {again}" if again else "")
 
 
 # ---- liveness -----------------------------------------------------------------------
@@ -347,6 +380,8 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
         if mine:
             held = None if None in mine else sum(m or 0 for m in mine)
             per_gpu.append(f"GPU{g.index} {gib(held)} GiB")
+    pending = ([f"Restart: the pending restart (in {max(0, int(run.restart_at - time.time()))} s) is cancelled;"
+                " nothing starts later."] if run.restart_at is not None else [])
     return [
         f"host:   {state.hostname or state.target}",
         f"run:    {run.run_id}  {run.name}" + ("  (external, no manifest)" if run.external else ""),
@@ -356,6 +391,7 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
         f"Signals: SIGINT, then SIGTERM after {graces[0]:.0f} s, then SIGKILL after {graces[1]:.0f} s more."
         if run.job_id is None else
         f"Slurm job {run.job_id}: scancel --signal=TERM, then plain scancel after {sum(graces):.0f} s.",
+        *pending,
     ]
 
 

@@ -31,6 +31,7 @@ process group, its GPUs idle where the host can see them, since after the load).
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -72,6 +73,8 @@ class WatchConfig:
     stall_saving_s: float = 1800.0  # a sharded checkpoint of a big model to network storage
     hang_s: float = 600.0
     idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
+    on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
+
 
     def floor(self, phase: str) -> float:
         return float(getattr(self, f"stall_{phase}_s", 0.0))
@@ -83,7 +86,9 @@ class WatchConfig:
             return cls()
         get: Callable[[str, float], Any] = (
             values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
-        return cls(**{f: float(get(f, getattr(cls, f))) for f in cls.__dataclass_fields__})
+        kw: dict[str, Any] = {f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
+                              for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)}
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ class Event:
     """Something the user should hear about; ``seq`` orders events of one watch."""
 
     seq: int
-    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed"
+    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
     run_id: str
     at: float
     message: str
@@ -195,6 +200,7 @@ def observe(
     if ws.condition == "ended":
         return ws
     if run.state in _ENDED and ws.condition != "ending":
+        ws = _emit(ws, _attempt_events(run), run.run_id, now)
         return replace(ws, condition="ending")  # the log's last lines may still be on their way
     phase = getattr(analysis, "phase", None) or ws.phase or "starting"
     events: list[tuple[str, str, dict[str, Any]]] = []
@@ -203,6 +209,9 @@ def observe(
     root = getattr(analysis, "root_cause", None)
     if root is not None and root.line.rstrip().endswith(("KeyboardInterrupt", "SystemExit")):
         root = None  # a run being killed prints these; its end says what happened
+    events.extend(_attempt_events(run))
+    if root is not None and bool(getattr(run, "attempts", None)) and run.state not in _ENDED:
+        root = None  # the host decides whether this attempt's failure ends the run: its record says
     if root is not None:
         summary = analysis.failure_summary() or "failed"
         events.append(("failed", f"{summary}: {root.title}", {"cause": root.line.strip(), "id": root.id,
@@ -214,8 +223,14 @@ def observe(
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
-            events.append((kind, end_text(kind, run), detail))
+            again = f" after {run.restarts} restart(s)" if getattr(run, "restarts", 0) else ""
+            events.append((kind, end_text(kind, run) + again, dict(detail, restarts=getattr(run, "restarts", 0))))
         ws = replace(ws, condition="ended")
+        return _emit(ws, events, run.run_id, now)
+
+    if getattr(run, "restart_at", None) is not None:  # the host waits to restart it: no
+        ws = replace(ws, last_step_t=now, steps=(now,), idle_since=None, seeded=False,  # progress is due
+                     condition="ok" if ws.condition in ("stalled", "hung") else ws.condition)
         return _emit(ws, events, run.run_id, now)
 
     # progress
@@ -263,6 +278,46 @@ def observe(
     return _emit(ws, events, run.run_id, now)
 
 
+def _step_text(progress: Any) -> str:
+    """ "batch 1,203/4,000" from an attempt's progress (the host's pace step)."""
+    step = progress.get("step") if isinstance(progress, dict) else None
+    if not isinstance(step, str) or not step:
+        return ""
+    return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", step)
+
+
+def attempt_cause(attempt: dict[str, Any]) -> str:
+    """ "NCCL collective timed out at batch 1,203/4,000" for one attempt of a run."""
+    cause = attempt.get("cause") if isinstance(attempt.get("cause"), dict) else None
+    if attempt.get("hung"):
+        what = "hung"
+    elif cause:
+        what = str(cause.get("title") or cause.get("id") or "failed")
+    elif attempt.get("signal"):
+        what = f"died of {attempt['signal']}"
+    else:
+        what = f"exit {attempt.get('exit_code')}"
+    step = _step_text(attempt.get("progress"))
+    return f"{what} at {step}" if step else what
+
+
+def _attempt_events(run: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """The host's restart decisions (remote/restart.py), one event per ended attempt that
+    was restarted, and one when it gave up; each carries the attempt."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for a in getattr(run, "attempts", ()) or ():
+        n, why = a.get("n"), str(a.get("why") or "")
+        if a.get("ended_at") is None:
+            continue
+        detail = {"attempt": n, "cause": a.get("cause"), "progress": a.get("progress"), "why": why,
+                  "exit_code": a.get("exit_code"), "signal": a.get("signal"), "restart_at": a.get("restart_at")}
+        if a.get("restarted"):
+            out.append((f"restarting:{n}", f"attempt {n} failed: {attempt_cause(a)}; restarting", detail))
+        elif why.startswith("gave up"):
+            out.append(("gave up", f"attempt {n} failed: {attempt_cause(a)}; {why}", detail))
+    return out
+
+
 def seed(ws: WatchState, run: Any) -> WatchState:
     """``ws`` (fresh for ``run``) with the pace the host recorded for it, if any."""
     pace = getattr(run, "pace", None)
@@ -294,6 +349,8 @@ def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any
     has no pace."""
     if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
         return None
+    if getattr(run, "restart_at", None) is not None:
+        return None  # waiting for the host's restart: neither stalled nor hung
     ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
     if not ws.seeded:
         return None
@@ -383,6 +440,7 @@ def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id:
     seq = ws.seq
     for kind, message, detail in events:
         key = kind if kind in ("stalled", "hung") else f"{kind}:{run_id}"
+        kind = kind.split(":")[0]  # "restarting:2": once per attempt
         if kind != "resumed":
             if key in once or (kind in ("finished", "killed", "lost") and f"failed:{run_id}" in once):
                 continue  # sent already; or the log said it failed, and its end is the same news

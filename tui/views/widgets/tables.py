@@ -183,7 +183,7 @@ class ProcessTable(KeyedTable):
         )
 
 
-STATE_STYLE = {"running": "bold green", "pending": "cyan", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
+STATE_STYLE = {"running": "bold green", "pending": "cyan", "waiting": "bold yellow", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
 
 
 class RunsTable(KeyedTable):

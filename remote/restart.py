@@ -1,0 +1,476 @@
+"""Restarts on the host: ``python restart.py RUN_DIR``, the run's main process when its
+launch request carries a restart policy (``launch.json``'s ``restart``, compiled by the
+client from eagle3.toml and the one signature table: tui/services/restartpolicy.py).
+
+The supervisor shim starts this instead of the run's argv (``command``); this process
+runs the argv as attempt 1, 2, … in its own process group, with no client connected:
+
+- when an attempt ends it names the root cause from the attempt's part of the log with
+  the client's own regexes (``Matcher``), reads the attempt's progress (remote/pace.py),
+  and decides (``decide``): finished, killed, or restart / not, and why;
+- a restart waits ``min(restart_delay × 2^(n-1), restart_delay_max)`` seconds before
+  restart n; a SIGINT/SIGTERM/SIGHUP (``kill``) during an attempt or the wait ends the
+  run there: kill always wins, nothing starts later;
+- with ``on_hang`` = "kill" or "restart" it watches the shim's ``pace.json``: an attempt
+  idle (no CPU, GPUs idle) for ``hang_s`` after its load is stopped (SIGINT, SIGTERM,
+  SIGKILL after the run's graces), then ended or restarted;
+- ``attempts.json`` (atomic) keeps ``restarts``, ``attempts`` (started, ended, exit
+  code, signal, cause, progress, decision and why) and ``restart_at`` while waiting;
+  the run record carries them (rundir.record);
+- a marker line goes into the run's log between attempts (``MARK``): the client's log
+  analysis and the host's pace start afresh there.
+
+It exits with the last attempt's exit status (dying of its signal when a signal ended
+it), so the shim's ``exit.json`` says what the run's end was. Stdlib only, Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterable
+
+try:  # imported as remote.restart (tests, client) or as a top-level module (host)
+    from . import atomicfile, pace, procfs
+except ImportError:
+    import atomicfile  # type: ignore[no-redef]
+    import pace  # type: ignore[no-redef]
+    import procfs  # type: ignore[no-redef]
+
+RUN_ENV = "EAGLE3_TUI_RUN_ID"
+ATTEMPTS_FILE = "attempts.json"
+MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
+# The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
+# start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
+STARTS = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
+SCRIPT = os.path.abspath(__file__)
+READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
+POLL = 0.2
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def command(run_dir: str, req: dict, python: str = sys.executable) -> list[str] | None:
+    """What the shim starts for this request: this supervisor when it carries a policy,
+    else None (the argv itself)."""
+    return [python, SCRIPT, run_dir] if isinstance(req.get("restart"), dict) else None
+
+
+def delay(policy: dict, n: int) -> float:
+    """Seconds before restart ``n`` (1-based): doubling from restart_delay, capped."""
+    base = float(policy.get("restart_delay", 30.0))
+    cap = float(policy.get("restart_delay_max", 600.0))
+    return float(min(cap, base * 2 ** max(0, n - 1)))
+
+
+# ---------------------------------------------------------------- the matcher
+
+
+class _Keep(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+class Matcher:
+    """The client's failure classification over a log, with the regexes it compiled:
+    prefixes split the same way (tui/state/logline.split_prefix), quiet levels and
+    request handlers' errors skipped, signatures tried in the client's order, a bare
+    exception line the catch-all, and what dies after an interrupt no cause. The root
+    cause is the first failure of the best rank (specific, catch-all, wrapper)."""
+
+    def __init__(self, policy: dict) -> None:
+        ln = policy.get("lines") or {}
+        self.ansi = re.compile(ln["ansi"])
+        self.worker = re.compile(ln["worker"])
+        self.foreign = re.compile(ln["foreign"])
+        self.level = re.compile(ln["level"])
+        self.quiet = set(ln.get("quiet") or ())
+        self.exc = re.compile(ln["exception"])
+        self.interrupt = re.compile(ln["interrupt"])
+        self.request = re.compile(ln["request_source"])
+        self.sigs: list[dict] = []
+        self.generic: dict | None = None
+        for s in policy.get("signatures") or []:
+            entry = dict(s, compiled=[re.compile(p) for p in s.get("patterns") or []])
+            if s.get("generic"):
+                self.generic = self.generic or entry
+            else:
+                self.sigs.append(entry)
+        self.sigs.sort(key=lambda s: bool(s.get("wrapper")))  # stable: specific, then wrappers
+
+    def split(self, line: str) -> tuple[str | None, str | None, str]:
+        """(level, source, message) as the client's split_prefix gives them."""
+        text = line[:8192]
+        worker = False
+        foreign_level = None
+        for _ in range(8):
+            m = self.worker.match(text)
+            if m:
+                worker, text = True, text[m.end():]
+                continue
+            f = self.foreign.match(text)
+            if f and f.end() > 0 and (not worker or f.group("plevel") or f.group("blevel") or f.group("glog")
+                                      or f.group("slevel") or text[:1] == "["):
+                lv = f.group("plevel") or f.group("blevel") or f.group("glog") or f.group("slevel")
+                if lv:
+                    lv = lv.upper()
+                    foreign_level = {"WARN": "WARNING", "I": "INFO", "W": "WARNING", "E": "ERROR",
+                                     "F": "CRITICAL"}.get(lv, lv)
+                text = text[f.end():]
+                continue
+            break
+        lm = self.level.match(text)
+        if not lm:
+            return foreign_level, None, text
+        return lm.group("level"), "%s:%s" % (lm.group("file"), lm.group("lineno")), text[lm.end():]
+
+    def match(self, msg: str) -> tuple[dict, Any] | None:
+        for s in self.sigs:
+            for pat in s["compiled"]:
+                m = pat.search(msg)
+                if m:
+                    return s, m
+        return None
+
+    def root_cause(self, lines: Iterable[str]) -> dict | None:
+        """{"id", "title", "class", "line"} of the root cause, or None."""
+        best: tuple[int, dict, Any, str] | None = None
+        interrupted = False
+        for raw in lines:
+            line = self.ansi.sub("", raw) if "\x1b" in raw else raw
+            if line.startswith(MARK):  # this supervisor's own lines: never a failure
+                if STARTS.match(line):
+                    best, interrupted = None, False  # a new attempt: its own failures only
+                continue
+            level, source, msg = self.split(line)
+            if level in self.quiet:
+                continue
+            hit = self.match(msg)
+            if source is not None and self.request.search(source):
+                if not (hit and hit[0].get("serving_fatal") and self.exc.match(msg)):
+                    continue
+            continuation = not msg or msg[0].isspace()
+            if not continuation and self.interrupt.search(msg.rstrip()):
+                interrupted = True
+                continue
+            if hit is None:
+                if continuation or self.generic is None or not self.exc.match(msg):
+                    continue
+                hit = (self.generic, None)
+            if interrupted and best is None:
+                continue  # a consequence of the interrupt, not a failure of its own
+            sig = hit[0]
+            rank = 2 if sig.get("wrapper") else 1 if sig.get("generic") else 0
+            if best is None or rank < best[0]:
+                best = (rank, sig, hit[1], line)
+        if best is None:
+            return None
+        _, sig, m, line = best
+        title = str(sig.get("title") or sig["id"])
+        if m is not None and "{" in title:
+            try:
+                title = title.format_map(_Keep({k: v for k, v in m.groupdict().items() if v is not None}))
+            except (ValueError, IndexError, AttributeError):
+                pass
+        return {"id": sig["id"], "title": title, "class": sig.get("class") or "unclassified",
+                "line": line.strip()[:500]}
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def progress_of(log: str, start: int, inode: Any) -> dict:
+    """What the attempt that began at byte ``start`` of the log got to (remote/pace.py):
+    its phase, its last step's label and, while extracting, its batch number."""
+    p = pace.Pace(log, {"log": log, "size": start, "inode": inode})
+    p.update(time.time())
+    mark = p.mark or []
+    batch = mark[1] if len(mark) == 2 and mark[0] == "batch" and isinstance(mark[1], int) else None
+    return {"phase": p.phase, "step": p.step, "batch": batch}
+
+
+def decide(policy: dict, attempts: list[dict], ended: dict, now: float) -> tuple[bool, str]:
+    """Whether the attempt that just ended (``ended``, not yet in ``attempts``) is
+    restarted, and why, in words. Kill and success first, then the cause's class, then
+    the limits: max_restarts and the thrash guard."""
+    if ended.get("killed"):
+        return False, "killed"
+    if ended.get("exit_code") == 0 and not ended.get("hung"):
+        return False, "finished"
+    cause = ended.get("cause") or {}
+    klass = cause.get("class") or "unclassified"
+    if ended.get("hung"):
+        if policy.get("on_hang") != "restart":
+            return False, "hung: stopped (on_hang = %s)" % policy.get("on_hang")
+        klass, what = "transient", "hung"
+    else:
+        what = "%s (%s)" % (cause.get("title"), cause.get("id")) if cause else "no cause in the log"
+        if policy.get("restart") != "on-failure":
+            return False, "not restarted: restart = never"
+    if klass == "deterministic":
+        return False, "not restarted: %s is deterministic" % what
+    if klass != "transient":
+        prev = next((a.get("progress") for a in reversed(attempts) if a.get("progress")), None) or {}
+        got, had = (ended.get("progress") or {}).get("batch"), prev.get("batch")
+        if got is None or (had is not None and got <= had):
+            return False, "not restarted: %s, and no progress beyond the previous attempt" % what
+        what += ", after progress to batch %d" % got
+    restarts = sum(1 for a in attempts if a.get("restarted"))
+    if restarts >= int(policy.get("max_restarts", 3)):
+        return False, "gave up: %s after %d restart(s) (max_restarts)" % (what, restarts)
+    burst, window = int(policy.get("thrash_failures", 4)), float(policy.get("thrash_window", 600))
+    failures = 1 + sum(1 for a in attempts if a.get("exit_code") != 0 and (a.get("ended_at") or 0) >= now - window)
+    if burst > 0 and failures >= burst:
+        return False, "gave up: %d failures within %s (thrash guard)" % (failures, _span(window))
+    return True, "restarting: %s" % what
+
+
+def _span(seconds: float) -> str:
+    s = int(seconds)
+    return "%d min" % (s // 60) if s >= 60 and s % 60 == 0 else "%d s" % s
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+class Supervisor:
+    """Attempts of one run, with no client connected."""
+
+    def __init__(self, run_dir: str, req: dict) -> None:
+        self.run_dir = run_dir
+        self.run_id = os.path.basename(run_dir)
+        self.req = req
+        self.policy = req["restart"]
+        self.matcher = Matcher(self.policy)
+        log = req.get("log") or os.path.join(run_dir, "output.log")
+        self.log = os.path.join(req["cwd"], os.path.expanduser(log))
+        self.attempts: list[dict] = []
+        self.stop_sig: int | None = None
+        self.wake = threading.Event()
+        self.child: subprocess.Popen | None = None
+
+    def on_signal(self, num: int, _frame: Any) -> None:
+        """A kill (it signals the attempt's processes itself): never start another."""
+        self.stop_sig = self.stop_sig or num
+        self.wake.set()
+
+    def save(self, restart_at: float | None = None, note: str | None = None) -> None:
+        rec = {"restarts": sum(1 for a in self.attempts if a.get("restarted")),
+               "attempts": self.attempts, "restart_at": restart_at, "note": note,
+               "max_restarts": self.policy.get("max_restarts"), "on_hang": self.policy.get("on_hang"),
+               "policy": self.policy.get("restart")}
+        try:
+            atomicfile.write_json(os.path.join(self.run_dir, ATTEMPTS_FILE), rec)
+        except OSError:
+            pass  # a full disk must not end the run; the shim's exit record still comes
+
+    def say(self, text: str) -> None:
+        try:
+            os.write(1, (MARK + text + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+    def _log_pos(self) -> tuple[int, Any]:
+        try:
+            st = os.fstat(1)
+            return st.st_size, st.st_ino
+        except OSError:
+            return 0, None
+
+    def _hung(self, started: float) -> bool:
+        """The shim's pace says this attempt has been idle for hang_s after its load."""
+        rec = pace.load(self.run_dir) or {}
+        since, hang_s = rec.get("idle_since"), float(self.policy.get("hang_s") or 0)
+        return (hang_s > 0 and isinstance(since, (int, float)) and since >= started
+                and rec.get("phase") in ("loaded", "extracting") and time.time() - since >= hang_s)
+
+    def _others(self) -> list[int]:
+        """Live processes of the run other than this supervisor and the shim above it."""
+        me, shim = os.getpid(), os.getppid()
+        return [p for p in procfs.list_pids() if p not in (me, shim)
+                and procfs.read_environ_var(p, RUN_ENV) == self.run_id
+                and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
+
+    def _reap(self) -> None:
+        """Reap orphans re-parented to this subreaper; never the attempt's own process,
+        whose status Popen must read."""
+        me, keep = os.getpid(), self.child.pid if self.child is not None else None
+        for pid in procfs.list_pids():
+            if pid != keep and (procfs.read_stat(pid) or {}).get("ppid") == me:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+    def stop_attempt(self) -> None:
+        """SIGINT, SIGTERM, then SIGKILL after the run's graces, to every process of the
+        attempt (a hung one, or leftovers of a failed one before the next starts)."""
+        graces = list(self.policy.get("graces") or [10.0, 10.0]) + [5.0]
+        for num, grace in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), graces):
+            left = self._others()
+            if not left:
+                return
+            for pid in left:
+                try:
+                    os.kill(pid, num)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + float(grace)
+            while time.monotonic() < deadline and self._others():
+                self._reap()
+                time.sleep(POLL)
+
+    def attempt(self, n: int) -> dict:
+        start, inode = self._log_pos()
+        started = time.time()
+        rec: dict[str, Any] = {"n": n, "started_at": started, "log_offset": start}
+        self.attempts.append(rec)
+        self.save()
+        try:
+            self.child = subprocess.Popen(self.req["argv"], stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as e:  # the command itself is missing or not executable: no retry helps
+            self.say("%d: cannot start the command: %s" % (n, e))
+            self.attempts.pop()
+            rec.update(ended_at=time.time(), exit_code=127, signal=None, hung=False, killed=False,
+                       progress=None, cause={"id": "cannot-start", "title": "cannot start the command",
+                                             "class": "deterministic", "line": str(e)[:500]})
+            return rec
+        rec["pid"] = self.child.pid
+        self.save()
+        hung = False
+        watch_hang = self.policy.get("on_hang") in ("kill", "restart")
+        next_look = time.monotonic() + 1.0
+        while self.child.poll() is None:
+            self.wake.wait(POLL)
+            if watch_hang and not hung and self.stop_sig is None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + 1.0
+                if self._hung(started):
+                    hung = True
+                    self.say("%d: hung (no CPU or GPU activity for %s after the load): stopping it"
+                             % (n, _span(float(self.policy.get("hang_s") or 0))))
+                    self.stop_attempt()
+        code = self.child.returncode
+        self.child = None
+        self._reap()
+        self.attempts.pop()
+        rec.update(ended_at=time.time(), exit_code=code if code >= 0 else None,
+                   signal=_signame(-code) if code < 0 else None, hung=hung,
+                   killed=self.stop_sig is not None,
+                   progress=progress_of(self.log, start, inode))
+        rec["cause"] = None if code == 0 and not hung else self._cause(start)
+        return rec
+
+    def _cause(self, start: int) -> dict | None:
+        try:
+            with open(self.log, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(start, size - READ_TAIL))
+                data = f.read()
+        except OSError:
+            return None
+        return self.matcher.root_cause(re.split(r"\r\n|[\r\n]", data.decode("utf-8", "replace")))
+
+    def run(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+        n, code = 1, 1
+        while True:
+            rec = self.attempt(n)
+            restart, why = decide(self.policy, self.attempts, rec, rec["ended_at"])
+            if self.stop_sig is not None:
+                restart, why = False, "killed"
+            rec.update(restarted=restart, why=why)
+            self.attempts.append(rec)
+            code = rec["exit_code"] if rec["exit_code"] is not None else -_signum(rec["signal"])
+            if not restart:
+                self.save(note=why)
+                if n > 1 or why != "finished":
+                    self.say("%d ended (%s): %s" % (n, _how(rec), why))
+                break
+            self.stop_attempt()  # leftovers of the attempt never overlap the next one
+            wait = delay(self.policy, sum(1 for a in self.attempts if a.get("restarted")))
+            at = time.time() + wait
+            rec["restart_at"] = at
+            self.save(restart_at=at, note=why)
+            self.say("%d ended (%s): %s in %s" % (n, _how(rec), why, _span(wait)))
+            self.wake.wait(wait)
+            if self.stop_sig is not None:  # killed while waiting: nothing starts later
+                rec.update(restarted=False, why="killed while waiting to restart")
+                self.save(note=rec["why"])
+                self.say("%d: killed while waiting to restart; no further attempt" % n)
+                break
+            n += 1
+            cap = int(self.policy.get("max_restarts", 3)) + 1
+            self.say("%d/%d starts" % (n, cap))
+        if self.stop_sig is not None and code == 0:
+            code = -self.stop_sig
+        if code < 0:  # end as the attempt did: the shim records the same signal
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+            time.sleep(1.0)
+            return 128 - code
+        return code
+
+
+def _how(rec: dict) -> str:
+    if rec.get("hung"):
+        return "hung"
+    return "signal %s" % rec["signal"] if rec.get("signal") else "exit %s" % rec.get("exit_code")
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "SIG%d" % num
+
+
+def _signum(name: Any) -> int:
+    try:
+        return int(signal.Signals[str(name)])
+    except KeyError:
+        return int(signal.SIGKILL)
+
+
+def load(run_dir: str) -> dict | None:
+    """``RUN_DIR/attempts.json``, or None (a run without a policy, or not started)."""
+    try:
+        with open(os.path.join(run_dir, ATTEMPTS_FILE), "rb") as f:
+            rec = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:  # leftovers are still found by their marker
+        pass
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 1:
+        sys.stderr.write("usage: restart.py RUN_DIR\n")
+        return 2
+    run_dir = os.path.abspath(args[0])
+    try:
+        with open(os.path.join(run_dir, "launch.json"), "rb") as f:
+            req = json.loads(f.read().decode("utf-8"))
+        Matcher(req["restart"])  # a broken policy is said now, not at the first failure
+    except (OSError, ValueError, KeyError, TypeError, re.error) as e:
+        sys.stderr.write("[eagle3-tui] bad restart policy in launch.json: %s\n" % e)
+        return 2
+    _become_subreaper()
+    return Supervisor(run_dir, req).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

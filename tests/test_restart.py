@@ -1,0 +1,407 @@
+"""Restarts decided on the host (remote/restart.py): the policy compiled from eagle3.toml
+and the one signature table, the host's matcher against the client's, and real runs
+launched through the real shim with no client connected until they end."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote import kill as killer
+from remote import launch as launcher
+from remote import rundir
+from remote.restart import Matcher, decide, delay
+from tui.services.config import parse_config
+from tui.services.restartpolicy import compile_policy
+from tui.state.loganalysis import LogAnalysis
+from tui.state.logparse import step
+from tui.state.signatures import RESTART_CLASSES, load_signatures
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = str(REPO / "tests" / "jobs" / "resumable_job.py")
+FIXTURES = sorted(glob.glob(str(REPO / "tests/fixtures/corpus*/*.log")) + glob.glob(str(REPO / "tests/fixtures/logs/*.log"))
+                  + glob.glob(str(REPO / "tests/fixtures/heldout/**/*.log"), recursive=True))
+# Real lines for the signatures no fixture log holds (shapes from the issue threads the
+# corpus README lists, and from test_logparse).
+LINES = [
+    "TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'",
+    "(Worker_TP0 pid=12) ERROR 11-29 12:00:01 [multiproc_executor.py:671] RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause",
+    "slurmstepd: error: *** JOB 4242 ON node3 CANCELLED AT 2026-12-01T03:12:44 DUE TO PREEMPTION ***",
+    "ModuleNotFoundError: No module named 'speculators'",
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "[preflight] FAIL sample_tokens: MultiprocExecutor has no sample_tokens",
+    "TypeError: get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'",
+    "OSError: [Errno 28] No space left on device",
+    "[extract] error: --model is required (see --help)",
+    "AttributeError: 'DeepseekV3Model' object has no attribute 'get_input_embeddings'",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275",
+    "(VllmWorker rank=0 pid=81) ERROR 06-01 10:00:00 [multiproc_executor.py:470] WorkerProc failed to start.",
+    "TimeoutError: RPC call to execute_model timed out.",
+    "ERROR 07-01 10:00:00 [multiproc_executor.py:140] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+]
+POLICY = compile_policy(parse_config('[run]\nrestart = "on-failure"\n'))
+
+
+def _fixture_lines() -> list[str]:
+    out = list(LINES)
+    for path in FIXTURES:
+        out.extend(Path(path).read_text(errors="replace").splitlines())
+    return out
+
+
+def test_every_signature_has_a_restart_class() -> None:
+    sigs = load_signatures(user_file=None)
+    assert {s.id: s.restart for s in sigs if s.restart not in RESTART_CLASSES} == {}
+    by_id = {s.id: s.restart for s in sigs}
+    assert by_id["nccl-timeout"] == by_id["gpu-device-error"] == by_id["worker-died"] == "transient"
+    assert by_id["module-not-found"] == by_id["cuda-oom"] == by_id["preflight-failed"] == "deterministic"
+    assert by_id["python-traceback"] == "unclassified"
+
+
+def test_host_matcher_agrees_with_the_client_on_every_fixture_line() -> None:
+    """Each line alone, and each fixture log whole: the same root cause id both sides;
+    and every signature of the table is named by at least one of these real lines."""
+    matcher = Matcher(POLICY)
+    named, wrong = set(), []
+    for line in _fixture_lines():
+        client = step(LogAnalysis(), line, 1).root_cause
+        host = matcher.root_cause([line])
+        if (client and client.id) != (host and host["id"]):
+            wrong.append((line[:120], client and client.id, host and host["id"]))
+        if client:
+            named.add(client.id)
+    assert wrong == []
+    assert {s.id for s in load_signatures(user_file=None)} - named == set()
+    for path in FIXTURES:
+        lines = Path(path).read_text(errors="replace").splitlines()
+        a = LogAnalysis()
+        for i, line in enumerate(lines, 1):
+            a = step(a, line, i)
+        host = matcher.root_cause(lines)
+        assert (a.root_cause and a.root_cause.id) == (host and host["id"]), path
+
+
+def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
+    matcher = Matcher(POLICY)
+    lines = ["ModuleNotFoundError: No module named 'x'", "[eagle3-tui] attempt 2/4 starts",
+             "[rank0]:[E1129 12:00:01.000 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout"]
+    assert matcher.root_cause(lines)["id"] == "nccl-timeout"  # type: ignore[index]
+    a = LogAnalysis()
+    for i, line in enumerate(lines[:2], 1):
+        a = step(a, line, i)
+    assert a.root_cause is None  # the client's analysis starts afresh there too
+    src = (REPO / "remote" / "restart.py").read_text()
+    assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
+
+
+def test_delay_doubles_up_to_the_cap() -> None:
+    p = {"restart_delay": 30.0, "restart_delay_max": 100.0}
+    assert [delay(p, n) for n in (1, 2, 3, 4)] == [30.0, 60.0, 100.0, 100.0]
+
+
+def test_decide_rules() -> None:
+    now = 1000.0
+    nccl = {"id": "nccl-timeout", "title": "NCCL collective timed out", "class": "transient"}
+    mod = {"id": "module-not-found", "title": "Import failed", "class": "deterministic"}
+    other = {"id": "python-traceback", "title": "Python exception", "class": "unclassified"}
+
+    def end(cause: dict | None, batch: int | None = None, **kw: object) -> dict:
+        return {"exit_code": 1, "cause": cause, "progress": {"batch": batch}, "ended_at": now, **kw}
+
+    assert decide(POLICY, [], end(nccl), now) == (True, "restarting: NCCL collective timed out (nccl-timeout)")
+    assert decide(POLICY, [], end(mod), now)[1] == "not restarted: Import failed (module-not-found) is deterministic"
+    assert decide(POLICY, [], end(other, None), now)[0] is False  # no progress at all
+    assert decide(POLICY, [end(other, 5, restarted=True)], end(other, 9), now)[0] is True
+    assert decide(POLICY, [end(other, 5, restarted=True)], end(other, 5), now)[0] is False
+    assert decide(POLICY, [], end(nccl, killed=True), now) == (False, "killed")
+    assert decide(POLICY, [], {"exit_code": 0, "cause": None}, now) == (False, "finished")
+    three = [end(nccl, restarted=True, ended_at=now - 5000) for _ in range(3)]
+    assert decide(POLICY, three, end(nccl), now)[1].startswith("gave up: NCCL collective timed out (nccl-timeout) after 3")
+    never = dict(POLICY, restart="never")
+    assert decide(never, [], end(nccl), now) == (False, "not restarted: restart = never")
+    assert decide(dict(never, on_hang="restart"), [], end(None, hung=True), now)[0] is True
+    assert decide(dict(never, on_hang="kill"), [], end(None, hung=True), now) == (
+        False, "hung: stopped (on_hang = kill)")
+
+
+# ---------------------------------------------------------------- real runs
+
+
+def _policy(toml: str) -> dict:
+    policy = compile_policy(parse_config(toml))
+    assert policy is not None
+    return policy
+
+
+def _launch(tmp_path: Path, mode: str, toml: str, n: int = 10) -> tuple[str, str, Path]:
+    runs = str(tmp_path / "runs")
+    out = tmp_path / "out"
+    rec = launcher.launch(runs, "job", [sys.executable, JOB, str(out), str(n), mode], str(tmp_path), {},
+                          restart=_policy(toml))
+    return runs, rec["run_id"], out
+
+
+def _record(runs: str, run_id: str) -> dict:
+    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.procfs").procfs.boot_time())
+    assert rec is not None
+    return rec
+
+
+def _ended(runs: str, run_id: str, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = _record(runs, run_id)
+        if rec["state"] != "running":
+            return rec
+        time.sleep(0.1)
+    killer.kill(runs, run_id, graces=(0.5, 0.5), gpu_wait=0)
+    raise AssertionError("the run did not end in %gs" % timeout)
+
+
+FAST = '[run]\nrestart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n'
+
+
+def test_a_transient_death_twice_then_finished_every_sample_once(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "transient2", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert [a["restarted"] for a in rec["attempts"]] == [True, True, False]
+    first = rec["attempts"][0]
+    assert first["cause"]["id"] == "nccl-timeout" and first["exit_code"] == 1
+    assert first["progress"]["batch"] == 3 and rec["attempts"][1]["progress"]["batch"] == 6
+    assert first["why"] == "restarting: NCCL collective timed out (nccl-timeout)"
+    assert rec["attempts"][2]["why"] == "finished" and rec["restart_at"] is None
+    writes = (out / "writes.log").read_text().split()
+    assert sorted(writes, key=int) == [str(i) for i in range(1, 11)]  # every sample exactly once
+    log = Path(rec["log"]).read_text()
+    assert "[eagle3-tui] attempt 2/4 starts" in log and "[eagle3-tui] attempt 3/4 starts" in log
+    assert log.count("[extract] done:") == 1
+
+
+def test_module_not_found_is_never_restarted(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "module", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 0)
+    (only,) = rec["attempts"]
+    assert only["cause"]["id"] == "module-not-found" and only["restarted"] is False
+    assert rec["restart_note"] == "not restarted: Import failed (module-not-found) is deterministic"
+    assert (out / "attempts").read_text() == "1"
+
+
+def test_kill_during_the_wait_wins(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "always", '[run]\nrestart = "on-failure"\nrestart_delay = 600\n')
+    deadline = time.monotonic() + 30
+    while _record(runs, run_id).get("restart_at") is None:
+        assert time.monotonic() < deadline, "no pending restart"
+        time.sleep(0.1)
+    waiting = _record(runs, run_id)
+    assert waiting["state"] == "running" and waiting["restart_at"] > time.time() + 500
+    assert rundir.prune_runs(runs, keep=0)["removed"] == []  # a waiting run is live: never pruned
+    from tui.services.actions import relaunch
+    with pytest.raises(ValueError, match="is still running"):  # nor relaunched over
+        __import__("asyncio").run(relaunch(None, parse_config(""), waiting))  # type: ignore[arg-type]
+    report = killer.kill(runs, run_id, graces=(2.0, 2.0), gpu_wait=0)
+    assert report["ok"]
+    rec = _ended(runs, run_id, 10)
+    assert rec["state"] == "killed" and rec["restarts"] == 0
+    assert rec["attempts"][-1]["why"] == "killed while waiting to restart"
+    time.sleep(1.0)
+    assert (out / "attempts").read_text() == "1"  # nothing started later
+
+
+def test_thrash_guard_gives_up(tmp_path: Path) -> None:
+    toml = FAST + "max_restarts = 50\nthrash_failures = 3\nthrash_window = 60\n"
+    runs, run_id, out = _launch(tmp_path, "always", toml)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["restarts"]) == ("exited", 2)
+    assert rec["restart_note"] == "gave up: 3 failures within 1 min (thrash guard)"
+    assert (out / "attempts").read_text() == "3"
+
+
+def test_unclassified_failure_restarts_only_while_it_progresses(tmp_path: Path) -> None:
+    toml = FAST + "max_restarts = 20\nthrash_failures = 0\n"
+    runs, run_id, out = _launch(tmp_path, "unknown", toml, n=3)
+    rec = _ended(runs, run_id)
+    # each attempt writes one new sample, then dies unclassified; the third finishes
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert rec["attempts"][0]["why"] == "restarting: Python exception (python-traceback), after progress to batch 1"
+    assert sorted((out / "writes.log").read_text().split()) == ["1", "2", "3"]
+    # attempt 2 gets no further than attempt 1's batch 1: not restarted again
+    (tmp_path / "stuck").mkdir()
+    runs, run_id, out = _launch(tmp_path / "stuck", "stuck", toml, n=3)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 1)
+    assert rec["restart_note"].endswith("and no progress beyond the previous attempt")
+
+
+def test_a_hung_attempt_is_restarted_on_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAGLE3_TUI_PACE_S", "0.2")  # the shim's pace looks (inherited by the shim)
+    toml = '[run]\ngraces = [0.5, 0.5]\nrestart_delay = 0.2\n[watch]\non_hang = "restart"\nhang_s = 1.5\n'
+    runs, run_id, out = _launch(tmp_path, "hang1", toml, n=5)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 1)
+    first = rec["attempts"][0]
+    assert first["hung"] is True and first["why"] == "restarting: hung"
+    assert sorted((out / "writes.log").read_text().split()) == ["1", "2", "3", "4", "5"]
+
+
+# ---------------------------------------------------------------- what the client shows
+
+
+def _attempt(n: int, **kw: object) -> dict:
+    rec = {"n": n, "started_at": 100.0 * n, "ended_at": 100.0 * n + 50, "exit_code": 1, "restarted": True,
+           "cause": {"id": "nccl-timeout", "title": "NCCL watchdog timeout", "class": "transient"},
+           "progress": {"phase": "extracting", "step": "batch %d/4000" % (1200 + n), "batch": 1200 + n},
+           "why": "restarting: NCCL watchdog timeout (nccl-timeout)"}
+    rec.update(kw)
+    return rec
+
+
+def test_labels_of_a_waiting_and_a_restarted_run() -> None:
+    from tui.state import view
+    from tui.state.model import Run
+
+    waiting = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "max_restarts": 3,
+                             "attempts": [_attempt(1, restart_at=1000.0)], "restart_at": 1000.0})
+    assert view.state_label(waiting) == "waiting"
+    assert view.restart_label(waiting, 975.0) == (
+        "waiting to restart in 25 s (restart 1 of 3) — last: NCCL watchdog timeout at batch 1,201/4,000")
+    done = Run.from_dict({"run_id": "r", "state": "exited", "exit_code": 0, "restarts": 2, "restart_note": "finished",
+                          "attempts": [_attempt(1), _attempt(2, progress={"step": "batch 1203/4000"}),
+                                       _attempt(3, exit_code=0, restarted=False, why="finished", cause=None)]})
+    assert view.state_label(done) == "exited"
+    assert view.restart_label(done, 0.0) == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
+    row = view.run_row(done, "", 0.0)
+    assert row.note == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
+    plain = Run.from_dict({"run_id": "p", "state": "exited", "exit_code": 1})
+    assert view.restart_label(plain, 0.0) == ""
+
+
+def test_notifications_once_per_attempt_with_the_attempt() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchState, observe
+
+    first = [_attempt(1, restart_at=200.0)]
+    second = [_attempt(1), _attempt(2, restarted=False, why="gave up: 2 failures within 10 min (thrash guard)")]
+    ws = WatchState(run_id="r")
+    for attempts in (first, first, second, second):
+        run = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "attempts": attempts,
+                             "restart_at": 200.0 if attempts is first else None})
+        ws = observe(ws, run, None, 0, (), (), 150.0)
+    kinds = [(e.kind, e.detail.get("attempt")) for e in ws.events]
+    assert kinds == [("restarting", 1), ("gave up", 2)]
+    assert ws.events[0].to_json()["attempt"] == 1
+    assert ws.events[1].message == ("attempt 2 failed: NCCL watchdog timeout at batch 1,202/4,000;"
+                                    " gave up: 2 failures within 10 min (thrash guard)")
+
+
+def test_a_real_extraction_restarted_twice_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    """remote/extract.py on the tiny demo model (hf backend, CPU), killed twice after
+    writing part of its files: the restarts skip the finished samples and the output
+    is byte-identical to an uninterrupted run's."""
+    import hashlib
+    import json
+    import subprocess
+
+    pytest.importorskip("torch")
+    from tui.services.demo import build_demo
+
+    paths = build_demo(tmp_path / "demo", shards=2, layers=8, hidden=64, sequences=2, seq_len=8,
+                       shard_delay=0.0, patches=False)
+    data = tmp_path / "data.jsonl"
+    lengths = [5, 17, 9, 33, 2, 12, 21, 7]
+    data.write_text("".join(json.dumps({"input_ids": [(7 * i + 13 * t) % 1000 + 3 for t in range(n)]}) + "\n"
+                            for i, n in enumerate(lengths)))
+    extract = str(REPO / "remote" / "extract.py")
+    args = ["--backend", "hf", "--model", str(paths.model), "--data", str(data), "--batch-size", "1",
+            "--device", "cpu"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    runs = str(tmp_path / "runs")
+    rec = launcher.launch(runs, "extract", [sys.executable, str(REPO / "tests/jobs/flaky_extract.py"), extract,
+                                            str(part), *args], str(tmp_path), {}, restart=_policy(FAST))
+    ref = subprocess.run([sys.executable, extract, *args, "--out", str(full)], capture_output=True, text=True,
+                         timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    rec = _ended(runs, rec["run_id"], 300)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 2)
+    assert [a["cause"]["id"] for a in rec["attempts"][:2]] == ["nccl-timeout", "nccl-timeout"]
+    log = Path(rec["log"]).read_text()
+    assert "skipped (already done)" in log and log.count("[extract] done:") == 1
+
+    def digests(d: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+    assert digests(part) == digests(full)
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[run]\nrestart = "always"', 'eagle3.toml: run.restart: must be "never" or "on-failure", not \'always\''),
+    ("[run]\nmax_restarts = -1", "eagle3.toml: run.max_restarts: must be a whole number from 0 to 1000"),
+    ('[run]\nrestart_delay = "30"', "eagle3.toml: run.restart_delay: must be a number of seconds, not str"),
+    ("[run]\nrestart_delay = 60\nrestart_delay_max = 10",
+     "eagle3.toml: run.restart_delay_max: must be at least run.restart_delay (60)"),
+    ('[watch]\non_hang = "nap"', 'eagle3.toml: watch.on_hang: must be "notify", "kill" or "restart", not \'nap\''),
+])
+def test_policy_settings_are_checked_in_one_line(text: str, error: str) -> None:
+    from tui.services.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text)
+    assert str(exc.value) == error
+
+
+def test_no_policy_no_restart_in_the_request_and_a_bad_class_is_refused(tmp_path: Path) -> None:
+    from tui.services.actions import restart_args
+    from tui.state.signatures import SignatureError
+
+    assert restart_args(parse_config("")) == {}
+    assert restart_args(parse_config('[watch]\non_hang = "kill"'))["restart"]["restart"] == "never"
+    bad = tmp_path / "sigs.toml"
+    bad.write_text('[[signature]]\nid = "x"\ntitle = "X"\npatterns = ["x"]\nrestart = "sometimes"\n')
+    with pytest.raises(SignatureError, match="key 'restart': must be one of transient, deterministic, unclassified"):
+        load_signatures([bad], user_file=None)
+
+
+def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAGLE3_TUI_PACE_S", "0.2")
+    toml = '[run]\ngraces = [0.5, 0.5]\nrestart = "on-failure"\n[watch]\non_hang = "kill"\nhang_s = 1.5\n'
+    runs, run_id, out = _launch(tmp_path, "hang1", toml, n=5)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["restarts"]) == ("exited", 0) and rec["exit_code"] != 0
+    assert rec["restart_note"] == "hung: stopped (on_hang = kill)"
+    assert (out / "attempts").read_text() == "1"
+
+
+def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:
+    from tui.state.model import Run
+    from tui.state.watch import WatchState, assess, observe
+
+    pace = {"source": "shim", "phase": "extracting", "step": "batch 3/10", "step_at": 0.0, "intervals": [1.0, 1.0],
+            "idle_since": 0.0, "gpu": "none: no GPUs"}
+    rec = {"run_id": "r", "state": "running", "pace": pace, "restarts": 1, "attempts": [_attempt(1)]}
+    assert assess(Run.from_dict(rec), None, 5000.0).condition == "hung"  # type: ignore[union-attr]
+    waiting = Run.from_dict(dict(rec, restart_at=6000.0))
+    assert assess(waiting, None, 5000.0) is None
+    ws = observe(WatchState(run_id="r"), waiting, None, 0, (), (), 5000.0)
+    ws = observe(ws, waiting, None, 0, (), (), 5900.0)
+    assert ws.condition == "ok" and [e.kind for e in ws.events] == ["restarting"]
+
+
+def test_a_command_that_cannot_start_is_not_restarted(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    rec = launcher.launch(runs, "job", [str(tmp_path / "no-such-program")], str(tmp_path), {}, restart=_policy(FAST))
+    rec = _ended(runs, rec["run_id"])
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 127, 0)
+    assert rec["restart_note"] == "not restarted: cannot start the command (cannot-start) is deterministic"
+
+
+def test_leftovers_of_a_failed_attempt_are_gone_before_the_next_starts(tmp_path: Path) -> None:
+    runs, run_id, out = _launch(tmp_path, "stray", FAST, n=3)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 0, 1)
+    assert (out / "stray_seen").read_text() == "gone"
