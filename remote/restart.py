@@ -49,6 +49,7 @@ MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
 # The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
 # start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
 STARTS = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
+LOSS = re.compile(r"(?i)\b(?:loss|grad_?norm)\b")  # a training metric line (a finite one ends a non-finite run)
 SCRIPT = os.path.abspath(__file__)
 READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
 POLL = 0.2
@@ -95,10 +96,13 @@ class Matcher:
         self.request = re.compile(ln["request_source"])
         self.sigs: list[dict] = []
         self.generic: dict | None = None
+        self.persist: list[dict] = []  # a failure only after `persist` matching metric lines in a row
         for s in policy.get("signatures") or []:
             entry = dict(s, compiled=[re.compile(p) for p in s.get("patterns") or []])
             if s.get("generic"):
                 self.generic = self.generic or entry
+            elif (s.get("persist") or 1) > 1:
+                self.persist.append(entry)
             else:
                 self.sigs.append(entry)
         self.sigs.sort(key=lambda s: bool(s.get("wrapper")))  # stable: specific, then wrappers
@@ -137,16 +141,37 @@ class Matcher:
                     return s, m
         return None
 
+    def _persisting(self, line: str, run: list[Any]) -> bool:
+        """Count a metric line (one that names a loss) whose value matches a persisting
+        signature; any other metric line ends the run. True when the run just reached
+        the signature's `persist` lines."""
+        for s in self.persist:
+            for pat in s["compiled"]:
+                m = pat.search(line)
+                if m:
+                    if run[0] == 0:
+                        run[1] = (s, m, line)
+                    run[0] += 1
+                    return run[0] == (s.get("persist") or 1)
+        if LOSS.search(line):
+            run[0], run[1] = 0, None
+        return False
+
     def root_cause(self, lines: Iterable[str]) -> dict | None:
         """{"id", "title", "class", "line"} of the root cause, or None."""
         best: tuple[int, dict, Any, str] | None = None
         interrupted = False
+        run: list[Any] = [0, None]  # non-finite metric lines in a row, and (sig, match, line) of the first
         for raw in lines:
             line = self.ansi.sub("", raw) if "\x1b" in raw else raw
             if line.startswith(MARK):  # this supervisor's own lines: never a failure
                 if STARTS.match(line):
-                    best, interrupted = None, False  # a new attempt: its own failures only
+                    best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
                 continue
+            if self.persist and self._persisting(line, run):
+                sig, m, first = run[1]
+                if best is None or best[0] > 0:
+                    best = (0, sig, m, first)
             level, source, msg = self.split(line)
             if level in self.quiet:
                 continue
