@@ -142,9 +142,8 @@ class Matcher:
         return None
 
     def _persisting(self, line: str, run: list[Any]) -> bool:
-        """Count a metric line (one that names a loss) whose value matches a persisting
-        signature; any other metric line ends the run. True when the run just reached
-        the signature's `persist` lines."""
+        """Count a line matching a persisting signature (any other metric line ends the
+        run); True when the run just reached the signature's `persist` lines."""
         for s in self.persist:
             for pat in s["compiled"]:
                 m = pat.search(line)
