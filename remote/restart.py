@@ -168,9 +168,8 @@ class Matcher:
                     best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
                 continue
             if self.persist and self._persisting(line, run):
-                sig, m, first = run[1]
                 if best is None or best[0] > 0:
-                    best = (0, sig, m, first)
+                    best = (0, *run[1])
             level, source, msg = self.split(line)
             if level in self.quiet:
                 continue
