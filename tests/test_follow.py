@@ -71,3 +71,35 @@ def test_an_agent_following_a_quiet_log_does_not_spin(agent: AgentProc, tmp_path
         append(path, b"line %d\n" % i)
     stream.wait_equal(path)
     assert idle_cpu(agent) < 0.5
+
+
+def inotify_watched_inodes(pid: int) -> set[int] | None:
+    """The inodes an inotify instance of process ``pid`` watches (from /proc fdinfo), or
+    None when the process has no inotify instance."""
+    found = None
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:inotify":
+                continue
+        except OSError:
+            continue
+        found = found or set()
+        for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
+            if line.startswith("inotify wd:"):
+                found.add(int(line.split("ino:")[1].split()[0], 16))
+    return found
+
+
+def test_the_inotify_variant_watches_the_logs_directory_and_the_poll_one_does_not(
+        agent: AgentProc, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The two variants of every log test are really two: with inotify the agent watches
+    the followed log's directory; with EAGLE3_TUI_NO_INOTIFY=1 it has no inotify at all."""
+    path = tmp_path / "run.log"
+    path.write_bytes(b"x\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    watched = inotify_watched_inodes(agent.proc.pid)
+    if request.node.callspec.params["agent"] == "poll":
+        assert watched is None
+    else:
+        assert watched is not None and tmp_path.stat().st_ino in watched, watched
