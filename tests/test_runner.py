@@ -227,13 +227,15 @@ def test_reused_pid_is_never_signalled(env):
     wait_for(lambda: alive(decoy.pid), what="decoy")
     rec = launch_sleeper(env)
     killer.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
+    exit_json = os.path.join(env.runs, rec["run_id"], "exit.json")
+    wait_for(lambda: os.path.exists(exit_json), what="the shim's exit record")  # the shim's last act
     # Doctor the manifest: the run's pid, group and session now name the decoy (a
     # session and group leader) which started at a different time than recorded.
     path = os.path.join(env.runs, rec["run_id"], "manifest.json")
     manifest = json.loads(Path(path).read_text())
     manifest.update(pid=decoy.pid, pgid=decoy.pid, sid=decoy.pid, start_ticks=ticks(decoy.pid) + 1)
     Path(path).write_text(json.dumps(manifest))
-    os.remove(os.path.join(env.runs, rec["run_id"], "exit.json"))
+    os.remove(exit_json)
 
     report = killer.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
     assert report["ok"] and report["stages"] == []

@@ -124,3 +124,18 @@ def test_an_unreadable_signatures_file_is_one_line_with_the_reason(tmp_path: Pat
     with pytest.raises(SignatureError) as info:
         load_signatures([tmp_path], user_file=None)  # a directory: cannot be read as a file
     assert str(info.value) == f"{tmp_path}: cannot read: Is a directory"
+
+
+def test_a_title_with_fields_and_no_match_is_shown_as_written() -> None:
+    assert _sig("t", "x", title="{name} died").render_title(None) == "{name} died"
+
+
+def test_signatures_are_frozen_and_hashable_even_with_a_patch_fix() -> None:
+    """The table is shared by every analysis (cached): nobody may change a signature in
+    place, and signatures (the patch ones carry a dict fix) can be set members."""
+    import dataclasses
+
+    patch_sig = next(s for s in TABLE if isinstance(s.fix, dict))
+    assert len({patch_sig, *TABLE}) == len(TABLE)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        patch_sig.title = "changed"  # type: ignore[misc]
