@@ -44,10 +44,9 @@ def lengths(count: int) -> list[int]:
 def writer_loop(variant: str, files_per_s: float, threads: int, stop: object,
                 count: object) -> None:
     """Write batches of BATCH files at files_per_s until `stop` is set; count files."""
-    import torch
-
     import extract_files
     import extract_zip
+    import torch
     from extract_common import Sample
 
     extract_files.skip_crc32(torch)
