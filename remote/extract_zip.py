@@ -206,17 +206,18 @@ class Layout:
         (zip_pieces takes ~100 us of GIL a file, fill ~2 us). None where a stand-in name
         also occurs elsewhere in the bytes (then the caller lays out each file)."""
         key = (n, name_len)
-        if key not in self._templates:
-            if len(self._templates) >= TEMPLATES_MAX:
-                self._templates.clear()
-            first, second = (self.pieces(c * name_len, n) for c in STAND_INS)
-            name = STAND_INS[0].encode() * name_len
-            got: Template = [p if isinstance(p, int) else tuple(p.split(name)) for p in first]
-            other = STAND_INS[1].encode() * name_len
-            exact = len(got) == len(second) and all(
-                (t if isinstance(t, int) else other.join(t)) == p for t, p in zip(got, second))
-            self._templates[key] = got if exact else None
-        return self._templates[key]
+        if key in self._templates:  # the writer threads share it; another may clear it
+            return self._templates.get(key)
+        if len(self._templates) >= TEMPLATES_MAX:
+            self._templates.clear()
+        first, second = (self.pieces(c * name_len, n) for c in STAND_INS)
+        name = STAND_INS[0].encode() * name_len
+        got: Template = [p if isinstance(p, int) else tuple(p.split(name)) for p in first]
+        other = STAND_INS[1].encode() * name_len
+        exact = len(got) == len(second) and all(
+            (t if isinstance(t, int) else other.join(t)) == p for t, p in zip(got, second))
+        self._templates[key] = got if exact else None
+        return got if exact else None
 
     def pieces(self, archive: str, n: int) -> List[Piece]:
         """The archive `archive` of an n-token sample, as pieces (see zip_pieces)."""
