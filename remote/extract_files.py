@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from extract_common import Fail, Sample, mask_of
-from extract_zip import Layout
+from extract_zip import Layout, fill
 
 SAMPLE_FILE = "data_%d.pt"
 TOKEN_FREQ_FILE = "token_freq.pth"
@@ -157,29 +157,34 @@ def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) ->
         ready.synchronize()  # the copies to these host tensors are done
     n = len(s.ids)
     ids, mask = array.array("q", s.ids), array.array("q", mask_of(s))
-    tmp = tmp_path(path)
+    final = os.fspath(path)
+    head, _, base = final.rpartition(os.sep)
+    stem = base.split(".")[0]  # torch's archive name
+    tmp = "%s%s%s.tmp-%d" % (head, os.sep if head else "", stem, os.getpid())  # tmp_path()
     layout = _layout(hidden_states[0], len(hidden_states))
     try:
         if layout is None or ids.itemsize != 8 or not all(
                 h.is_contiguous() and tuple(h.shape) == (n, layout.hidden)
                 and h.dtype == hidden_states[0].dtype for h in hidden_states):
             raise ValueError("not laid out here")
-        pieces = layout.pieces(path.name.split(".")[0], n)  # torch's archive name
+        name = stem.encode()
+        template = layout.template(n, len(name))
+        pieces = fill(template, name) if template else layout.pieces(stem, n)
     except ValueError:
         torch.save(dict(zip(KEYS, (torch.tensor(s.ids, dtype=torch.int64),
                                    [own_storage(h) for h in hidden_states],
-                                   torch.tensor(mask_of(s), dtype=torch.int64)))), str(tmp))
-        fsync_path(tmp)
-        os.replace(tmp, path)
+                                   torch.tensor(mask_of(s), dtype=torch.int64)))), tmp)
+        fsync_path(Path(tmp))
+        os.replace(tmp, final)
         return
     tensors = [ids, *[_memory_of(h) for h in hidden_states], mask]
-    fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
         _writev_all(fd, [p if isinstance(p, bytes) else tensors[p] for p in pieces])
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    os.replace(tmp, final)
 
 
 def save_token_freq(path: Path, samples: Sequence[Sample]) -> int:

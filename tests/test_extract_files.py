@@ -98,6 +98,48 @@ def test_where_torch_writes_other_bytes_torch_save_writes_them(tmp_path: Path) -
     extract_files._LAYOUTS.clear()
 
 
+def test_templates_give_the_bytes_laid_out_per_file(tmp_path: Path) -> None:
+    """A template per (length, name length), filled with each file's name, gives the bytes
+    the per-file layout gave for every name (digits of any count) and length class; the
+    files are torch.save's, and one template serves every name of its length."""
+    extract_files._LAYOUTS.clear()
+    layout = extract_zip.Layout.make(torch.bfloat16, 4, 24)
+    assert layout is not None
+    for n in (1, 37, 255, 256, 300, 65535, 65536):
+        for i in (0, 9, 10, 4711, 123456789):
+            name = "data_%d" % i
+            filled = extract_zip.fill(layout.template(n, len(name)), name.encode())
+            assert filled == layout.pieces(name, n), (n, name)
+    assert (300, len("data_4711")) in layout._templates
+    _write_both(tmp_path / "ours", tmp_path / "ref", [37, 37, 37, 5, 300], 24, 4,
+                torch.bfloat16)
+    made = extract_files._LAYOUTS[("torch.bfloat16", 4, 24)]
+    # data_0, data_37, data_74, data_111, data_148: data_37 and data_74 share a template
+    assert sorted(made._templates) == [(5, 8), (37, 6), (37, 7), (300, 8)]
+
+
+def test_a_stand_in_name_found_elsewhere_lays_out_each_file(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """A template's split points are where the stand-in name landed: where the stand-in
+    also occurs in other bytes ("P" in every zip signature), the check against a second
+    stand-in finds it, and the file is laid out for its own name (same bytes)."""
+    monkeypatch.setattr(extract_zip, "STAND_INS", ("P", "Q"))
+    extract_files._LAYOUTS.clear()
+    layout = extract_zip.Layout.make(torch.bfloat16, 4, 24)
+    assert layout.template(37, 1) is None
+    assert layout.template(37, 6) is not None  # "PPPPPP" occurs nowhere else
+    (tmp_path / "d").mkdir()
+    ours, ref = tmp_path / "d" / "x.pt", tmp_path / "ref.pt"
+    rows = [torch.randn(37, 24).to(torch.bfloat16) for _ in range(4)]
+    extract_files.write_sample(ours, Sample(list(range(37)), None), rows, None)
+    assert extract_files._LAYOUTS[("torch.bfloat16", 4, 24)]._templates[(37, 1)] is None
+    torch.save({"input_ids": torch.arange(37), "hidden_states": rows,
+                "loss_mask": torch.ones(37, dtype=torch.int64)}, str(tmp_path / "d" / "x.tmp"))
+    os.replace(tmp_path / "d" / "x.tmp", ref)
+    assert ours.read_bytes() == ref.read_bytes()
+    extract_files._LAYOUTS.clear()
+
+
 def test_writev_all_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
     """The kernel may write less than asked; the rest follows where it stopped."""
     real = os.writev
