@@ -101,9 +101,15 @@ def test_clean_leaves_nothing_a_terminal_acts_on(raw: str | bytes) -> None:
 
 
 # ---- markup in host text (finding 1) --------------------------------------------------
+HOST_T = 1764460000.0  # the replayed host's clock (tests/replay.py): a run launched later is from the future
 RUN = {"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python", "02_extract.py"],
-       "pid": 1000, "launched_at": time.time() - 60, "log": LOG, "cwd": "/srv", "env": {}}
+       "pid": 1000, "launched_at": HOST_T - 60, "log": LOG, "cwd": "/srv", "env": {}}
 OOPS = b"ERROR 11-30 02:00:00 [core.py:1] Worker proc [/oops] died unexpectedly\n"
+
+
+def subscribed(client: ReplayClient, sub: str | None) -> bool:
+    """The client asked for the log `sub`: the agent sends a log's bytes only after that."""
+    return sub is not None and any(op == "subscribe" and a.get("sub") == sub for op, a in client.requests)
 
 
 async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -116,15 +122,17 @@ async def until(pilot: Any, cond: Callable[[], bool], timeout: float = 10.0) -> 
 async def test_markup_in_a_failure_and_in_an_argv_is_shown_as_text() -> None:
     """A `[/oops]` captured by a failure signature (runs table note, banner, toast) and a
     process whose argv holds `[/pwn]` raised MarkupError and ended the dashboard."""
-    snap = snapshot(1, runs=[dict(RUN, state="exited", exit_code=1, ended_at=time.time())])
+    snap = snapshot(1, runs=[dict(RUN, state="exited", exit_code=1, ended_at=HOST_T)])
     snap.processes[0]["cmdline"] = ["python3", "-c", "import time; time.sleep(600)", "[/pwn]"]
-    log = p.LogData(sub="log1", path=LOG, inode=7, offset=0, data=OOPS)
-    app = make_app(ReplayClient([snap, log]), CFG, "gpu-box")  # type: ignore[arg-type]
+    client = ReplayClient([snap])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        # the agent sends a log's bytes only after the client subscribed to it
+        await until(pilot, lambda: subscribed(client, app.state.log.sub))
+        client.push(p.LogData(sub=app.state.log.sub, path=LOG, inode=7, offset=0, data=OOPS))
         await until(pilot, lambda: app.state.log.offset == len(OOPS) and app.state.seq == 0)
-        await pilot.pause(0.3)
-        text = "\n".join(screen_strips(app))
-        assert "[/pwn]" in text and "Worker [/oops] died unexpectedly" in text
+        await until(pilot, lambda: all(s in "\n".join(screen_strips(app))
+                                       for s in ("[/pwn]", "Worker [/oops] died unexpectedly")))
         assert app.is_running
 
 
@@ -208,9 +216,9 @@ def hostile_snapshot(seq: int, run_id: str, name: str, argv: list[str], error: s
     """A snapshot as the agent sends it (JSON through the protocol's parser)."""
     snap = snapshot(1, seq=seq, runs=[
         dict(RUN, run_id=run_id, name="kimi", argv=argv, state=state, error=error, log_note=note,
-             launched_at=time.time() - 60, exit_code=1 if state != "running" else None),
+             launched_at=HOST_T - 60, exit_code=1 if state != "running" else None),
         dict(RUN, run_id=run_id + "x", name=name, argv=argv, state="exited", external=True, log=None,
-             log_note=note, launched_at=time.time() - 120),
+             log_note=note, launched_at=HOST_T - 120),
     ])
     snap.processes[0].update(cmdline=argv, user=host, run_id=run_id)
     snap.gpus[0]["name"] = gpu
@@ -255,15 +263,15 @@ def test_fuzz_dashboard(dashboards: Any, lines: list[bytes], argv: list[str], ru
     async def step(app: EagleApp, pilot: Any) -> None:
         offset = app.state.log.offset
         # the run, its log, the run again: the failure in the log is news (banner, toast)
-        for i, event in enumerate([
-            hostile_snapshot(2 * seq, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, "running"),
-            p.LogData(sub=app.state.log.sub or "log1", path=LOG, inode=7, offset=offset, data=data),
+        client = dashboard.client
+        client.push(hostile_snapshot(2 * seq, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, "running"))
+        await until(pilot, lambda: app.state.seq == 2 * seq and subscribed(client, app.state.log.sub))
+        for event in [
+            p.LogData(sub=app.state.log.sub, path=LOG, inode=7, offset=offset, data=data),
             hostile_snapshot(2 * seq + 1, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, state),
             p.AgentError(message=clean(error)),  # an agent's error line too
-        ]):
-            dashboard.client.push(event)
-            if i == 0:
-                await until(pilot, lambda: app.state.seq == 2 * seq)
+        ]:
+            client.push(event)
         await until(pilot, lambda: app.state.seq == 2 * seq + 1 and app.state.log.offset >= offset + len(data))
         app.screen.query_one(LogPane).flush()  # the pane draws at most twice a second: now
         await pilot.pause()
@@ -336,8 +344,11 @@ def test_fuzz_fleet(fleet: Any, lines: list[bytes], run_id: str, name: str, proc
         client = fleet.clients["h1"]
         rid = f"r{seq}-{run_id}"
         client.push(hostile_snapshot(2 * seq, rid, name, ["python", proc], proc, name, host, host, "running"))
-        await until(pilot, lambda: feed.state.seq == 2 * seq)
-        client.push(p.LogData(sub=feed.state.log.sub or "log1", path=LOG, inode=7, offset=offset, data=data))
+        try:
+            await until(pilot, lambda: feed.state.seq == 2 * seq and subscribed(client, feed.state.log.sub))
+        except AssertionError:
+            raise AssertionError((feed.state.seq, 2 * seq, feed.state.log.sub, feed.state.log.path, client.requests[-4:]))
+        client.push(p.LogData(sub=feed.state.log.sub, path=LOG, inode=7, offset=offset, data=data))
         client.push(hostile_snapshot(2 * seq + 1, rid, name, ["python", proc], proc, name, host, host, state))
         await until(pilot, lambda: feed.state.seq == 2 * seq + 1 and feed.state.log.offset >= offset + len(data))
         app.screen._repaint()  # the screen repaints a burst once per 0.1 s: now
