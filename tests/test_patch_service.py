@@ -283,7 +283,7 @@ class WrongBytesAfterWrite:
 
     async def request(self, op: str, **args: Any) -> dict[str, Any]:
         r = await self.client.request(op, **args)
-        if op == "file_write" and args.get("path") == str(self.victim):
+        if op == "patch_apply" or (op == "file_write" and args.get("path") == str(self.victim)):
             self.victim.write_bytes(self.victim.read_bytes().replace(b"def ", b"def  ", 1))
         return r
 
