@@ -100,6 +100,43 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
     click.echo(format_runs(services.state_of(obj.cfg, result)))
 
 
+@runs.command("show")
+@target_arg
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_show(obj: Ctx, target: str | None, run_id: str | None, as_json: bool) -> None:
+    """A run's summary from its timeline on the host (default: the config's latest run):
+    load time, time to first output, duration, throughput per phase, GPU-hours,
+    attempts, patch version, outcome and phases."""
+    from tui.protocol.hosttext import clean_tree
+    from tui.services import timeline
+
+    if run_id is None and target is not None and RUN_ID.fullmatch(target):
+        target, run_id = None, target  # `runs show RUN_ID`: the target comes from the config
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        found = await services.list_runs(client, obj.cfg)
+        run = services.choose_run(obj.cfg, found, run_id)
+        if run is None:
+            raise ValueError(f"no run {run_id} on this host" if run_id else
+                             f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
+        rec = clean_tree(next(r for r in found if r.get("run_id") == run.run_id))  # host text
+        tl = None if run.external else await timeline.fetch(client, obj.cfg.host.runs_dir, run.run_id)
+        if tl is None or not tl.header:
+            return dict(timeline.summary(timeline.Timeline(), rec), timeline_points=0,
+                        note="no timeline: the run has no shim record of its own (adopted, or older)")
+        return timeline.summary(tl, rec)
+
+    result = run_on_host(obj, target, body)
+    if as_json:
+        print_json(result)
+        return
+    from tui.cli.report import format_show
+
+    click.echo(format_show(result))
+
+
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
