@@ -200,7 +200,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
-    recorder = timeline.Recorder(run_dir, float(manifest["start_time"]), run_id,  # timeline.jsonl
+    recorder = timeline.Recorder(run_dir, time.time(), run_id,  # timeline.jsonl
                                   launched_at=manifest.get("launched_at"),
                                   sample_s=float(os.environ.get("EAGLE3_TUI_TIMELINE_S") or timeline.SAMPLE_S))
     pacer = threading.Thread(target=pace.follow, daemon=True,
@@ -234,7 +234,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     elif status is not None:
         code = os.WEXITSTATUS(status)
     ended = time.time()
-    recorder.event(ended, "exit", code=code, signal=sig_name, main_ended=main_ended and round(main_ended - recorder.t0, 1))
+    recorder.event(ended, "exit", code=code, signal=sig_name)
     recorder.close()
     write_exit(run_dir, reserve, {
         "exit_code": code,

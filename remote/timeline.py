@@ -4,7 +4,7 @@
 Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
 
 * ``{"v": 1, "t0": EPOCH, "run": RUN_ID, "launched_at": EPOCH}`` -- the first line;
-  ``t0`` is the run's process start; every ``t`` below is seconds since ``t0``, to 0.1 s.
+  ``t0`` is when the shim started the run; every ``t`` below is seconds since ``t0``, to 0.1 s.
 * ``{"t": T, "c": [i, ...], "h": 0|1}`` -- the cards the samples below describe (their
   indices), and whether the run holds them (1) or they are all the host's (0, the run
   holds none we can see); written when that set changes.

@@ -162,7 +162,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
     exits = [ln for ln in tl.lines if ln.get("e") == "exit"]
     series = gpu_series(tl)
     peak = {str(i): max((v[0] for _, v in s if v[0] is not None), default=None) for i, s in series.items()}
-    patch = run.get("patch_state") if isinstance(run.get("patch_state"), dict) else {}
+    patch: dict[str, Any] = run["patch_state"] if isinstance(run.get("patch_state"), dict) else {}
     attempts = [ln for ln in tl.lines if ln.get("e") == "attempts"]
 
     def since_launch(t: float | None) -> float | None:
@@ -179,10 +179,9 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "throughput": _throughput(tl, phases, end),
         "gpu_hours": _gpu_hours(tl, end),
         "peak_mem_gib": peak,
-        "attempts": len(run.get("attempts") or []) or (max(
-            (a.get("n") for a in attempts if isinstance(a.get("n"), int)), default=1)),
-        "restarts": run.get("restarts") if isinstance(run.get("restarts"), int) else max(
-            (a.get("restarts") for a in attempts if isinstance(a.get("restarts"), int)), default=0),
+        "attempts": len(run.get("attempts") or []) or max(_ints(a.get("n") for a in attempts), default=1),
+        "restarts": run["restarts"] if isinstance(run.get("restarts"), int) else max(
+            _ints(a.get("restarts") for a in attempts), default=0),
         "patch_version": patch.get("version"),
         "phases": [{"phase": p["phase"], "at": round(launched + p["t"] + shift, 1) if launched else None,
                     "after_s": since_launch(p["t"])} for p in phases],
@@ -191,6 +190,10 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "timeline_points": sum(1 for ln in tl.lines if "g" in ln or "s" in ln),
         "timeline_bad_lines": tl.bad_lines,
     }
+
+
+def _ints(values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
 def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | None:
