@@ -200,9 +200,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
-    recorder = timeline.Recorder(run_dir, time.time(), run_id,  # timeline.jsonl
-                                  launched_at=manifest.get("launched_at"),
-                                  sample_s=float(os.environ.get("EAGLE3_TUI_TIMELINE_S") or timeline.SAMPLE_S))
+    recorder = None if os.environ.get("EAGLE3_TUI_TIMELINE") == "0" else timeline.Recorder(
+        run_dir, time.time(), run_id, launched_at=manifest.get("launched_at"),  # timeline.jsonl
+        sample_s=float(os.environ.get("EAGLE3_TUI_TIMELINE_S") or timeline.SAMPLE_S))
     pacer = threading.Thread(target=pace.follow, daemon=True,
                              args=(run_dir, manifest["log"], stop, tick, manifest.get("pgid"), recorder))
     pacer.start()
@@ -234,8 +234,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     elif status is not None:
         code = os.WEXITSTATUS(status)
     ended = time.time()
-    recorder.event(ended, "exit", code=code, signal=sig_name)
-    recorder.close()
+    if recorder is not None:
+        recorder.event(ended, "exit", code=code, signal=sig_name)
+        recorder.close()
     write_exit(run_dir, reserve, {
         "exit_code": code,
         "signal": sig_name,
