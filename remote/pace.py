@@ -17,7 +17,9 @@ used no CPU (utime+stime from /proc unchanged between looks) and its GPUs (those
 holds, else all) stayed at most ``GPU_IDLE_UTIL`` % busy; ``gpu`` names the GPU
 source, or says "none: why" when only the CPU was judged. The GPUs are asked only when
 the CPU ticks stood still since the last look: a run working on its CPU is awake
-anyway, so a busy run costs no NVML or nvidia-smi call at all. That is what lets a client
+anyway, so a busy run's idle check costs no NVML or nvidia-smi call; the timeline's
+sample (``remote/timeline.py``, every 10 s) reads them, and a look that falls with it
+uses that reading. That is what lets a client
 call a run hung without having watched it.
 
 Stdlib only, Python >= 3.9. ``now`` is always passed in, so tests use a fake clock.

@@ -13,10 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from textual.app import App
 
 from remote import timeline as hosttl
-from tests import checkout
+from tests import checkout, timeline_fixture
 from tui.services import timeline
+from tui.views.screens.timeline import TimelineScreen
 
 JOB = Path(__file__).parent / "jobs" / "timeline_job.py"
 
@@ -91,6 +95,8 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     assert any(e["e"] == "exit" and e["code"] == 0 for e in s["events"])
     text = _e3("runs", "show", "local", run_id, cwd=tmp_path, env=env)
     assert text.returncode == 0 and "GPU-hours" in text.stdout and "extracting" in text.stdout, text
+    pruned = _e3("runs", "prune", "local", "--keep", "0", "--json", cwd=tmp_path, env=env)
+    assert pruned.returncode == 0 and not run_dir.exists(), pruned  # the timeline went with its run
 
 
 def test_a_torn_last_line_loses_only_itself_and_host_text_is_cleaned(tmp_path: Path) -> None:
@@ -136,3 +142,31 @@ def test_a_day_on_eight_cards_stays_under_two_megabytes(tmp_path: Path) -> None:
     size = os.path.getsize(tmp_path / hosttl.TIMELINE_FILE)
     print(f"24 h x 8 cards, worst case: {size} bytes")
     assert size <= hosttl.MAX_BYTES
+
+
+# ---------------------------------------------------------------- the timeline screen
+
+
+class _TimelineApp(App[None]):
+    def __init__(self, tl: timeline.Timeline) -> None:
+        super().__init__()
+        self.tl = tl
+
+    def on_mount(self) -> None:
+        self.push_screen(TimelineScreen("20261130-015500-ab12", self.tl, {"state": "exited", "exit_code": 0}))
+
+
+def _screen_app(tmp_path: Path, cards: int) -> _TimelineApp:
+    return _TimelineApp(timeline_fixture.record(tmp_path, cards))
+
+
+def test_timeline_screen_8_cards_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(_screen_app(tmp_path, 8), terminal_size=(80, 24))
+
+
+def test_timeline_screen_8_cards_160x50(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(_screen_app(tmp_path, 8), terminal_size=(160, 50))
+
+
+def test_timeline_screen_without_gpus_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(_screen_app(tmp_path, 0), terminal_size=(80, 24))
