@@ -92,6 +92,7 @@ class Pace:
         self.idle_since = r.get("idle_since")
         self.gpu = r.get("gpu")
         self.sampled_at = r.get("sampled_at")
+        self.transitions: List[Tuple[float, str]] = []  # phases entered since the timeline's last look
         self._tail = b""
 
     def record(self) -> Dict[str, Any]:
@@ -158,6 +159,7 @@ class Pace:
         """One line's progress marker, if any; True when it was a step."""
         if _ATTEMPT.match(line):
             self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
+            self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
         m = _BAR.search(line)
@@ -204,6 +206,7 @@ class Pace:
         if phase != self.phase:
             self.phase, self.intervals, self.mark = phase, [], None
             self.step_at = now
+            self.transitions = (self.transitions + [(now, phase)])[-32:]
 
     def _step(self, mark: Any, label: str, now: float) -> bool:
         mark = list(mark)
@@ -339,7 +342,9 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
 def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
             found: Optional[List[Dict[str, Any]]], pids: List[int]) -> None:
     try:
-        recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids)
+        recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
+                      [p for _, p in pace.transitions])
+        pace.transitions = []
         recorder.attempts(now, run_dir, load_json)
     except Exception:  # the timeline must never take the pace down
         pass

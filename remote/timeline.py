@@ -107,9 +107,16 @@ class Recorder:
         return now >= self.due and self.size < SAMPLE_CAP
 
     def look(self, now: float, phase: str, step: Any, mark: Any, idle_since: Optional[float],
-             gpus: Optional[List[Dict[str, Any]]], pids: List[int]) -> None:
-        """One tick of the pace loop: a phase change or idle change at once; progress and
-        ``gpus`` (a reading made because `sample_due` said so, else None) when due."""
+             gpus: Optional[List[Dict[str, Any]]], pids: List[int],
+             passed: Optional[List[str]] = None) -> None:
+        """One tick of the pace loop: a phase change or idle change at once (``passed``:
+        every phase entered since the last look, so one left within a tick is kept too);
+        progress and ``gpus`` (a reading made because `sample_due` said so, else None)
+        when due."""
+        for p in (passed or [])[:32]:
+            if p != self.phase:
+                self.phase = p
+                self.event(now, "phase", phase=p)
         if phase != self.phase:
             self.phase = phase
             self.event(now, "phase", phase=phase)

@@ -170,3 +170,47 @@ def test_timeline_screen_8_cards_160x50(snap_compare: Any, tmp_path: Path) -> No
 
 def test_timeline_screen_without_gpus_80x24(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(_screen_app(tmp_path, 0), terminal_size=(80, 24))
+
+
+# A job that dies of a transient cause on its first attempt and finishes on its second.
+RESTARTED = """
+import os, sys, time
+count = sys.argv[1]
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+for b in range(1, 4):
+    print("[extract] batch %d/3 (1 samples)" % b, flush=True)
+    time.sleep(0.4)
+if n == 1:
+    print("[rank0]:[E1201 03:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+          "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before "
+          "timing out.", flush=True)
+    sys.exit(1)
+print("[extract] done: 3 samples", flush=True)
+"""
+
+
+def test_a_restarted_run_s_timeline_has_its_attempts(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(RESTARTED)
+    env = {"EAGLE3_TUI_PACE_S": "0.2", "EAGLE3_TUI_TIMELINE_S": "0.5", "EAGLE3_TUI_GPU_SOURCE": "none"}
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "tl2"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
+        f'cwd = "{tmp_path}"\nrestart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\n'
+        f'graces = [0.5, 0.5]\n')
+    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    run_dir = tmp_path / "runs" / run_id
+    deadline = time.monotonic() + 40
+    while not (run_dir / "exit.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    shown = _e3("runs", "show", "local", run_id, "--json", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    s = json.loads(shown.stdout)
+    assert s["outcome"] == "exit 0" and s["attempts"] == 2 and s["restarts"] == 1, s
+    causes = [e.get("cause") for e in s["events"] if e["e"] == "attempts"]
+    assert "nccl-timeout" in causes, s["events"]
+    # the second attempt starts afresh: extracting again after a "starting"
+    assert [p["phase"] for p in s["phases"]][-3:] == ["starting", "extracting", "finished"], s["phases"]
+    assert s["gpu_hours"] is None  # no GPU source: never seen holding a card
