@@ -94,6 +94,7 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     assert s["timeline_points"] > 5 and s["timeline_bad_lines"] == 0
     assert any(e["e"] == "exit" and e["code"] == 0 for e in s["events"])
     text = _e3("runs", "show", "local", run_id, cwd=tmp_path, env=env)
+    (tmp_path / "show.txt").write_text(text.stdout)
     assert text.returncode == 0 and "GPU-hours" in text.stdout and "extracting" in text.stdout, text
     pruned = _e3("runs", "prune", "local", "--keep", "0", "--json", cwd=tmp_path, env=env)
     assert pruned.returncode == 0 and not run_dir.exists(), pruned  # the timeline went with its run
