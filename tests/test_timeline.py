@@ -96,6 +96,32 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     text = _e3("runs", "show", "local", run_id, cwd=tmp_path, env=env)
     (tmp_path / "show.txt").write_text(text.stdout)
     assert text.returncode == 0 and "GPU-hours" in text.stdout and "extracting" in text.stdout, text
+
+    # a second run of the same command, with a different env item: compared side by side
+    toml = (tmp_path / "eagle3.toml").read_text()
+    (tmp_path / "eagle3.toml").write_text(toml + 'env = { BATCH = "8" }\n')
+    second = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
+    assert second.returncode == 0, second.stderr
+    run_b = json.loads(second.stdout)["run_id"]
+    deadline = time.monotonic() + 40
+    while not (tmp_path / "runs" / run_b / "exit.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    cmp = _e3("runs", "compare", "local", run_id, run_b, "--json", cwd=tmp_path, env=env)
+    assert cmp.returncode == 0, cmp.stderr
+    c = json.loads(cmp.stdout)
+    (tmp_path / "compare.json").write_text(cmp.stdout)
+    assert c["runs"] == [run_id, run_b] and c["fields"]["outcome"] == ["exit 0", "exit 0"]
+    assert all(abs(x - s["load_s"]) < 1.0 for x in c["fields"]["load_s"]), c
+    assert c["env"] == {"BATCH": [None, "8"]} and c["argv"] is None
+    assert c["peak_mem_gib"]["0"] == [40.0, 40.0] and set(c["throughput"]) == {"loading", "extracting"}
+    text = _e3("runs", "compare", "local", run_id, run_b, cwd=tmp_path, env=env)
+    (tmp_path / "compare.txt").write_text(text.stdout)
+    assert text.returncode == 0 and "env BATCH" in text.stdout, text
+    bad = _e3("runs", "compare", run_id, cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "two run ids" in bad.stderr, bad
+    missing = _e3("runs", "compare", "local", run_id, "20990101-000000-beef", cwd=tmp_path, env=env)
+    assert missing.returncode == 1 and "no run 20990101-000000-beef on this host" in missing.stderr, missing
+
     pruned = _e3("runs", "prune", "local", "--keep", "0", "--json", cwd=tmp_path, env=env)
     assert pruned.returncode == 0 and not run_dir.exists(), pruned  # the timeline went with its run
 

@@ -94,3 +94,20 @@ def format_show(s: dict) -> str:
     if s.get("note"):
         lines.append(f"  note         {s['note']}")
     return "\n".join(lines)
+
+
+def format_compare(c: dict) -> str:
+    """`runs compare`: one row a measure, the two runs in columns."""
+
+    def row(name: str, pair: list) -> list[str]:
+        return [name, *("-" if v is None else str(v) for v in pair)]
+
+    rows = [row("", list(c["runs"]))]
+    rows += [row(k, pair) for k, pair in c["fields"].items()]
+    rows += [row(f"{ph} /s", pair) for ph, pair in c["throughput"].items()]
+    rows += [row(f"GPU{card} peak GiB", pair) for card, pair in c["peak_mem_gib"].items()]
+    if c.get("argv"):
+        rows.append(row("argv", [" ".join(x) for x in c["argv"]]))
+    rows += [row(f"env {k}", pair) for k, pair in c["env"].items()]
+    w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    return "\n".join(f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows)

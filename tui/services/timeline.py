@@ -209,3 +209,28 @@ def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | Non
     if isinstance(code, int):
         return "exit 0" if code == 0 else "exit %d" % code
     return str(state) if state else None
+
+
+COMPARED = ("outcome", "load_s", "first_output_s", "duration_s", "gpu_hours", "attempts", "restarts",
+            "patch_version", "timeline_points")
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
+    """`runs compare`: two summaries side by side, with each one's throughput per phase,
+    peak memory per card, and where their argv and env differ (cleaned host text)."""
+    def rates(s: dict[str, Any]) -> dict[str, Any]:
+        return {t["phase"]: t.get("per_s") for t in s.get("throughput") or []}
+
+    argv_a, argv_b = list(run_a.get("argv") or []), list(run_b.get("argv") or [])
+    pa: dict[str, Any] = a.get("peak_mem_gib") or {}
+    pb: dict[str, Any] = b.get("peak_mem_gib") or {}
+    env_a: dict[str, Any] = run_a["env"] if isinstance(run_a.get("env"), dict) else {}
+    env_b: dict[str, Any] = run_b["env"] if isinstance(run_b.get("env"), dict) else {}
+    return {
+        "runs": [a.get("run_id"), b.get("run_id")],
+        "fields": {k: [a.get(k), b.get(k)] for k in COMPARED},
+        "throughput": {ph: [rates(a).get(ph), rates(b).get(ph)] for ph in {**rates(a), **rates(b)}},
+        "peak_mem_gib": {c: [pa.get(c), pb.get(c)] for c in sorted({*pa, *pb}, key=str)},
+        "argv": None if argv_a == argv_b else [argv_a, argv_b],
+        "env": {k: [env_a.get(k), env_b.get(k)] for k in sorted({*env_a, *env_b}) if env_a.get(k) != env_b.get(k)},
+    }
