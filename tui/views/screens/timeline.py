@@ -23,6 +23,12 @@ from textual.widgets import Footer, Sparkline, Static
 from tui.services import timeline as tls
 
 BINS = 240  # time bins per series (the Sparkline folds them to its width)
+LETTERS = {"starting": "S", "loading": "L", "loaded": "D", "extracting": "E", "training": "T",
+           "evaluating": "V", "serving": "R", "finished": "F"}
+
+
+def letter(phase: str) -> str:
+    return LETTERS.get(phase) or (phase[:1] or "?").upper()
 
 
 def _bin(points: list[tuple[float, float | None]], end: float, bins: int = BINS) -> list[float]:
@@ -54,8 +60,8 @@ def _rate(tl: tls.Timeline) -> list[tuple[float, float | None]]:
 
 
 class Axis(Static):
-    """The time axis under the curves: a phase's first letter where it began (`^` an
-    event), its full name in the legend line."""
+    """The time axis under the curves: a phase's letter where it began (`LETTERS`; `^`
+    an event), its full name in the legend line."""
 
     def __init__(self, marks: list[tuple[float, str]], end: float, **kw: Any) -> None:
         super().__init__(**kw)
@@ -128,14 +134,14 @@ class TimelineScreen(Screen[None]):
         marks = []
         for ln in tl.lines:
             if ln.get("e") == "phase":
-                marks.append((ln["t"], (str(ln.get("phase")) or "?")[0].upper()))
+                marks.append((ln["t"], letter(str(ln.get("phase")))))
             elif ln.get("e") in ("idle", "attempts", "exit"):
                 marks.append((ln["t"], "^"))
         return marks
 
     @staticmethod
     def _legend(s: dict[str, Any]) -> Text:
-        parts = [f"{(p['phase'] or '?')[0].upper()}={p['phase']}@{p['after_s']}s" for p in s.get("phases") or []]
+        parts = [f"{letter(str(p['phase']))}={p['phase']}@{p['after_s']}s" for p in s.get("phases") or []]
         events = [f"^={e.get('e')}@{e.get('t')}s" for e in s.get("events") or []]
         return Text("  ".join(parts + events))
 
