@@ -69,7 +69,8 @@ class _ListByDefault(click.Group):
 
 @click.group(cls=_ListByDefault)
 def runs() -> None:
-    """The runs on the host: list them (the default), or prune ended ones."""
+    """The runs on the host: list them (the default), show or compare them from their
+    timelines, or prune ended ones."""
 
 
 @runs.command("list")
