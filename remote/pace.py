@@ -17,7 +17,9 @@ used no CPU (utime+stime from /proc unchanged between looks) and its GPUs (those
 holds, else all) stayed at most ``GPU_IDLE_UTIL`` % busy; ``gpu`` names the GPU
 source, or says "none: why" when only the CPU was judged. The GPUs are asked only when
 the CPU ticks stood still since the last look: a run working on its CPU is awake
-anyway, so a busy run costs no NVML or nvidia-smi call at all. That is what lets a client
+anyway, so a busy run's idle check costs no NVML or nvidia-smi call; the timeline's
+sample (``remote/timeline.py``, every 10 s) reads them, and a look that falls with it
+uses that reading. That is what lets a client
 call a run hung without having watched it.
 
 Stdlib only, Python >= 3.9. ``now`` is always passed in, so tests use a fake clock.
@@ -90,6 +92,7 @@ class Pace:
         self.idle_since = r.get("idle_since")
         self.gpu = r.get("gpu")
         self.sampled_at = r.get("sampled_at")
+        self.transitions: List[Tuple[float, str]] = []  # phases entered since the timeline's last look
         self._tail = b""
 
     def record(self) -> Dict[str, Any]:
@@ -156,6 +159,7 @@ class Pace:
         """One line's progress marker, if any; True when it was a step."""
         if _ATTEMPT.match(line):
             self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
+            self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
         m = _BAR.search(line)
@@ -202,6 +206,7 @@ class Pace:
         if phase != self.phase:
             self.phase, self.intervals, self.mark = phase, [], None
             self.step_at = now
+            self.transitions = (self.transitions + [(now, phase)])[-32:]
 
     def _step(self, mark: Any, label: str, now: float) -> bool:
         mark = list(mark)
@@ -269,7 +274,10 @@ def _gpu_source() -> Any:
         return None
 
 
-def _gpu_look(source: Any, pids: List[int]) -> Tuple[Optional[bool], str]:
+def _gpu_look(source: Any, pids: List[int], found: Optional[List[Dict[str, Any]]] = None
+              ) -> Tuple[Optional[bool], str]:
+    if found is not None:  # this tick's reading, made for the timeline
+        return gpu_busy(found, pids), str(source.source)
     if source is None:
         return None, "none: GPU reader unavailable"
     try:
@@ -281,10 +289,22 @@ def _gpu_look(source: Any, pids: List[int]) -> Tuple[Optional[bool], str]:
     return gpu_busy(found, pids), str(source.source)
 
 
+def _gpu_read(source: Any) -> Optional[List[Dict[str, Any]]]:
+    """The GPUs now, or None (no source, or it failed)."""
+    try:
+        found, error = source.read() if source is not None else ([], "none")
+    except Exception:
+        return None
+    return found if found and not error else None
+
+
 def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
-           pgid: Optional[int] = None) -> None:
+           pgid: Optional[int] = None, recorder: Any = None) -> None:
     """The shim's pace thread: look every ``tick`` seconds until ``stop``, once more at
-    the end, and write ``pace.json`` whenever it changed. Never raises."""
+    the end, and write ``pace.json`` whenever it changed; with a ``recorder``
+    (``timeline.Recorder``) also the run's timeline: its GPUs are read when a timeline
+    sample falls due (every ``timeline.SAMPLE_S``), and that reading serves the idle
+    check of the same tick. Never raises."""
     try:
         pace = Pace(log, load(run_dir))
         if pace.step_at is None:
@@ -295,10 +315,15 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
             ended = stop.wait(tick)
             now = time.time()
             changed = pace.update(now)
-            if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
+            found, cpu, pids = None, None, []  # type: Tuple[Optional[List[Dict[str, Any]]], Optional[int], List[int]]
+            if recorder is not None and pgid and recorder.sample_due(now):
                 cpu, pids = group_cpu(pgid)
+                found = _gpu_read(source)
+            if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
+                if not pids:
+                    cpu, pids = group_cpu(pgid)
                 if cpu is not None and cpu == pace.cpu:  # asleep on the CPU: are its GPUs working?
-                    busy, gpu = _gpu_look(source, pids)
+                    busy, gpu = _gpu_look(source, pids, found)
                 else:  # working on the CPU (or gone): awake whatever the GPUs do; no query
                     busy, gpu = None, pace.gpu
                 changed = pace.sample(now, cpu, busy, gpu) or changed
@@ -306,10 +331,31 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
                 changed = pace.sample(now, None, None, None) or changed
             if changed:
                 save(run_dir, pace.record())
+            if recorder is not None:
+                _record(recorder, run_dir, pace, now, found, pids)
             if ended:
                 return
     except Exception:  # a pace thread must never take the shim down
         return
+
+
+def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
+            found: Optional[List[Dict[str, Any]]], pids: List[int]) -> None:
+    try:
+        recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
+                      [p for _, p in pace.transitions])
+        pace.transitions = []
+        recorder.attempts(now, run_dir, load_json)
+    except Exception:  # the timeline must never take the pace down
+        pass
+
+
+def load_json(path: str) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def attach(runs: List[Dict[str, Any]], runs_dir: str) -> None:

@@ -20,13 +20,14 @@ import time
 from typing import Any
 
 try:  # imported as remote.shim (tests, client) or as a top-level module (host)
-    from . import atomicfile, pace, procfs, restart, rundir
+    from . import atomicfile, pace, procfs, restart, rundir, timeline
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
     import pace  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
     import restart  # type: ignore[no-redef]
     import rundir  # type: ignore[no-redef]
+    import timeline  # type: ignore[no-redef]
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
@@ -199,8 +200,11 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
+    recorder = None if os.environ.get("EAGLE3_TUI_TIMELINE") == "0" else timeline.Recorder(
+        run_dir, time.time(), run_id, launched_at=manifest.get("launched_at"),  # timeline.jsonl
+        sample_s=float(os.environ.get("EAGLE3_TUI_TIMELINE_S") or timeline.SAMPLE_S))
     pacer = threading.Thread(target=pace.follow, daemon=True,
-                             args=(run_dir, manifest["log"], stop, tick, manifest.get("pgid")))
+                             args=(run_dir, manifest["log"], stop, tick, manifest.get("pgid"), recorder))
     pacer.start()
     status, main_ended = None, None
     strays: list[int] = []  # descendants still alive when the main process ended
@@ -230,6 +234,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     elif status is not None:
         code = os.WEXITSTATUS(status)
     ended = time.time()
+    if recorder is not None:
+        recorder.event(ended, "exit", code=code, signal=sig_name)
+        recorder.close()
     write_exit(run_dir, reserve, {
         "exit_code": code,
         "signal": sig_name,

@@ -68,3 +68,46 @@ def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
         lines.append(f"the demo's runs are in {demo.parent / 'runs'}: "
                      f"eagle3-tui --config {os.path.relpath(demo, cwd)} runs")
     return "\n".join(lines)
+
+
+def format_show(s: dict) -> str:
+    """`runs show`: the run's summary, one fact a line (the values are cleaned host text)."""
+
+    def secs(v: object) -> str:
+        return "-" if not isinstance(v, (int, float)) else f"{v:.1f} s"
+
+    lines = [f"run {s.get('run_id')}  {s.get('outcome') or s.get('state') or '?'}",
+             f"  load         {secs(s.get('load_s'))}",
+             f"  first output {secs(s.get('first_output_s'))}",
+             f"  duration     {secs(s.get('duration_s'))}",
+             f"  GPU-hours    {s.get('gpu_hours') if s.get('gpu_hours') is not None else '-'}",
+             f"  attempts     {s.get('attempts')} ({s.get('restarts') or 0} restart(s))",
+             f"  patch        {s.get('patch_version') or '-'}"]
+    for t in s.get("throughput") or []:
+        rate = t.get("per_s")
+        lines.append(f"  {t['phase']:<12} {t['steps']} {t['unit']} in {secs(t['seconds'])}"
+                     + (f" ({rate:.2f}/s)" if isinstance(rate, (int, float)) else ""))
+    for p in s.get("phases") or []:
+        lines.append(f"  + {secs(p.get('after_s')):>8}  {p.get('phase')}")
+    lines.append(f"  timeline     {s.get('timeline_points')} point(s)"
+                 + (f", {s['timeline_bad_lines']} unreadable line(s) skipped" if s.get("timeline_bad_lines") else ""))
+    if s.get("note"):
+        lines.append(f"  note         {s['note']}")
+    return "\n".join(lines)
+
+
+def format_compare(c: dict) -> str:
+    """`runs compare`: one row a measure, the two runs in columns."""
+
+    def row(name: str, pair: list) -> list[str]:
+        return [name, *("-" if v is None else str(v) for v in pair)]
+
+    rows = [row("", list(c["runs"]))]
+    rows += [row(k, pair) for k, pair in c["fields"].items()]
+    rows += [row(f"{ph} /s", pair) for ph, pair in c["throughput"].items()]
+    rows += [row(f"GPU{card} peak GiB", pair) for card, pair in c["peak_mem_gib"].items()]
+    if c.get("argv"):
+        rows.append(row("argv", [" ".join(x) for x in c["argv"]]))
+    rows += [row(f"env {k}", pair) for k, pair in c["env"].items()]
+    w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    return "\n".join(f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}" for r in rows)

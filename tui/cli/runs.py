@@ -69,7 +69,8 @@ class _ListByDefault(click.Group):
 
 @click.group(cls=_ListByDefault)
 def runs() -> None:
-    """The runs on the host: list them (the default), or prune ended ones."""
+    """The runs on the host: list them (the default), show or compare them from their
+    timelines, or prune ended ones."""
 
 
 @runs.command("list")
@@ -98,6 +99,76 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
         click.echo(no_runs(obj.cfg.host.runs_dir, target or obj.cfg.host.target or "local", Path.cwd()))
         return
     click.echo(format_runs(services.state_of(obj.cfg, result)))
+
+
+@runs.command("show")
+@target_arg
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_show(obj: Ctx, target: str | None, run_id: str | None, as_json: bool) -> None:
+    """A run's summary from its timeline on the host (default: the config's latest run):
+    load time, time to first output, duration, throughput per phase, GPU-hours,
+    attempts, patch version, outcome and phases."""
+    if run_id is None and target is not None and RUN_ID.fullmatch(target):
+        target, run_id = None, target  # `runs show RUN_ID`: the target comes from the config
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        return (await _shown(client, obj, await services.list_runs(client, obj.cfg), run_id))[0]
+
+    result = run_on_host(obj, target, body)
+    if as_json:
+        print_json(result)
+        return
+    from tui.cli.report import format_show
+
+    click.echo(format_show(result))
+
+
+async def _shown(client: AgentClient, obj: Ctx, found: list[dict[str, Any]], run_id: str | None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary, cleaned run record) of one run for `runs show` and `runs compare`."""
+    from tui.protocol.hosttext import clean_tree
+    from tui.services import timeline
+
+    run = services.choose_run(obj.cfg, found, run_id)
+    if run is None or (run_id and run.run_id != run_id):
+        raise ValueError(f"no run {run_id} on this host" if run_id else
+                         f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
+    rec = clean_tree(next(r for r in found if r.get("run_id") == run.run_id))  # host text
+    tl = None if run.external else await timeline.fetch(client, obj.cfg.host.runs_dir, run.run_id)
+    if tl is None or not tl.header:
+        return dict(timeline.summary(timeline.Timeline(), rec), timeline_points=0,
+                    note="no timeline: the run has no shim record of its own (adopted, or older)"), rec
+    return timeline.summary(tl, rec), rec
+
+
+@runs.command("compare")
+@click.argument("args", nargs=-1, required=True, metavar="[TARGET] RUN_A RUN_B")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def runs_compare(obj: Ctx, args: tuple[str, ...], as_json: bool) -> None:
+    """Two runs side by side from their timelines: load, first output, duration,
+    throughput per phase, GPU-hours, peak memory per card, outcome, patch version,
+    and where their argv and env differ."""
+    from tui.services import timeline
+
+    if len(args) not in (2, 3):
+        fail("runs compare needs two run ids (and an optional TARGET first)", EXIT_USAGE)
+    target, (a_id, b_id) = (args[0] if len(args) == 3 else None), args[-2:]
+
+    async def body(client: AgentClient) -> dict[str, Any]:
+        found = await services.list_runs(client, obj.cfg)
+        (a, ra), (b, rb) = await _shown(client, obj, found, a_id), await _shown(client, obj, found, b_id)
+        return timeline.compare(a, b, ra, rb)
+
+    result = run_on_host(obj, target, body)
+    if as_json:
+        print_json(result)
+        return
+    from tui.cli.report import format_compare
+
+    click.echo(format_compare(result))
 
 
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

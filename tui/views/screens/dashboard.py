@@ -56,6 +56,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         Binding("l", "launch", "Launch"),
         Binding("p", "patches", "Patches"),
         Binding("L", "open_log", "Log viewer"),
+        Binding("t", "timeline", "Timeline", show=False),  # in help and README; the footer is full
         Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
         Binding("a", "all_runs", "All runs", show=False),
         Binding("escape", "back", "Fleet", show=False),  # only when opened from the fleet

@@ -59,7 +59,7 @@ class DashboardActions(_Base):
         def _apply(self, event: Any) -> None: ...
         def _run(self) -> Run | None: ...
 
-    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs")
+    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs", "timeline")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """True: enabled; None: shown dimmed (does not apply now); False: hidden.
@@ -178,6 +178,23 @@ class DashboardActions(_Base):
         self.app.push_screen(
             LogViewerScreen(client=self.client, path=log.path, root_cause=RootCause.from_log(log), follow=True)
         )
+
+    def action_timeline(self) -> None:
+        """The selected run's whole timeline, fetched from the host on demand."""
+        run = self._run()
+        if run is None or run.external:
+            self.notify("no run with a timeline selected (adopted runs have none)", severity="warning")
+            return
+        self._timeline_worker(run)
+
+    @work(group="timeline", exclusive=True)
+    async def _timeline_worker(self, run: Run) -> None:
+        from tui.services import timeline as tls
+        from tui.views.screens.timeline import TimelineScreen
+
+        tl = await tls.fetch(self.client, self.cfg.host.runs_dir, run.run_id)
+        rec = {"run_id": run.run_id, "state": run.state, "exit_code": run.exit_code, "signal": run.signal}
+        self.app.push_screen(TimelineScreen(run.run_id, tl, rec))
 
     def track_push(self, goal: str) -> Any:
         """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""

@@ -1,0 +1,178 @@
+"""A run's whole timeline, kept on the host by the supervisor shim's pace thread:
+``RUN_DIR/timeline.jsonl``, one JSON object per line, appended with one ``write()`` each.
+
+Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
+
+* ``{"v": 1, "t0": EPOCH, "run": RUN_ID, "launched_at": EPOCH}`` -- the first line;
+  ``t0`` is when the shim started the run; every ``t`` below is seconds since ``t0``, to 0.1 s.
+* ``{"t": T, "c": [i, ...], "h": 0|1}`` -- the cards the samples below describe (their
+  indices), and whether the run holds them (1) or they are all the host's (0, the run
+  holds none we can see); written when that set changes.
+* ``{"t": T, "g": [[mem_gib, util_pct, power_w] | null, ...]}`` -- one GPU sample, in
+  the order of ``c``; ``null`` for a card whose rounded values did not change since the
+  previous sample (memory to 0.1 GiB, utilisation and power to integers; a value the
+  source lacks is null inside the triple).
+* ``{"t": T, "s": STEP, "m": MARK}`` -- progress (pace's step label and mark: shard
+  ``["shard", n, total]``, ``["batch", n]``, ``["train", n]``, ``["lines", n]``); with
+  ``g`` on the same line when both fall due together.
+* ``{"t": T, "e": KIND, ...}`` -- an event: ``phase`` (``phase``), ``idle`` /
+  ``awake`` (the run's CPU and GPUs stood still after its load; pace's ``idle_since``),
+  ``attempts`` (the restart supervisor's ``restarts``, ``note``, ``restart_at``, the
+  last attempt's ``n`` and ``cause``), ``exit`` (``code``, ``signal``: a kill shows
+  as the run's signal).
+
+Sampling: progress and GPUs at most every ``SAMPLE_S`` seconds (the shim's tick is 5 s),
+a phase change or an event at once. Bounded: past ``THIN_AT`` bytes samples come every
+``THIN_S`` s, past ``SAMPLE_CAP`` none, past ``MAX_BYTES`` nothing but the exit.
+Crash-safe: each line is one ``write()`` on an ``O_APPEND`` fd; a line torn by a crash
+is the last one, and the reader skips any line that is not a JSON object. The file is
+created ``O_EXCL``/``O_NOFOLLOW`` in the run's own dir (``trust.open_file``).
+
+Stdlib only, Python >= 3.9. ``now`` is passed in, so tests use a fake clock.
+"""
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+try:
+    from . import trust
+except ImportError:  # run beside its siblings (the agent's upload directory)
+    import trust  # type: ignore[no-redef]
+
+TIMELINE_FILE = "timeline.jsonl"
+SAMPLE_S = 10.0
+THIN_AT, THIN_S = 1_500_000, 60.0
+SAMPLE_CAP, MAX_BYTES = 1_900_000, 2_000_000
+_GIB = 1024.0 ** 3
+
+
+def _r(value: Any, digits: int = 0) -> Any:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return round(float(value), digits) if digits else int(round(value))
+
+
+def card_values(gpu: Dict[str, Any]) -> List[Any]:
+    """[memory GiB to 0.1, utilisation %, power W] of one card in gpus.py's shape."""
+    mem = gpu.get("mem_used")
+    return [_r(mem / _GIB, 1) if isinstance(mem, (int, float)) else None,
+            _r(gpu.get("util")), _r(gpu.get("power"))]
+
+
+class Recorder:
+    """The appending side; every method swallows OSError (a full disk costs the timeline,
+    never the run or its pace)."""
+
+    def __init__(self, run_dir: str, now: float, run_id: Optional[str] = None,
+                 launched_at: Any = None, sample_s: float = SAMPLE_S) -> None:
+        self.sample_s = sample_s
+        self.path = os.path.join(run_dir, TIMELINE_FILE)
+        self.t0 = now
+        self.size = 0
+        self.fd: Optional[int] = None
+        self.cards: Optional[List[int]] = None
+        self.held: Optional[int] = None
+        self.last: Dict[int, List[Any]] = {}
+        self.due = now  # the next sample
+        self.step: Any = None
+        self.phase: Optional[str] = None
+        self.idle = False
+        self.attempts_mtime: Optional[float] = None
+        try:
+            self.fd = trust.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
+                                      "timeline")
+        except (OSError, trust.Untrusted):
+            return
+        self._write({"v": 1, "t0": round(now, 2), "run": run_id or os.path.basename(run_dir),
+                     "launched_at": _r(launched_at, 2) if launched_at else None}, True)
+
+    def _write(self, obj: Dict[str, Any], force: bool = False) -> None:
+        if self.fd is None or (self.size >= MAX_BYTES and not force):
+            return
+        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        try:
+            os.write(self.fd, line)
+            self.size += len(line)
+        except OSError:
+            pass
+
+    def _t(self, now: float) -> float:
+        return round(now - self.t0, 1)
+
+    def event(self, now: float, kind: str, **fields: Any) -> None:
+        self._write(dict({"t": self._t(now), "e": kind}, **fields), force=kind == "exit")
+
+    def sample_due(self, now: float) -> bool:
+        return now >= self.due and self.size < SAMPLE_CAP
+
+    def look(self, now: float, phase: str, step: Any, mark: Any, idle_since: Optional[float],
+             gpus: Optional[List[Dict[str, Any]]], pids: List[int],
+             passed: Optional[List[str]] = None) -> None:
+        """One tick of the pace loop: a phase change or idle change at once (``passed``:
+        every phase entered since the last look, so one left within a tick is kept too);
+        progress and ``gpus`` (a reading made because `sample_due` said so, else None)
+        when due."""
+        for p in (passed or [])[:32]:
+            if p != self.phase:
+                self.phase = p
+                self.event(now, "phase", phase=p)
+        if phase != self.phase:
+            self.phase = phase
+            self.event(now, "phase", phase=phase)
+        if (idle_since is not None) != self.idle:
+            self.idle = idle_since is not None
+            self.event(now, "idle" if self.idle else "awake")
+        if not self.sample_due(now):
+            return
+        self.due = now + (THIN_S if self.size >= THIN_AT else self.sample_s)
+        rec: Dict[str, Any] = {"t": self._t(now)}
+        if step != self.step:
+            self.step = step
+            rec.update(s=step, m=mark)
+        if gpus:
+            self._cards(rec, gpus, pids)
+        if len(rec) > 1:
+            self._write(rec)
+
+    def _cards(self, rec: Dict[str, Any], gpus: List[Dict[str, Any]], pids: List[int]) -> None:
+        held = [g for g in gpus if any(p.get("pid") in pids for p in g.get("processes") or [])]
+        chosen = held or gpus
+        cards = [g.get("index") if isinstance(g.get("index"), int) else i for i, g in enumerate(chosen)]
+        if cards != self.cards or int(bool(held)) != self.held:
+            self.cards, self.held = cards, int(bool(held))
+            self._write({"t": rec["t"], "c": cards, "h": self.held})
+            self.last = {}
+        row: List[Any] = []
+        for idx, g in zip(cards, chosen):
+            vals = card_values(g)
+            row.append(None if self.last.get(idx) == vals else vals)
+            self.last[idx] = vals
+        if any(v is not None for v in row):
+            rec["g"] = row
+
+    def attempts(self, now: float, run_dir: str, read_json: Any) -> None:
+        """An ``attempts`` event when the restart supervisor's ``attempts.json`` changed
+        (one stat per tick)."""
+        path = os.path.join(run_dir, "attempts.json")
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime != self.attempts_mtime:
+            self.attempts_mtime = mtime
+            rec = read_json(path)
+            if isinstance(rec, dict):
+                last = (rec.get("attempts") or [{}])[-1]
+                last = last if isinstance(last, dict) else {}
+                self.event(now, "attempts", restarts=rec.get("restarts"), note=rec.get("note"),
+                           restart_at=rec.get("restart_at"), n=last.get("n"),
+                           cause=(last.get("cause") or {}).get("id") if isinstance(last.get("cause"), dict) else None)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None

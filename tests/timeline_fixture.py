@@ -1,0 +1,36 @@
+"""A recorded 8-card timeline for the timeline screen's tests: the host's own Recorder
+(remote/timeline.py) fed a fake clock -- a 2-hour run that loads for 10 minutes, holds
+four cards while it extracts, slows down in its second hour, and ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from remote import timeline as hosttl
+from tui.services import timeline
+
+T0 = 1_764_460_000.0
+
+
+def record(run_dir: Path, cards: int = 8) -> timeline.Timeline:
+    rec = hosttl.Recorder(str(run_dir), T0, "20261130-015500-ab12", launched_at=T0 - 2)
+    now, batch = T0, 0
+    while now < T0 + 7200:
+        el = now - T0
+        phase = "loading" if el < 600 else "extracting" if el < 7100 else "finished"
+        if phase == "extracting":
+            batch += 3 if el < 3600 else 1
+        held = phase == "extracting"
+        gpus: list[dict[str, Any]] = [
+            {"index": i, "mem_used": (int(min(70, 10 + el / 60)) if held and i < 4 else 1) * 2 ** 30,
+             "util": (90 if el < 3600 else 55) if held and i < 4 else 0,
+             "power": 600 if held and i < 4 else 70, "processes": [{"pid": 7}] if held and i < 4 else []}
+            for i in range(cards)]
+        step = "shard %d/64" % min(64, int(el / 600 * 64)) if phase == "loading" else "batch %d" % batch
+        mark = ["shard", min(64, int(el / 600 * 64)), 64] if phase == "loading" else ["batch", batch]
+        rec.look(now, phase, step, mark, None, gpus if rec.sample_due(now) else None, [7])
+        now += 5.0
+    rec.event(now, "exit", code=0, signal=None)
+    rec.close()
+    return timeline.parse((run_dir / hosttl.TIMELINE_FILE).read_bytes())

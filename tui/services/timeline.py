@@ -1,0 +1,236 @@
+"""A run's timeline (``RUN_DIR/timeline.jsonl``, written on the host by the shim's pace
+thread, ``remote/timeline.py`` describes its lines), read on demand through the agent's
+``read_range`` and summed up for ``eagle3-tui runs show``.
+
+Every byte is host text: lines that are not a JSON object are skipped and counted,
+values of the wrong type are dropped, and every string is cleaned
+(``hosttext.clean_tree``) before anything shows it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from tui.protocol.hosttext import clean, clean_tree
+
+TIMELINE_FILE = "timeline.jsonl"
+READ_MAX = 4 * 1024 * 1024  # the agent's read_range limit; the host keeps the file under 2 MB
+DEFAULT_RUNS_DIR = "~/.cache/eagle3-tui/runs"
+_AFTER_LOAD = ("loaded", "extracting", "training", "evaluating", "serving", "finished")
+_OUTPUT = ("extracting", "training", "serving")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclass
+class Timeline:
+    """The parsed file: the header and the lines in order, ``t`` a float on each."""
+
+    header: dict[str, Any] = field(default_factory=dict)
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    bad_lines: int = 0
+
+    @property
+    def t0(self) -> float | None:
+        return _num(self.header.get("t0"))
+
+
+def parse(data: bytes) -> Timeline:
+    """The timeline of the file's bytes; a torn or foreign line is skipped, never fatal."""
+    tl = Timeline()
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8", "replace"))
+        except ValueError:
+            tl.bad_lines += 1
+            continue
+        if not isinstance(obj, dict):
+            tl.bad_lines += 1
+            continue
+        obj = clean_tree(obj)
+        if "v" in obj and not tl.header and not tl.lines:
+            tl.header = obj
+            continue
+        t = _num(obj.get("t"))
+        if t is None:
+            tl.bad_lines += 1
+            continue
+        obj["t"] = t
+        tl.lines.append(obj)
+    return tl
+
+
+def run_dir(cfg_runs_dir: str | None, run_id: str) -> str:
+    return posixpath.join(cfg_runs_dir or DEFAULT_RUNS_DIR, run_id)
+
+
+async def fetch(client: Any, runs_dir: str | None, run_id: str) -> Timeline | None:
+    """The run's timeline from the host, or None when it has none (an adopted run, one
+    launched before timelines, or one the agent cannot read)."""
+    path = posixpath.join(run_dir(runs_dir, run_id), TIMELINE_FILE)
+    try:
+        res = await client.request("read_range", path=path, offset=0, length=READ_MAX)
+    except Exception:  # noqa: BLE001 - no timeline is an answer, not an error
+        return None
+    try:
+        data = base64.b64decode(str(res.get("b64") or ""), validate=False)
+    except ValueError:
+        return None
+    return parse(data)
+
+
+def gpu_series(tl: Timeline) -> dict[int, list[tuple[float, list[Any]]]]:
+    """Per card: [(t, [mem_gib, util, power])] with each sample's unchanged cards filled in."""
+    out: dict[int, list[tuple[float, list[Any]]]] = {}
+    cards: list[int] = []
+    last: dict[int, list[Any]] = {}
+    for ln in tl.lines:
+        c = ln.get("c")
+        if isinstance(c, list) and all(isinstance(i, int) for i in c):
+            cards, last = list(c), {}
+        g = ln.get("g")
+        if not isinstance(g, list):
+            continue
+        for idx, vals in zip(cards, g):
+            if isinstance(vals, list) and len(vals) == 3:
+                last[idx] = [_num(v) for v in vals]
+            if idx in last:
+                out.setdefault(idx, []).append((ln["t"], last[idx]))
+    return out
+
+
+def _end(tl: Timeline) -> float | None:
+    ends = [ln["t"] for ln in tl.lines if ln.get("e") == "exit"]
+    if ends:
+        return ends[-1]
+    return tl.lines[-1]["t"] if tl.lines else None
+
+
+def _gpu_hours(tl: Timeline, end: float | None) -> float | None:
+    """Card-seconds the run held cards (``h`` = 1), from each card-set line to the next
+    or the end, in hours; None when the run was never seen holding a card."""
+    spans: list[tuple[float, int]] = []
+    for ln in tl.lines:
+        if isinstance(ln.get("c"), list):
+            spans.append((ln["t"], len(ln["c"]) if ln.get("h") == 1 else 0))
+    if not any(n for _, n in spans) or end is None:
+        return None
+    total = 0.0
+    for (t, n), nxt in zip(spans, [s[0] for s in spans[1:]] + [end]):
+        total += n * max(0.0, nxt - t)
+    return round(total / 3600.0, 4)
+
+
+def _throughput(tl: Timeline, phases: list[dict[str, Any]], end: float | None) -> list[dict[str, Any]]:
+    """Per phase: steps of its progress marks over its time."""
+    out = []
+    for i, ph in enumerate(phases):
+        start, stop = ph["t"], phases[i + 1]["t"] if i + 1 < len(phases) else end
+        marks = [(ln["t"], ln["m"]) for ln in tl.lines
+                 if isinstance(ln.get("m"), list) and len(ln["m"]) >= 2
+                 and isinstance(ln["m"][1], int) and start <= ln["t"] <= (stop if stop is not None else ln["t"])]
+        kinds = {m[0] for _, m in marks}
+        if len(marks) < 2 or len(kinds) != 1 or stop is None:
+            continue
+        steps = marks[-1][1][1] - marks[0][1][1]
+        span = marks[-1][0] - marks[0][0]
+        out.append({"phase": ph["phase"], "unit": clean(str(marks[0][1][0]), newline=False),
+                    "steps": steps, "seconds": round(span, 1),
+                    "per_s": round(steps / span, 3) if span > 0 else None})
+    return out
+
+
+def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What `runs show` prints: times are seconds since the launch (the header's
+    ``launched_at``, else the process start)."""
+    run = run or {}
+    t0 = tl.t0
+    launched = _num(tl.header.get("launched_at")) or t0
+    shift = (t0 - launched) if t0 is not None and launched is not None else 0.0
+    end = _end(tl)
+    phases = [{"phase": str(ln.get("phase")), "t": ln["t"]} for ln in tl.lines if ln.get("e") == "phase"]
+    load = next((p["t"] for p in phases if p["phase"] in _AFTER_LOAD), None)
+    first = next((p["t"] for p in phases if p["phase"] in _OUTPUT), None)
+    exits = [ln for ln in tl.lines if ln.get("e") == "exit"]
+    series = gpu_series(tl)
+    peak = {str(i): max((v[0] for _, v in s if v[0] is not None), default=None) for i, s in series.items()}
+    patch: dict[str, Any] = run["patch_state"] if isinstance(run.get("patch_state"), dict) else {}
+    attempts = [ln for ln in tl.lines if ln.get("e") == "attempts"]
+
+    def since_launch(t: float | None) -> float | None:
+        return round(t + shift, 1) if t is not None else None
+
+    return {
+        "run_id": run.get("run_id") or tl.header.get("run"),
+        "state": run.get("state"),
+        "outcome": _outcome(run, exits[-1] if exits else None),
+        "launched_at": launched,
+        "load_s": since_launch(load),
+        "first_output_s": since_launch(first),
+        "duration_s": since_launch(end),
+        "throughput": _throughput(tl, phases, end),
+        "gpu_hours": _gpu_hours(tl, end),
+        "peak_mem_gib": peak,
+        "attempts": len(run.get("attempts") or []) or max(_ints(a.get("n") for a in attempts), default=1),
+        "restarts": run["restarts"] if isinstance(run.get("restarts"), int) else max(
+            _ints(a.get("restarts") for a in attempts), default=0),
+        "patch_version": patch.get("version"),
+        "phases": [{"phase": p["phase"], "at": round(launched + p["t"] + shift, 1) if launched else None,
+                    "after_s": since_launch(p["t"])} for p in phases],
+        "events": [dict(ln, t=since_launch(ln["t"])) for ln in tl.lines
+                   if ln.get("e") not in (None, "phase")],
+        "timeline_points": sum(1 for ln in tl.lines if "g" in ln or "s" in ln),
+        "timeline_bad_lines": tl.bad_lines,
+    }
+
+
+def _ints(values: Any) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | None:
+    state = run.get("state")
+    code = run.get("exit_code")
+    sig = run.get("signal")
+    if exit_line is not None and code is None and sig is None:
+        code, sig = exit_line.get("code"), exit_line.get("signal")
+    if state in ("running", "pending"):
+        return str(state)
+    if sig:
+        return "%s (%s)" % (state or "ended", sig) if state == "killed" else "signal %s" % sig
+    if isinstance(code, int):
+        return "exit 0" if code == 0 else "exit %d" % code
+    return str(state) if state else None
+
+
+COMPARED = ("outcome", "load_s", "first_output_s", "duration_s", "gpu_hours", "attempts", "restarts",
+            "patch_version", "timeline_points")
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
+    """`runs compare`: two summaries side by side, with each one's throughput per phase,
+    peak memory per card, and where their argv and env differ (cleaned host text)."""
+    def rates(s: dict[str, Any]) -> dict[str, Any]:
+        return {t["phase"]: t.get("per_s") for t in s.get("throughput") or []}
+
+    argv_a, argv_b = list(run_a.get("argv") or []), list(run_b.get("argv") or [])
+    pa: dict[str, Any] = a.get("peak_mem_gib") or {}
+    pb: dict[str, Any] = b.get("peak_mem_gib") or {}
+    env_a: dict[str, Any] = run_a["env"] if isinstance(run_a.get("env"), dict) else {}
+    env_b: dict[str, Any] = run_b["env"] if isinstance(run_b.get("env"), dict) else {}
+    return {
+        "runs": [a.get("run_id"), b.get("run_id")],
+        "fields": {k: [a.get(k), b.get(k)] for k in COMPARED},
+        "throughput": {ph: [rates(a).get(ph), rates(b).get(ph)] for ph in {**rates(a), **rates(b)}},
+        "peak_mem_gib": {c: [pa.get(c), pb.get(c)] for c in sorted({*pa, *pb}, key=str)},
+        "argv": None if argv_a == argv_b else [argv_a, argv_b],
+        "env": {k: [env_a.get(k), env_b.get(k)] for k in sorted({*env_a, *env_b}) if env_a.get(k) != env_b.get(k)},
+    }
