@@ -92,6 +92,9 @@ class FleetScreen(Screen[None]):
         for feed in self.feeds.values():
             feed.listen(functools.partial(self._changed, feed))
             self.run_worker(feed.run(gate, RETRY_S), group="feeds", exit_on_error=False)
+        box = self.query_one("#fleet-filter", Input)
+        box.can_focus = False  # until `/`: the rows take the keys
+        self.query_one(FleetTable).focus()
         self._repaint()
         self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
 
@@ -142,6 +145,7 @@ class FleetScreen(Screen[None]):
         """`/`: the filter line, focused; each key narrows the rows at once."""
         box = self.query_one("#fleet-filter", Input)
         box.add_class("shown")
+        box.can_focus = True
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -154,6 +158,7 @@ class FleetScreen(Screen[None]):
         event.stop()
         if not event.value.strip():
             event.input.remove_class("shown")
+            event.input.can_focus = False
         self.query_one(FleetTable).focus()
 
     def action_clear_filter(self) -> None:
@@ -162,6 +167,7 @@ class FleetScreen(Screen[None]):
         box.value = ""
         self.filter_text = ""
         box.remove_class("shown")
+        box.can_focus = False
         self.query_one(FleetTable).focus()
         self._repaint()
 
