@@ -195,3 +195,31 @@ def test_config_hosts_list_fleet_table_and_hosts_file(tmp_path: Path) -> None:
                      ('[fleet]\nhosts = [""]\n', "fleet.hosts")]:
         with pytest.raises(ConfigFileError, match=why):
             parse_config(bad)
+
+
+def test_state_groups_free_sort_filter_and_summary() -> None:
+    def row(host: str, link: str = "ok", busy: int | None = 0, total: int | None = 8, live: int = 0,
+            failures: int = 0, stalled: str = "", run_text: str = "") -> fleet.HostRow:
+        return fleet.HostRow(host, link, link, busy, total, None, None, live, live, run_text, failures, "", stalled)
+
+    rows = [row("quiet"), row("busy", busy=6, live=1, run_text="20261130-aaaa extracting 3/16"),
+            row("broken", busy=2, failures=2), row("down", "error", None, None), row("stuck", busy=8, live=1,
+            stalled="stalled"), row("new", "connecting", None, None), row("idle0", busy=1)]
+    assert [fleet.host_state(r) for r in rows] == ["idle", "running", "failed", "unreachable", "stalled",
+                                                   "connecting", "running"]
+    # free GPUs, most first; hosts not seen yet last
+    assert [r.host for r in fleet.sort_rows(rows, "free")] == ["quiet", "idle0", "broken", "busy", "stuck",
+                                                               "down", "new"]
+    # grouped: failed, unreachable, stalled, running, idle, connecting; the sort inside each
+    assert [r.host for r in fleet.arrange(rows, "host")] == ["broken", "down", "stuck", "busy", "idle0",
+                                                             "quiet", "new"]
+    assert [r.host for r in fleet.arrange(rows, "host", group=False)] == sorted(r.host for r in rows)
+    # the filter: host name, state word or run, every word, any case
+    assert [r.host for r in fleet.arrange(rows, "host", text="IDLE")] == ["idle0", "quiet"]  # name, state
+    assert [r.host for r in fleet.arrange(rows, "host", text="running idle")] == ["idle0"]
+    assert [r.host for r in fleet.arrange(rows, "host", text="extracting 3/16")] == ["busy"]
+    assert [r.host for r in fleet.arrange(rows, "host", text="unreachable")] == ["down"]
+    assert [r.host for r in fleet.arrange(rows, "free", text="  ")] == [r.host for r in fleet.arrange(rows, "free")]
+    assert fleet.arrange(rows, "host", text="[b]") == []  # no markup, no regex: plain words
+    assert fleet.summary(rows) == "7 hosts · 17/40 GPUs busy · 2 failures · 1 unreachable · 1 connecting"
+    assert fleet.summary(rows[:1]) == "1 host · 0/8 GPUs busy · 0 failures · 0 unreachable"

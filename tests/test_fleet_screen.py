@@ -61,7 +61,11 @@ async def test_fleet_rows_sort_and_enter_esc(fleet_hosts: FleetHosts, tmp_path: 
         assert rows["newkey"].link == "error" and "host key" in rows["newkey"].link_text.lower()
         assert rows["silent"].link == "error"
         assert rows["h01"].gpus_total is not None and rows["h01"].hostname
-        assert [r.host for r in screen.rows] == sorted(order)  # by host name first
+        # grouped by state, by host name within: the unreachable hosts, then the idle ones
+        assert [r.host for r in screen.rows] == ["newkey", "refusing", "silent", "h01", "h02", "h03"]
+        assert "6 hosts · " in str(screen.query_one("#fleet-title").render())
+        await pilot.press("g")  # grouping off: by host name alone
+        assert [r.host for r in screen.rows] == sorted(order)
         await pilot.press("s")  # by link: the hosts that need a look first
         assert screen.sort_key == "link" and [r.link for r in screen.rows][:3] == ["error"] * 3
         table = screen.query_one("#fleet")

@@ -4,7 +4,10 @@ Pure: no I/O, no Textual. The fleet screen and `eagle3-tui status --json h1 h2 �
 read their per-host summary from here: the link (connecting / ok / stale / lost /
 the connection's own one-line error), GPUs busy of total, GPU memory used, the live
 runs with the selected run's phase and progress, failures and stalls. `sort_rows`
-orders them by one of `SORT_KEYS` (the fleet's `s` key cycles through them).
+orders them by one of `SORT_KEYS` (the fleet's `s` key cycles through them), grouped
+by `host_state` (failed, unreachable, stalled, running, idle, connecting) unless the
+`g` key turns grouping off; `matches` is the `/` filter and `summary` the line above
+the table.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from tui.state.format import gib
 from tui.state.model import AppState, Gpu, Run
 
 BUSY_UTIL = 5.0  # % utilisation above which a GPU with no listed process counts as busy
-SORT_KEYS = ("host", "link", "gpus", "memory", "runs", "failures")
+SORT_KEYS = ("host", "link", "gpus", "free", "memory", "runs", "failures")
+# A host's state, in the order grouping shows them: the hosts that need a look first.
+STATES = ("failed", "unreachable", "stalled", "running", "idle", "connecting")
 # Link kinds in the order a "link" sort puts them: the hosts that need a look first.
 _LINK_ORDER = {"error": 0, "lost": 1, "stale": 2, "connecting": 3, "ok": 4}
 _FAILED = ("failed", "lost")
@@ -132,15 +137,70 @@ def _sum(values: Any) -> int | None:
     return int(sum(nums)) if nums else None
 
 
+def host_state(row: HostRow) -> str:
+    """One word of STATES: failed (a failed run or log), unreachable (no connection, or
+    lost), stalled (a stalled or hung run), running (a live run or a busy GPU), idle,
+    connecting (no first snapshot yet)."""
+    if row.failures:
+        return "failed"
+    if row.link in ("error", "lost"):
+        return "unreachable"
+    if row.stalled:
+        return "stalled"
+    if row.gpus_total is None:
+        return "connecting"
+    return "running" if row.live or row.gpus_busy else "idle"
+
+
+def free_gpus(row: HostRow) -> int | None:
+    """GPUs with no process and no load; None until the first snapshot."""
+    return None if row.gpus_total is None else row.gpus_total - (row.gpus_busy or 0)
+
+
+def matches(row: HostRow, text: str) -> bool:
+    """The `/` filter: every word of `text` (any case) is in the host's name, its
+    state, its link or its run (id, phase, progress)."""
+    hay = " ".join((row.host, host_state(row), row.link, row.link_text, row.run_text)).casefold()
+    return all(word in hay for word in text.casefold().split())
+
+
+def summary(rows: list[HostRow]) -> str:
+    """`256 hosts · 1500/2048 GPUs busy · 3 failures · 2 unreachable` (GPUs of the hosts
+    seen so far; a host with several failed runs counts each)."""
+    total = sum(r.gpus_total or 0 for r in rows)
+    busy = sum(r.gpus_busy or 0 for r in rows)
+    failures = sum(r.failures for r in rows)
+    down = sum(1 for r in rows if r.link in ("error", "lost"))
+    parts = [f"{len(rows)} host{'s' if len(rows) != 1 else ''}", f"{busy}/{total} GPUs busy",
+             f"{failures} failure{'s' if failures != 1 else ''}", f"{down} unreachable"]
+    waiting = sum(1 for r in rows if r.link == "connecting")
+    if waiting:
+        parts.append(f"{waiting} connecting")
+    return " · ".join(parts)
+
+
+def arrange(rows: list[HostRow], key: str, group: bool = True, text: str = "") -> list[HostRow]:
+    """The rows the fleet shows: those that match `text`, sorted by `key`, and with
+    `group` the failed hosts first, then unreachable, stalled, running, idle, connecting
+    (sorted by `key` within each)."""
+    shown = sort_rows([r for r in rows if matches(r, text)] if text.strip() else rows, key)
+    if group:
+        shown.sort(key=lambda r: STATES.index(host_state(r)))  # stable: `key` within a group
+    return shown
+
+
 def sort_rows(rows: list[HostRow], key: str) -> list[HostRow]:
     """Rows ordered by `key` (one of SORT_KEYS): by name ascending; link problems,
-    busy GPUs, memory, live runs and failures largest first; ties by host name."""
+    busy GPUs, free GPUs, memory, live runs and failures largest first (hosts not seen
+    yet last for free GPUs); ties by host name."""
     if key == "host":
         return sorted(rows, key=lambda r: r.host)
     if key == "link":
         return sorted(rows, key=lambda r: (_LINK_ORDER.get(r.link, 9), r.host))
     if key == "gpus":
         return sorted(rows, key=lambda r: (-(r.gpus_busy or 0), -(r.gpus_total or 0), r.host))
+    if key == "free":
+        return sorted(rows, key=lambda r: (free_gpus(r) is None, -(free_gpus(r) or 0), r.host))
     if key == "memory":
         return sorted(rows, key=lambda r: (-(r.mem_used or 0), r.host))
     if key == "runs":

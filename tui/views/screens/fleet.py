@@ -4,7 +4,9 @@ Every host has its own `HostFeed`, started here with at most `limit` connections
 flight (one `asyncio.Semaphore`), so a slow, refusing or unknown-key host holds one
 slot and shows its own one-line error while the others fill in. `enter` opens the
 host under the cursor in its dashboard (the same feed: no second connection), `esc`
-comes back; `s` cycles the sort column. Rows come from `tui.state.fleet`.
+comes back; `s` cycles the sort column, `g` turns grouping by state (failed first)
+off and on, `/` filters by host name, state or run (enter keeps the filter, esc
+clears it). The line at the top sums the fleet up. Rows come from `tui.state.fleet`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
@@ -56,6 +58,9 @@ class FleetScreen(Screen[None]):
         Binding("question_mark", "app.help", "Help", key_display="?"),
         Binding("enter", "open_host", "Open host"),
         Binding("s", "sort", "Sort"),
+        Binding("g", "group", "Group"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
     def __init__(self, feeds: dict[str, HostFeed], limit: int) -> None:
@@ -63,6 +68,9 @@ class FleetScreen(Screen[None]):
         self.feeds = feeds
         self.limit = limit
         self.sort_key = "host"
+        self.group = True  # failed, unreachable, stalled, running, idle, connecting
+        self.filter_text = ""
+        self.all_rows: list[fleet.HostRow] = []  # every host, before the filter
         self.rows: list[fleet.HostRow] = []
         self.first_full_frame: float | None = None  # monotonic time every row was settled
         self.frames = 0
@@ -70,14 +78,23 @@ class FleetScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
+        yield Input(placeholder="filter: host, state or run (enter keeps it, esc clears it)", id="fleet-filter")
         yield FleetTable(id="fleet")
         yield ModeFooter()
+
+    DEFAULT_CSS = """
+    FleetScreen #fleet-filter { display: none; height: 1; border: none; padding: 0 1; }
+    FleetScreen #fleet-filter.shown { display: block; }
+    """
 
     def on_mount(self) -> None:
         gate = asyncio.Semaphore(self.limit)
         for feed in self.feeds.values():
             feed.listen(functools.partial(self._changed, feed))
             self.run_worker(feed.run(gate, RETRY_S), group="feeds", exit_on_error=False)
+        box = self.query_one("#fleet-filter", Input)
+        box.can_focus = False  # until `/`: the rows take the keys
+        self.query_one(FleetTable).focus()
         self._repaint()
         self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
 
@@ -94,14 +111,14 @@ class FleetScreen(Screen[None]):
         self._due = False
         now = time.time()
         rows = [fleet.host_row(h, f.state, now, f.error, f.retry_at) for h, f in self.feeds.items()]
-        self.rows = fleet.sort_rows(rows, self.sort_key)
+        self.all_rows = rows
+        self.rows = fleet.arrange(rows, self.sort_key, self.group, self.filter_text)
         table = self.query_one(FleetTable)
         table.sync({r.host: self._cells(r) for r in self.rows})
-        counts = {k: sum(1 for r in rows if r.link == k) for k in ("ok", "stale", "lost", "error", "connecting")}
-        summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-        set_content(self.query_one("#fleet-title", Static),
-                    f" eagle3-tui fleet: {len(rows)} hosts ({summary}) · sorted by {self.sort_key} (s)"
-                    " · enter opens a host")
+        how = f"sorted by {self.sort_key} (s)" + (", grouped by state (g)" if self.group else "")
+        if self.filter_text.strip():
+            how = f"{len(self.rows)} shown of filter {self.filter_text.strip()!r} (/) · " + how
+        set_content(self.query_one("#fleet-title", Static), f" fleet: {fleet.summary(rows)} · {how}")
         self.frames += 1
         settled = all(r.link == "error" or (r.link != "connecting" and r.gpus_total is not None) for r in rows)
         if self.first_full_frame is None and settled:  # every host shown with its first snapshot
@@ -110,7 +127,7 @@ class FleetScreen(Screen[None]):
     @staticmethod
     def _cells(row: fleet.HostRow) -> tuple[Any, ...]:
         host, link, gpus, mem, runs, run, fail = fleet.cells(row)
-        return (host, Text(link, style=LINK_STYLE.get(row.link, "")), gpus, mem, runs, run,
+        return (Text(host), Text(link, style=LINK_STYLE.get(row.link, "")), Text(gpus), Text(mem), Text(runs), Text(run),
                 Text(fail, style="bold red" if fail else ""))
 
     def selected_host(self) -> str | None:
@@ -118,6 +135,40 @@ class FleetScreen(Screen[None]):
 
     def action_sort(self) -> None:
         self.sort_key = fleet.next_sort(self.sort_key)
+        self._repaint()
+
+    def action_group(self) -> None:
+        self.group = not self.group
+        self._repaint()
+
+    def action_filter(self) -> None:
+        """`/`: the filter line, focused; each key narrows the rows at once."""
+        box = self.query_one("#fleet-filter", Input)
+        box.add_class("shown")
+        box.can_focus = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.filter_text = event.value
+        self._repaint()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """enter: keep the filter, back to the rows (hidden when it is empty)."""
+        event.stop()
+        if not event.value.strip():
+            event.input.remove_class("shown")
+            event.input.can_focus = False
+        self.query_one(FleetTable).focus()
+
+    def action_clear_filter(self) -> None:
+        """esc: the filter cleared and hidden, every host shown again."""
+        box = self.query_one("#fleet-filter", Input)
+        box.value = ""
+        self.filter_text = ""
+        box.remove_class("shown")
+        box.can_focus = False
+        self.query_one(FleetTable).focus()
         self._repaint()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
