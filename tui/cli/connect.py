@@ -115,18 +115,8 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
         run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
         run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
-    from tui.services.headless import describe_end, succeeded
-
-    where = f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}"
-    if run is None:
-        fail(f"the demo run was never launched; {where}", EXIT_FAILED)
-    elif run.get("state") == "running":
-        fail(f"demo run {run['run_id']} is still running (watch it: eagle3-tui --config "
-             f"{paths.config} connect); {where}", EXIT_FAILED)
-    elif not succeeded(run):
-        fail(f"demo run {run['run_id']} did not finish: {describe_end(run)} "
-             f"(log: {run.get('log')}); {where}", EXIT_FAILED)
-    click.echo(f"demo run {run['run_id']} finished; {where}")
+    _say_end("demo run", run, paths.config,
+             f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}")
     if train:
         _demo_train(obj, paths, headless, timeout)
 
@@ -137,7 +127,6 @@ def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> 
 
     from tui.services.demo import DemoError
     from tui.services.demo_train import build_train
-    from tui.services.headless import describe_end, succeeded
 
     click.echo("preparing the training stage (the first time installs transformers 4.x and "
                "speculators into train-venv/, ~1 min)…", err=True)
@@ -160,16 +149,22 @@ def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> 
         run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
         run = next((r for r in reversed(runs) if r.get("name") == cfg.run.name and not r.get("external")), None)
-    where = f"drafter checkpoints: {tp.save}/; config: {tp.config}"
+    _say_end("training run", run, tp.config, f"drafter checkpoints: {tp.save}/; config: {tp.config}")
+
+
+def _say_end(what: str, run: dict[str, Any] | None, config: Any, where: str) -> None:
+    """A demo stage's outcome in one line: finished (exit 0 follows), else why not (exit 1)."""
+    from tui.services.headless import describe_end, succeeded
+
     if run is None:
-        fail(f"the training run was never launched; {where}", EXIT_FAILED)
+        fail(f"the {what} was never launched; {where}", EXIT_FAILED)
     elif run.get("state") == "running":
-        fail(f"training run {run['run_id']} is still running (watch it: eagle3-tui --config "
-             f"{tp.config} connect); {where}", EXIT_FAILED)
+        fail(f"{what} {run['run_id']} is still running (watch it: eagle3-tui --config "
+             f"{config} connect); {where}", EXIT_FAILED)
     elif not succeeded(run):
-        fail(f"training run {run['run_id']} did not finish: {describe_end(run)} "
+        fail(f"{what} {run['run_id']} did not finish: {describe_end(run)} "
              f"(log: {run.get('log')}); {where}", EXIT_FAILED)
-    click.echo(f"training run {run['run_id']} finished; {where}")
+    click.echo(f"{what} {run['run_id']} finished; {where}")
 
 
 async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
