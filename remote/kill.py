@@ -96,7 +96,7 @@ class _Finder:
                 pid = stats[pid]["ppid"]
             if root["sid"] != ext_root[0]:
                 self.never.add(root["sid"])
-        same_boot = abs(float(self.m.get("boot_time") or 0) - procfs.boot_time()) < 2.0
+        same_boot = rundir.same_boot(self.m, procfs.boot_time())
         # Once exit.json exists the shim saw every process of the run end, so the
         # manifest's numbers may name strangers now: only the marker and the tree count.
         self.use_ids = same_boot and not ended

@@ -19,11 +19,26 @@ _USERS: Dict[int, str] = {}
 
 
 _BTIME: List[float] = []
+_BOOT_ID: List[Optional[str]] = []
+
+
+def boot_id() -> Optional[str]:
+    """This boot's random id (/proc/sys/kernel/random/boot_id), or None where the
+    kernel has none. Unlike btime it never moves when the wall clock is stepped."""
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+                _BOOT_ID.append(f.read().decode("ascii", "replace").strip() or None)
+        except OSError:
+            _BOOT_ID.append(None)
+    return _BOOT_ID[0]
 
 
 def boot_time() -> float:
     """Seconds since the epoch at which the host booted (from /proc/stat btime; read
-    once per process, since it cannot change while we run)."""
+    once per process). The kernel derives btime from the wall clock, so it moves when
+    the clock is stepped (NTP on a fresh machine): good for showing start times, not
+    for telling boots apart — that is `boot_id`."""
     if not _BTIME:
         with open("/proc/stat", "rb") as f:
             for line in f:

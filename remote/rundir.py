@@ -118,6 +118,16 @@ def pid_alive(pid: int | None, ticks: int | None) -> bool:
     return st is not None and st["start_ticks"] == ticks and st["state"] not in ("Z", "X")
 
 
+def same_boot(manifest: dict, btime: float) -> bool:
+    """True when the manifest was written during this boot, so its pids and start ticks
+    still mean the same processes. The boot id decides; btime (which a clock step moves)
+    only for a manifest written before boot ids were recorded."""
+    then, now = manifest.get("boot_id"), procfs.boot_id()
+    if isinstance(then, str) and now is not None:
+        return then == now
+    return abs(float(manifest.get("boot_time") or 0) - btime) < 2.0
+
+
 def name_from_argv(argv: list[str]) -> str:
     """A short human name: the script or module a Python command runs, else argv[0]."""
     if not argv:
@@ -145,7 +155,7 @@ def run_path(runs_dir: str, run_id: str) -> str:
 
 # Fields of a run record that only a started run (its manifest) can fill.
 _STARTED_ONLY = ("host", "user", "pid", "pgid", "sid", "start_ticks", "start_time",
-                 "shim_pid", "shim_start_ticks", "boot_time", "subreaper")
+                 "shim_pid", "shim_start_ticks", "boot_time", "boot_id", "subreaper")
 
 
 def failed_record(run_dir: str) -> dict | None:
@@ -190,13 +200,13 @@ def record(run_dir: str, btime: float) -> dict | None:
     for key in ("pid", "pgid", "sid", "start_ticks", "shim_pid", "shim_start_ticks"):
         if not isinstance(rec.get(key), int):
             rec[key] = None
-    same_boot = abs(float(rec.get("boot_time") or 0) - btime) < 2.0
+    this_boot = same_boot(rec, btime)
     # exit.reserve: the shim's exit record written into its reserved space (a full disk)
     exit_info = read_json(os.path.join(run_dir, "exit.json")) or read_json(os.path.join(run_dir, EXIT_RESERVE))
     killed = read_json(os.path.join(run_dir, "killed.json"))
     exit_info = exit_info if isinstance(exit_info, dict) else None
     killed = killed if isinstance(killed, dict) else None
-    alive = same_boot and (
+    alive = this_boot and (
         pid_alive(rec["pid"], rec["start_ticks"]) or pid_alive(rec["shim_pid"], rec["shim_start_ticks"])
     )
     # exit.json is written only once every process is gone, so it wins over liveness.

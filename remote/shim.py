@@ -191,6 +191,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         "shim_pid": os.getpid(),
         "shim_start_ticks": me.get("start_ticks"),
         "boot_time": btime,
+        "boot_id": procfs.boot_id(),
         "subreaper": subreaper,
         "launched_at": req.get("launched_at"),
         "patch_state": req.get("patch_state"),

@@ -348,6 +348,26 @@ def test_concurrent_launches_exactly_one_wins(env):
     assert [r["run_id"] for r in runner.list_runs(env.runs)] == [wins[0]["ok"]]
 
 
+def test_a_stepped_clock_leaves_a_live_run_running_and_killable(env, monkeypatch):
+    """btime in /proc/stat is wall clock minus uptime, so an NTP step moves it: the
+    boot id, not btime, says whether a manifest's pids are still this boot's."""
+    rec = launch_sleeper(env)
+    monkeypatch.setattr(procfs, "_BTIME", [procfs.boot_time() + 90.0])  # the clock jumped 90 s
+    (now,) = runner.list_runs(env.runs)
+    assert now["state"] == "running"
+    report = killer.kill(env.runs, rec["run_id"], graces=(0.2, 0.2), gpu_wait=0)
+    assert report["ok"] and not alive(rec["pid"], rec["start_ticks"])
+    # another boot: the recorded pids may name strangers now, so the run is lost, not running
+    rec2 = launch_sleeper(env, name="other")
+    path = Path(env.runs, rec2["run_id"], "manifest.json")
+    manifest = json.loads(path.read_text())
+    assert manifest["boot_id"] == procfs.boot_id() and procfs.boot_id()
+    path.write_text(json.dumps(dict(manifest, boot_id="another-boot")))
+    assert {r["run_id"]: r["state"] for r in runner.list_runs(env.runs)}[rec2["run_id"]] == "lost"
+    path.write_text(json.dumps(manifest))
+    assert killer.kill(env.runs, rec2["run_id"], graces=(0.2, 0.2), gpu_wait=0)["ok"]
+
+
 def test_relaunch_refused_while_alive_then_allowed_after_kill(env):
     first = launch_sleeper(env)
     with pytest.raises(runner.RunnerError) as err:
