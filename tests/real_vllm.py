@@ -5,8 +5,11 @@ worker modules import. tests/test_real_vllm.py runs everything in subprocesses w
 PYTHONPATH set to it, ahead of the venv (vLLM 0.16 needs transformers < 5).
 
 The cache is `$EAGLE3_TUI_TEST_CACHE` (or ~/.cache/eagle3-tui-tests)/vllm-0.16.0-pyXY: the
-wheel (~500 MB) is downloaded once and kept there, the environment built once, under a
-file lock, and reused while its `.complete` marker exists. Without network and without a
+environment is built once, under a file lock, and reused while its `.complete` marker
+exists. The wheel (~500 MB) is deleted once installed, and with a CPU torch so are the
+wheel's compiled kernels (1.2 GB; every one of them links libcudart, which a CPU torch
+does not bring, so none can load there): the tier reads vLLM's Python, never its
+kernels, and the environment stays ~0.7 GB instead of 2.4. Without network and without a
 cache the tier is skipped with the reason -- except under CI (`CI` set), where that is a
 one-line failure.
 """
@@ -70,8 +73,21 @@ def build(root: Path) -> dict[str, float]:
     _pip("install", "--no-deps", "--no-compile", "--target", str(tmp), str(root / WHEEL), *DEPS)
     shutil.rmtree(root / "site", ignore_errors=True)
     tmp.rename(root / "site")
+    (root / WHEEL).unlink()
     times["install"] = time.monotonic() - t
+    _drop_kernels_cpu_torch_cannot_load(root / "site")
     return times
+
+
+def _drop_kernels_cpu_torch_cannot_load(site: Path) -> None:
+    """Delete vLLM's CUDA kernels (`*.so` under site/vllm) when this interpreter's torch
+    is a CPU build: they need libcudart, so importing one fails either way (an
+    ImportError, which vLLM's optional imports already handle)."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.version.cuda)"],
+                           capture_output=True, text=True, timeout=120, check=False)
+    if probe.returncode == 0 and probe.stdout.strip() == "None":
+        for lib in (site / "vllm").rglob("*.so"):
+            lib.unlink()
 
 
 def _installed(root: Path) -> str:
@@ -85,6 +101,9 @@ def ensure() -> Path:
     root = env_dir()
     wanted = "\n".join([VLLM, *DEPS]) + "\n"
     if (root / ".complete").is_file() and _installed(root) == wanted:
+        if (root / WHEEL).is_file():  # an environment built before the wheel was dropped
+            (root / WHEEL).unlink(missing_ok=True)
+            _drop_kernels_cpu_torch_cannot_load(root / "site")
         return root / "site"
     root.mkdir(parents=True, exist_ok=True)
     with open(root.with_name(root.name + ".lock"), "w") as lock:
