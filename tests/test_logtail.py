@@ -68,3 +68,21 @@ async def test_a_line_after_a_quiet_spell_is_drawn_within_a_frame_and_a_flood_is
         await pilot.pause(BUSY_S + 0.2)
         assert list(view.lines)[-1] == f"line {n - 1}"  # everything arrived on screen
         assert len(drawn) <= 2.0 / BUSY_S + 3, drawn  # ~2 repaints a second, not 50
+
+
+async def test_the_newest_line_stays_in_sight_when_a_wide_line_brings_the_scrollbar() -> None:
+    """A line wider than the pane adds a horizontal scrollbar, which takes a row: the
+    view still ends on the newest line, and keeps following as more arrive."""
+    app = _PaneApp()
+    async with app.run_test(size=(80, 12)) as pilot:
+        pane, view = app.query_one(LogPane), app.query_one(TailLog)
+        rows = [f"line {i}" for i in range(30)]
+        pane.show(LogTail(path="/srv/x.log", lines=tuple(rows), offset=1))
+        await pilot.pause(0.1)
+        for i in range(3):
+            rows.append(f"wide {i} " + "w" * 200)
+            pane.show(LogTail(path="/srv/x.log", lines=tuple(rows), offset=2 + i))
+            await pilot.pause(0.3)
+            assert view.scroll_y == view.max_scroll_y
+            shown = [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
+            assert shown[-1].startswith(f"wide {i} "), shown[-3:]

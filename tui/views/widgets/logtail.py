@@ -119,6 +119,9 @@ class TailLog(ScrollView, can_focus=True):
         self.refresh()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
+            # A first wide line brings the horizontal scrollbar, which takes a row only
+            # once laid out: end again then, or the newest line sits under the bar.
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
 
     def clear(self) -> None:
         self._rows.clear()
