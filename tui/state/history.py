@@ -4,8 +4,8 @@ command say (the run record's ``expected_load_s``, kept by the shim from
 
 Before the first shard is in, the only estimate is history's: "ETA ~19:40 from last
 run". Once shards come, the run's own bar projects the load (time since the launch +
-the bar's ETA) and the line says how that compares: "slower than last time: ~24:10 vs
-19:40". Within ``SAME`` of history it is "as last time".
+the bar's ETA) and the line says how that compares: "slower than last time (19:40):
+~24:10". Within ``SAME`` of history it is "as last time".
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def load_line(run: Run | None, shards: list[Any], phase: str | None, now: float)
         left = expected - elapsed
         if left >= 0:
             return f"ETA ~{duration(left)} {basis(run.expected_load_runs)} (its load took {duration(expected)})"
-        return f"slower than last time: {duration(elapsed)} so far, the load took {duration(expected)}"
+        return f"slower than last time ({duration(expected)}): {duration(elapsed)} so far"
     left_s = [_left(sp) for sp in under_way]
     if any(v is None for v in left_s):
         return f"under way; last time the load took {duration(expected)}"
@@ -48,7 +48,7 @@ def load_line(run: Run | None, shards: list[Any], phase: str | None, now: float)
         word = "faster than last time"
     else:
         word = "as last time"
-    return f"{word}: load ~{duration(projected)} vs {duration(expected)}"
+    return f"{word} ({duration(expected)}): ~{duration(projected)}"
 
 
 def _left(sp: Any) -> float | None:
