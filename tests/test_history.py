@@ -75,6 +75,7 @@ async def test_a_second_launch_shows_the_history_eta(tmp_path: Path, monkeypatch
         s = json.loads(live.stdout)
         assert s["state"] == "running" and s["expected_load_s"] == took and s["expected_load_runs"] == [run_a], s
         text = _e3("runs", "show", "local", run_b, cwd=tmp_path).stdout
+        (tmp_path / "show.txt").write_text(text)
         assert f"expected     {took:.1f} s (from last run of this command here)" in text, text
 
         cfg = parse_config((tmp_path / "eagle3.toml").read_text())

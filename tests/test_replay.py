@@ -23,6 +23,7 @@ from tests.test_tmux import screen, wait_screen
 from tui.services import replay
 from tui.services.config import Config, RunConfig
 from tui.views.app import make_app
+from tui.views.screens.timeline import TimelineScreen
 from tui.views.widgets.gpus import GpuPanel
 from tui.views.widgets.logtail import TailLog
 from tui.views.widgets.progress import RunProgress
@@ -81,9 +82,14 @@ async def test_a_replay_mid_run_shows_the_progress_and_the_host_text_as_text(tmp
         rows = list(app.query_one(TailLog).lines)  # what the pane holds to draw
         assert "[red]not markup[/red] host text stays text" in rows[1], rows[:3]
         assert not any("\x1b" in r or "\x07" in r for r in rows), rows[:3]
-        assert await app.screen.feed.client.request("configure") == {}
+        feed = app.screen.feed
+        await pilot.press("t")  # the timeline so far, from the replay's read_range
+        await until(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        assert app.screen.tl is not None and app.screen.tl.lines[-1]["t"] <= 40.0
+        assert [ln["phase"] for ln in app.screen.tl.lines if ln.get("e") == "phase"] == ["starting", "loading"]
+        assert await feed.client.request("configure") == {}
         with pytest.raises(Exception, match="a replay changes nothing"):
-            await app.screen.feed.client.request("kill", run_id="x")
+            await feed.client.request("kill", run_id="x")
 
 
 async def test_a_replay_plays_to_the_end(tmp_path: Path) -> None:
