@@ -59,6 +59,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         got = _e3("replay", arg, cwd=tmp_path)
         assert got.returncode == 2 and said in got.stderr, (arg, got)
         assert got.stderr.count("\n") == 1 and "\x1b" not in got.stderr, got.stderr
+    replay_fixture.record(tmp_path / "runs" / replay_fixture.RUN_ID)  # a run id of the local runs dir
+    found = _e3("replay", replay_fixture.RUN_ID, cwd=tmp_path)
+    assert found.returncode == 2 and "replay needs a terminal" in found.stderr, found  # found, then no screen
     speed = _e3("replay", str(norec), "--speed", "0", cwd=tmp_path)
     assert speed.returncode == 2 and "--speed" in speed.stderr
 
