@@ -343,7 +343,7 @@ def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
             found: Optional[List[Dict[str, Any]]], pids: List[int]) -> None:
     try:
         recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
-                      [p for _, p in pace.transitions])
+                      [p for _, p in pace.transitions], offset=pace.offset)
         pace.transitions = []
         recorder.attempts(now, run_dir, load_json)
     except Exception:  # the timeline must never take the pace down

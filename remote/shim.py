@@ -20,9 +20,10 @@ import time
 from typing import Any
 
 try:  # imported as remote.shim (tests, client) or as a top-level module (host)
-    from . import atomicfile, pace, procfs, restart, rundir, timeline
+    from . import atomicfile, history, pace, procfs, restart, rundir, timeline
 except ImportError:
     import atomicfile  # type: ignore[no-redef]
+    import history  # type: ignore[no-redef]
     import pace  # type: ignore[no-redef]
     import procfs  # type: ignore[no-redef]
     import restart  # type: ignore[no-redef]
@@ -197,6 +198,10 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         "patch_state": req.get("patch_state"),
         "log": os.path.abspath(log),
     }
+    try:  # the last loads of this argv on this host (history.py); never costs the run
+        manifest.update(history.expected_load(os.path.dirname(run_dir), run_id, req["argv"], manifest["host"]))
+    except Exception:  # noqa: BLE001 - no history is an answer
+        manifest.update(expected_load_s=None, expected_load_runs=[])
     reserve = reserve_exit(run_dir)  # before the run can fill the disk
     atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching

@@ -15,6 +15,9 @@ Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
 * ``{"t": T, "s": STEP, "m": MARK}`` -- progress (pace's step label and mark: shard
   ``["shard", n, total]``, ``["batch", n]``, ``["train", n]``, ``["lines", n]``); with
   ``g`` on the same line when both fall due together.
+* ``"o": BYTES`` on a sample or a ``phase`` event -- how much of the run's log pace had
+  read by then (written when it changed): what lets a replay (``eagle3-tui replay``)
+  play the log in step with the rest.
 * ``{"t": T, "e": KIND, ...}`` -- an event: ``phase`` (``phase``), ``idle`` /
   ``awake`` (the run's CPU and GPUs stood still after its load; pace's ``idle_since``),
   ``attempts`` (the restart supervisor's ``restarts``, ``note``, ``restart_at``, the
@@ -79,6 +82,7 @@ class Recorder:
         self.phase: Optional[str] = None
         self.idle = False
         self.attempts_mtime: Optional[float] = None
+        self.offset: Optional[int] = None  # the log bytes read, as last written
         try:
             self.fd = trust.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
                                       "timeline")
@@ -108,18 +112,18 @@ class Recorder:
 
     def look(self, now: float, phase: str, step: Any, mark: Any, idle_since: Optional[float],
              gpus: Optional[List[Dict[str, Any]]], pids: List[int],
-             passed: Optional[List[str]] = None) -> None:
+             passed: Optional[List[str]] = None, offset: Optional[int] = None) -> None:
         """One tick of the pace loop: a phase change or idle change at once (``passed``:
         every phase entered since the last look, so one left within a tick is kept too);
         progress and ``gpus`` (a reading made because `sample_due` said so, else None)
-        when due."""
+        when due; ``offset``: the log bytes pace has read, kept with both."""
         for p in (passed or [])[:32]:
             if p != self.phase:
                 self.phase = p
-                self.event(now, "phase", phase=p)
+                self.event(now, "phase", phase=p, **self._offset(offset))
         if phase != self.phase:
             self.phase = phase
-            self.event(now, "phase", phase=phase)
+            self.event(now, "phase", phase=phase, **self._offset(offset))
         if (idle_since is not None) != self.idle:
             self.idle = idle_since is not None
             self.event(now, "idle" if self.idle else "awake")
@@ -132,8 +136,15 @@ class Recorder:
             rec.update(s=step, m=mark)
         if gpus:
             self._cards(rec, gpus, pids)
+        rec.update(self._offset(offset))
         if len(rec) > 1:
             self._write(rec)
+
+    def _offset(self, offset: Optional[int]) -> Dict[str, Any]:
+        if not isinstance(offset, int) or offset == self.offset:
+            return {}
+        self.offset = offset
+        return {"o": offset}
 
     def _cards(self, rec: Dict[str, Any], gpus: List[Dict[str, Any]], pids: List[int]) -> None:
         held = [g for g in gpus if any(p.get("pid") in pids for p in g.get("processes") or [])]

@@ -156,14 +156,14 @@ def test_the_file_is_never_opened_through_a_symlink_or_twice(tmp_path: Path) -> 
 
 def test_a_day_on_eight_cards_stays_under_two_megabytes(tmp_path: Path) -> None:
     """24 h at the shim's pace, every card changing every sample (the worst case), a new
-    progress step every sample: the file stays under MAX_BYTES."""
+    progress step and more log every sample: the file stays under MAX_BYTES."""
     rec = hosttl.Recorder(str(tmp_path), 0.0, "day")
     now, n = 0.0, 0
     while now < 86400:
         gpus = [{"index": i, "mem_used": (70 + (n + i) % 9) * 2 ** 30, "util": (n * 7 + i) % 101,
                  "power": 300 + (n * 13 + i) % 400, "processes": [{"pid": 1}]} for i in range(8)]
         rec.look(now, "extracting", "batch %d/999999" % n, ["batch", n], None,
-                 gpus if rec.sample_due(now) else None, [1])
+                 gpus if rec.sample_due(now) else None, [1], offset=n * 120)  # the log grows too
         now += 5.0
         n += 1
     size = os.path.getsize(tmp_path / hosttl.TIMELINE_FILE)

@@ -14,6 +14,7 @@ from tui.cli.common import Ctx, add_host_options
 from tui.cli.connect import connect, demo
 from tui.cli.inspect import inspect
 from tui.cli.patch import patch
+from tui.cli.replay import replay
 from tui.cli.runs import kill, launch, relaunch, runs, status
 from tui.cli.serve import serve
 from tui.cli.watch import watch
@@ -38,7 +39,7 @@ def main(ctx: click.Context, config: str | None, ssh_config: str | None, accept_
     ctx.obj = Ctx(config, ssh_config, accept_new_host_key)
 
 
-for _cmd in (connect, serve, demo, status, runs, launch, relaunch, kill, inspect, patch, watch):
+for _cmd in (connect, serve, demo, status, runs, launch, relaunch, kill, inspect, patch, watch, replay):
     main.add_command(_cmd)
 
 for _cmd in [*main.commands.values(), *patch.commands.values(), *runs.commands.values()]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from tui.state import view
 from tui.state.format import num, size
+from tui.state.history import basis
 from tui.state.model import AppState
 
 
@@ -78,6 +80,7 @@ def format_show(s: dict) -> str:
 
     lines = [f"run {s.get('run_id')}  {s.get('outcome') or s.get('state') or '?'}",
              f"  load         {secs(s.get('load_s'))}",
+             *_expected(s, secs),
              f"  first output {secs(s.get('first_output_s'))}",
              f"  duration     {secs(s.get('duration_s'))}",
              f"  GPU-hours    {s.get('gpu_hours') if s.get('gpu_hours') is not None else '-'}",
@@ -94,6 +97,16 @@ def format_show(s: dict) -> str:
     if s.get("note"):
         lines.append(f"  note         {s['note']}")
     return "\n".join(lines)
+
+
+def _expected(s: dict, secs: Any) -> list[str]:
+    """The load history says to expect (a live run always; an ended one when known)."""
+    exp, n = s.get("expected_load_s"), len(s.get("expected_load_runs") or [])
+    if exp is None:
+        return ["  expected     - (no earlier load of this command on this host)"] \
+            if s.get("state") in ("running", "pending") else []
+    return [f"  expected     {secs(exp)} ({basis(n)}: the median of this command's last loads here)"
+            if n > 1 else f"  expected     {secs(exp)} ({basis(n)} of this command here)"]
 
 
 def format_compare(c: dict) -> str:

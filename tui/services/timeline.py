@@ -174,6 +174,10 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "outcome": _outcome(run, exits[-1] if exits else None),
         "launched_at": launched,
         "load_s": since_launch(load),
+        # the host's history of this argv's loads (remote/history.py), kept in the record at launch
+        "expected_load_s": _num(run.get("expected_load_s")),
+        "expected_load_runs": [str(r) for r in run.get("expected_load_runs") or [] if isinstance(r, str)]
+        if isinstance(run.get("expected_load_runs"), list) else [],
         "first_output_s": since_launch(first),
         "duration_s": since_launch(end),
         "throughput": _throughput(tl, phases, end),

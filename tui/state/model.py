@@ -184,6 +184,9 @@ class Run:
     restart_at: float | None = None
     restart_note: str | None = None
     max_restarts: int | None = None
+    # the host's history (remote/history.py): this argv's last loads there, median; how many
+    expected_load_s: float | None = None
+    expected_load_runs: int = 0
 
     @property
     def alive(self) -> bool:
@@ -228,6 +231,8 @@ class Run:
             restart_at=_num(d.get("restart_at")),
             restart_note=_str(d.get("restart_note")),
             max_restarts=_int(d.get("max_restarts")),
+            expected_load_s=_num(d.get("expected_load_s")),
+            expected_load_runs=len(d["expected_load_runs"]) if isinstance(d.get("expected_load_runs"), list) else 0,
         )
 
 

@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Static
 from tui import protocol as p
 from tui import trace
 from tui.services.hostfeed import HostFeed
-from tui.state import logparse, view
+from tui.state import history, logparse, view
 from tui.state.model import AppState, Run
 from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, LogOlder, Notice, TailSize
 from tui.transport import AgentRequestError, TransportError
@@ -240,8 +240,11 @@ class DashboardScreen(DashboardActions, Screen[None]):
 
     def _render_progress(self) -> None:
         self._progress_due = False
-        run = self._run()
-        self._progress.show(self.state, self._phase(run), view.progress_label(run))
+        run, st = self._run(), self.state
+        phase = self._phase(run)
+        shards = list((getattr(st.log.analysis, "shards", None) or {}).values())
+        now = st.snapshot_time or time.time()  # the host's clock, as the run's launch time is
+        self._progress.show(st, phase, view.progress_label(run), history.load_line(run, shards, phase, now))
 
     def _phase(self, run: Run | None) -> str | None:
         return view.phase(self.state, run, time.time())

@@ -130,7 +130,8 @@ class RunProgress(Static):
     RunProgress { height: auto; min-height: 3; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def show(self, state: AppState, phase: str | None, run_label: str) -> None:
+    def show(self, state: AppState, phase: str | None, run_label: str, history: str | None = None) -> None:
+        """``history``: the load from history (`tui.state.history.load_line`), under the bars."""
         a = state.log.analysis
         width = max(self.content_region.width, 20)
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
@@ -144,6 +145,10 @@ class RunProgress(Static):
             for sp in shards[:8]:
                 out.append("\n")
                 out.append_text(shard_line(sp, width, stopped))
+        if history is not None:
+            out.append("\n")
+            out.append_text(Text.assemble(("load  ", "bold"), (history, "italic")))
+        if a is not None:
             ex = getattr(a, "extract", None)
             if ex is not None and ex.batches:
                 out.append("\n")
