@@ -73,7 +73,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Deque, List, Optional, Tuple
 
@@ -91,13 +91,14 @@ from extract_files import (  # noqa: E402
     lock_out_dir,
     sample_ok,
     save_token_freq,
+    skip_crc32,
+    write_sample,
 )
 from extract_input import choose_layers, plan_batches, read_dataset, read_model_config  # noqa: E402
 from extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS  # noqa: E402
-from extract_writer import HostSlots, WriterProcess  # noqa: E402
 
-# Batches whose files may still be in the writer's hands, besides the one being made;
-# bounds the shared host memory (IN_FLIGHT + 1 slots of a batch each).
+# Batches whose files may still be in the writers' hands, besides the one being made;
+# bounds pinned host memory.
 IN_FLIGHT = 4
 
 
@@ -147,10 +148,6 @@ def run(args: argparse.Namespace) -> int:
             if f.is_file() and sample_ok(f, samples[i], len(layers), hidden, dtype)}
     todo = {b for b, idx in enumerate(plan) if any(i not in have for i in idx)}
     backend: Any = None
-    slots: Optional[HostSlots] = None
-    writer: Optional[WriterProcess] = None
-    # Threads blocked in fsync hold no GIL: more of them than cores.
-    threads = args.writers or max(4, min(32, 2 * (os.cpu_count() or 2)))
     if todo:
         if args.backend == "hf":
             try:
@@ -170,16 +167,8 @@ def run(args: argparse.Namespace) -> int:
             from extract_vllm import VllmBackend
 
             backend = VllmBackend(model_dir, layers, hidden, dtype_name, args.tp, max_seq_len)
-        # The writer process starts (imports torch) while the weights load.
-        numel = max(r * w for r, w in (backend.host_shape([samples[i] for i in plan[b]])
-                                       for b in todo)) * hidden
-        slots = HostSlots(IN_FLIGHT + 1, len(layers), numel, dtype_name)
-        writer = WriterProcess(slots, hidden, threads)
         backend.load()
-        backend.warm_up([samples[i] for i in plan[min(todo)]], 0)
-        if args.backend == "hf" and device == "cuda" and not slots.pin():
-            note("%s warning: CUDA did not pin the output buffers; each batch's copies "
-                 "wait for the GPU" % PREFIX)
+        backend.warm_up([samples[i] for i in plan[min(todo)]], IN_FLIGHT + 1)
 
     # Input-only work, before the clock starts: the counts depend on the input alone.
     masked = save_token_freq(out / TOKEN_FREQ_FILE, samples)
@@ -187,15 +176,14 @@ def run(args: argparse.Namespace) -> int:
     done = {"seqs": 0, "tokens": 0, "work": 0}
     t_start = time.monotonic()
     n = len(plan)
-    # (batch number, its files' writing, None if skipped); lines are printed in batch
-    # order as the writes complete.
-    pending: Deque[Tuple[int, Optional[Future]]] = collections.deque()
+    # (batch number, its writes); lines are printed in batch order as writes complete.
+    pending: Deque[Tuple[int, List[Future]]] = collections.deque()
 
     def finish_oldest() -> None:
-        b, written = pending.popleft()
-        if written is not None:
+        b, futures = pending.popleft()
+        for f in futures:
             try:
-                written.result()
+                f.result()
             except OSError as exc:
                 raise Fail("cannot write %s: %s" % (out, one_line(exc)), 3) from None
         idx = plan[b]
@@ -213,26 +201,30 @@ def run(args: argparse.Namespace) -> int:
             PREFIX, b + 1, n, done["seqs"], total_seqs, done["tokens"], total_tokens, rate,
             hms(elapsed), hms(eta)))
 
-    # Seconds the next forward waited for the writer (IN_FLIGHT batches in its hands),
-    # and the writing after the last forward: where the output's disk is the limit.
+    skip_crc32(torch)
+    # Threads blocked in fsync or on a CUDA event hold no GIL: more of them than cores.
+    writers = args.writers or max(4, min(32, 2 * (os.cpu_count() or 2)))
+    pool = ThreadPoolExecutor(max_workers=writers)
+    # Seconds the next forward waited for the writers (IN_FLIGHT batches in their hands),
+    # and the writing left after the last forward: where the output's disk is the limit.
     waited = tail = 0.0
-    ok = False
     try:
         for b, idx in enumerate(plan):
-            written: Optional[Future] = None
+            futures: List[Future] = []
             if b in todo:
-                assert slots is not None and writer is not None
-                # Slot b % (IN_FLIGHT + 1) last held batch b - IN_FLIGHT - 1, whose files
-                # are written: finish_oldest() has returned for it.
-                slot = b % (IN_FLIGHT + 1)
-                batch = [samples[i] for i in idx]
-                spans, ready = backend.extract_into(batch, slots.buffers[slot])
-                jobs = [(str(files[i]), samples[i].ids, samples[i].mask, *span)
-                        for i, span in zip(idx, spans) if i not in have]
-                written = writer.submit(slot, backend.host_shape(batch), jobs, ready)
-            pending.append((b, written))
+                per_sample, ready = backend.extract([samples[i] for i in idx])
+                jobs = [(files[i], samples[i], hs) for i, hs in zip(idx, per_sample)
+                        if i not in have]
+                # At most one task per writer thread, each a run of the batch's files: a
+                # batch of many short sequences would otherwise wake every thread for
+                # every file, and their wake-ups take the GIL the next forward needs.
+                k = min(writers, len(jobs))
+                futures = [pool.submit(write_samples, jobs[j * len(jobs) // k:
+                                                           (j + 1) * len(jobs) // k], ready)
+                           for j in range(k)]
+            pending.append((b, futures))
             while pending and (len(pending) > IN_FLIGHT
-                               or pending[0][1] is None or pending[0][1].done()):
+                               or all(f.done() for f in pending[0][1])):
                 t0 = time.monotonic()
                 full = len(pending) > IN_FLIGHT
                 finish_oldest()
@@ -241,12 +233,8 @@ def run(args: argparse.Namespace) -> int:
         while pending:
             finish_oldest()
         tail = time.monotonic() - t0
-        ok = True
     finally:
-        if writer is not None:
-            writer.close(wait=ok)
-        if slots is not None:
-            slots.close()
+        pool.shutdown(wait=True, cancel_futures=True)
     fsync_path(out)  # the renames of the sample files
     config = data_config(args, model_dir, cfg, layers, dtype_name, samples, truncated, masked)
     config_path = out / CONFIG_FILE
@@ -259,6 +247,13 @@ def run(args: argparse.Namespace) -> int:
     say("%s done: %d sequences, %d tokens in %s (%.1f tok/s) -> %s"
         % (PREFIX, total_seqs, total_tokens, hms(elapsed), rate, config_path))
     return 0
+
+
+def write_samples(jobs: List[Tuple[Path, Any, List[Any]]], ready: Any) -> None:
+    """Some files of one batch, one after the other (a writer thread's task)."""
+    for path, sample, hs in jobs:
+        write_sample(path, sample, hs, ready)
+        ready = None  # the batch's copies are done
 
 
 class _Parser(argparse.ArgumentParser):

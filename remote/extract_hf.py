@@ -166,24 +166,6 @@ class HfBackend:
         hs = self.forward(self._to_device(ids), self._mask(lens, width))
         return self.to_host(hs, [(row, 0, n) for row, n in enumerate(lens)])
 
-    def host_shape(self, batch: Sequence[Sample]) -> Tuple[int, int]:
-        """(rows, width) of each layer's host copy of this batch: padded to its longest."""
-        return len(batch), max(len(s.ids) for s in batch)
-
-    def extract_into(self, batch: Sequence[Sample], bufs: List[Any]
-                     ) -> Tuple[List[Tuple[int, int, int]], Any]:
-        """extract(), each layer's [rows, width, hidden] copied into the front of the flat
-        host tensor bufs[k] (pinned, or the copies wait for the GPU) instead of host
-        memory of its own: per sequence its (row, start, length) in them, and the CUDA
-        event the copies complete at (None on CPU)."""
-        torch = self.torch
-        lens = [len(s.ids) for s in batch]
-        width = max(lens)
-        ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in batch],
-                           dtype=torch.long)
-        hs = self.forward(self._to_device(ids), self._mask(lens, width))
-        return [(row, 0, n) for row, n in enumerate(lens)], self._copy(hs, bufs)
-
     def forward(self, ids: Any, mask: Any, position_ids: Any = None) -> List[Any]:
         """The chosen layers' outputs [rows, width, hidden] of one forward pass of `ids`
         (on the device) with the attention `mask` (see _mask)."""
@@ -204,34 +186,24 @@ class HfBackend:
         if self.device != "cuda":
             return [[h[row, a:a + n].to(self.dtype).clone() for h in hs]
                     for row, a, n in spans], None
-        # Each layer's whole batch in one copy to pinned host memory; each sequence's rows
-        # of it are a contiguous view, written from there (no clones).
-        self._host_numel = max(self._host_numel, hs[0].numel())
-        bufs = [torch.empty(self._host_numel, dtype=self.dtype, pin_memory=True)
-                for _ in hs]
-        done = self._copy(hs, bufs)
-        bufs = [buf[:h.numel()].view(h.shape) for buf, h in zip(bufs, hs)]
-        out = [[buf[row, a:a + n] for buf in bufs] for row, a, n in spans]
-        return out, done
-
-    def _copy(self, hs: List[Any], bufs: List[Any]) -> Any:
-        """Each layer's output into the front of its flat host tensor; on CUDA on a side
-        stream, so the next batch's forward runs while the copies and the writers work:
-        the CUDA event they complete at (None on CPU, where they are done)."""
-        torch = self.torch
-        if self.device != "cuda":
-            for h, buf in zip(hs, bufs):
-                buf[:h.numel()].view(h.shape).copy_(h)
-            return None
+        # Each layer's whole batch in one copy to pinned host memory, on a side stream, so
+        # the next batch's forward runs while the copies and the writers work; each
+        # sequence's rows of it are a contiguous view, written from there (no clones).
         side = self._copy_stream
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for h, buf in zip(hs, bufs):
-                buf[:h.numel()].view(h.shape).copy_(h, non_blocking=True)
+            bufs = []
+            self._host_numel = max(self._host_numel, hs[0].numel())
+            for h in hs:
+                buf = torch.empty(self._host_numel, dtype=self.dtype, pin_memory=True)
+                buf = buf[:h.numel()].view(h.shape)
+                buf.copy_(h, non_blocking=True)
                 h.record_stream(side)  # the allocator must not reuse it before the copy
-            # Blocking: the threads that wait for it sleep; CUDA's default with more
-            # cores than GPUs is to spin, on every core while the main thread launches
-            # the next forward.
+                bufs.append(buf)
+            # Blocking: the writer threads that wait for it sleep; CUDA's default with
+            # more cores than GPUs is to spin, and a batch's writers would spin on every
+            # core while the main thread launches the next forward.
             done = torch.cuda.Event(blocking=True)
             done.record(side)
-        return done
+        out = [[buf[row, a:a + n] for buf in bufs] for row, a, n in spans]
+        return out, done

@@ -71,22 +71,3 @@ class VllmBackend:
             out.append([h.to("cpu", self.dtype).contiguous() for h in hs])
         return out, None
 
-    def host_shape(self, batch: Sequence[Sample]) -> Tuple[int, int]:
-        """(rows, width) of each layer's host copy of this batch: its sequences one after
-        the other in one row."""
-        return 1, sum(len(s.ids) for s in batch)
-
-    def extract_into(self, batch: Sequence[Sample], bufs: List[Any]
-                     ) -> Tuple[List[Tuple[int, int, int]], Any]:
-        """extract(), each layer's sequences laid one after the other in the front of the
-        flat host tensor bufs[k]: per sequence its (row, start, length) there, and None
-        (the copies are done)."""
-        per_sample, _ = self.extract(batch)
-        spans, a = [], 0
-        for s in batch:
-            spans.append((0, a, len(s.ids)))
-            a += len(s.ids)
-        for k, buf in enumerate(bufs):
-            self.torch.cat([hs[k] for hs in per_sample], out=buf[:a * self.hidden].view(
-                a, self.hidden))
-        return spans, None

@@ -168,7 +168,7 @@ def test_extract_modules_ship_with_the_agent() -> None:
                     else [])
             todo += [m for m in mods if m in local and m not in seen]
     assert {"extract_common", "extract_files", "extract_input", "extract_hf",
-            "extract_vllm", "extract_writer", "extract_zip", "preflight"} <= seen
+            "extract_vllm", "extract_zip", "preflight"} <= seen
     assert all(len(files[m + ".py"].splitlines()) < 500 for m in seen)
 
 
@@ -176,7 +176,7 @@ def test_extract_modules_import_with_the_standard_library_only() -> None:
     """The job's modules load torch, transformers and vLLM only when used: --help,
     --preflight and bad-input errors work on a host Python without them."""
     code = ("import sys; sys.path.insert(0, %r); import extract, extract_common, extract_files, "
-            "extract_hf, extract_input, extract_vllm, extract_writer, extract_zip; "
+            "extract_hf, extract_input, extract_vllm, extract_zip; "
             "print(sorted({m.split('.')[0] for m in "
             "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
             "'numpy'}))" % str(REMOTE))
