@@ -21,6 +21,11 @@ prints:
   writers   the other threads' CUDA runtime calls
   plan      batches, sequences a batch, the padding share
 
+On CUDA the same batches are then profiled the same way without extract.py's loop and
+writers (bench_extract.py's bare pass: HfBackend.extract, at most 5 batches in flight,
+nothing written), as the control: what the GPU and the launching thread do with no
+files to write.
+
 The profiler slows the launching thread (it records every op), so the rates here are
 not bench_extract.py's; this says where the time goes, that one how much.
 """
@@ -40,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "remote"))
 
-from bench_extract import mix, write_data  # noqa: E402
+from bench_extract import Bench, mix, write_data  # noqa: E402
 
 from tui.services.demo import build_demo  # noqa: E402
 
@@ -70,11 +75,11 @@ def top_level(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def analyse(trace: Dict[str, Any], plan_note: str, warm_up: bool) -> List[str]:
+def analyse(trace: Dict[str, Any], plan_note: str, skip: int) -> List[str]:
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     marks = sorted((e for e in events if e.get("cat") == "user_annotation"
                     and e["name"] == MARK), key=lambda e: e["ts"])
-    marks = marks[1:] if warm_up else marks  # on CUDA the first is the warm-up pass
+    marks = marks[skip:]  # the untimed passes
     if not marks:
         return ["no batch marked: nothing to profile"]
     main_tid = marks[0]["tid"]
@@ -85,7 +90,7 @@ def analyse(trace: Dict[str, Any], plan_note: str, warm_up: bool) -> List[str]:
         "cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")]
     end = max([b for _, b in gpu] + [e["ts"] + e["dur"] for e in cpu])
     wall = end - start
-    lines = [plan_note, "window: %d batches after the warm-up, %.3f s" % (len(marks), wall / 1e6)]
+    lines = [plan_note, "window: %d batches (untimed passes left out), %.3f s" % (len(marks), wall / 1e6)]
     busy_spans = union([(max(a, start), b) for a, b in gpu])
     busy = sum(b - a for a, b in busy_spans)
     main_ops = top_level([e for e in cpu if e["tid"] == main_tid and e.get("cat") == "cpu_op"])
@@ -124,6 +129,12 @@ def analyse(trace: Dict[str, Any], plan_note: str, warm_up: bool) -> List[str]:
         lines.append(title + ": " + (", ".join("%s %d x %.3f s" % (n, counts[n], t / 1e6)
                                                for n, t in totals.most_common(8)) or "none"))
     return lines
+
+
+def report(prof: Any, path: Path, plan_note: str, skip: int) -> None:
+    prof.export_chrome_trace(str(path))
+    for line in analyse(json.loads(path.read_text()), plan_note, skip):
+        print("  " + line)
 
 
 def main() -> None:
@@ -180,13 +191,17 @@ def main() -> None:
             code = extract.main(argv)
         if code != 0:
             sys.exit("extract.py failed (%d)" % code)
-        trace_path = Path(args.trace) if args.trace else root / "trace.json"
-        prof.export_chrome_trace(str(trace_path))
-        trace = json.loads(trace_path.read_text())
         print("torch %s; %s" % (torch.__version__, torch.cuda.get_device_name(0)
                                 if args.device == "cuda" else "CPU"))
-        for line in analyse(trace, plan_note, args.device == "cuda"):
-            print(line)
+        print("\nextract.py (%s):" % " ".join(argv[-2:]))
+        report(prof, Path(args.trace) if args.trace else root / "trace.json", plan_note,
+               1 if args.device == "cuda" else 0)
+        if args.device == "cuda":
+            bench = Bench(paths.model, args.batch_size, args.seq_len)
+            with profile(activities=activities) as prof:
+                bench.padded(samples, plan)
+            print("\ncontrol: the same batches, bare (nothing written):")
+            report(prof, root / "control.json", plan_note, 1)  # timed()'s untimed first batch
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
