@@ -30,8 +30,9 @@ layer's output copied to pinned host memory on a side stream), nothing written:
   extract   remote/extract.py --backend hf --device cuda --dtype bfloat16 (its done line's
             tok/s: this run's tokens over the wall time from the first batch to the last
             file fsynced) into /dev/shm (tmpfs: the pipeline without the disk);
-            --writers N also with that many writer threads; --disk also into --dir, and
-            --old runs another extract.py the same way there.
+            --writers N also with that many writer threads; --disk also into --dir;
+            --old runs another extract.py (a copy of an older remote/) the same way
+            into /dev/shm.
 
 Every rate is useful tokens/s: real tokens only, padding excluded; "padding" is the share
 of the tokens computed that are padding. The ratio is rate / peer (goal for extract on
@@ -298,6 +299,9 @@ def run_extract(script: Path, model_dir: Path, data: Path, out: Path, batch_size
     w = WAITED.search(proc.stderr)
     if w:
         print(f"  {out}: {w[1]}", flush=True)
+    for line in proc.stderr.splitlines():
+        if "warning" in line:
+            print(f"  {out}: {line}", flush=True)
     return float(m["rate"]), wall
 
 
@@ -433,9 +437,10 @@ def main() -> None:
             alone = writers_alone(data, root / "writers", len(bench.layers), args.hidden, bs)
             rows.append(("extract.py's writers alone -> disk (no GPU)", alone, None))
         if args.old:
-            old, wall_old = run_extract(Path(args.old), paths.model, data, root / "out-old", bs)
-            shutil.rmtree(root / "out-old", ignore_errors=True)
-            rows.append((f"{Path(args.old).name} -> disk (wall {wall_old:.1f} s)", old, None))
+            shm_old = Path("/dev/shm/bench-extract-old")
+            old, wall_old = run_extract(Path(args.old), paths.model, data, shm_old, bs)
+            shutil.rmtree(shm_old, ignore_errors=True)
+            rows.append((f"--old {args.old} -> /dev/shm (wall {wall_old:.1f} s)", old, None))
         p2, _ = bench.padded(peer_samples, peer_plan)
         print(f"  peer (after): {p2:.0f} tok/s", flush=True)
         peer = max(p1, p2)
@@ -471,9 +476,10 @@ def main() -> None:
     print("\nsummary (useful tok/s / peer):")
     for name, tokens, peer, rows, err_today, err_job, same, compared in table:
         ex = next(rate for what, rate, _ in rows if what.startswith("extract.py -> /dev/shm"))
+        old = [rate for what, rate, _ in rows if what.startswith("--old ")]
         print(f"  {name:<9} tokens {tokens:>8}  peer {peer:>8.0f}  extract tmpfs {ex:>8.0f}  "
-              f"ratio {ex / peer:.3f}  lone err {err_today:.2e} -> {err_job:.2e}  "
-              f"bytes {same}/{compared}")
+              f"ratio {ex / peer:.3f}" + (f" (--old {old[0] / peer:.3f})" if old else "")
+              + f"  lone err {err_today:.2e} -> {err_job:.2e}  bytes {same}/{compared}")
 
 
 if __name__ == "__main__":
