@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from extract_common import Fail, Sample, mask_of
-from extract_zip import Layout, fill
+from remote.extract_common import Fail, Sample, mask_of
+from remote.extract_zip import Layout, fill
 
 SAMPLE_FILE = "data_%d.pt"
 TOKEN_FREQ_FILE = "token_freq.pth"

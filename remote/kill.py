@@ -17,13 +17,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-try:  # imported as remote.kill (tests) or as a top-level module (host)
-    from . import adopt, atomicfile, procfs, rundir
-except ImportError:
-    import adopt  # type: ignore[no-redef]
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
+from remote import adopt, atomicfile, procfs, rundir
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 

@@ -11,12 +11,8 @@ import sys
 import time
 from typing import Any
 
-try:  # imported as remote.launch (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, rundir
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
+from remote import atomicfile, procfs, rundir
+
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
 LAUNCH_WAIT = 10.0  # seconds launch() waits for the shim's manifest

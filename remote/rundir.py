@@ -29,12 +29,7 @@ import stat
 import time
 from typing import Any, Callable, Iterator
 
-try:  # imported as remote.rundir (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, trust
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import trust  # type: ignore[no-redef]
+from remote import atomicfile, procfs, trust
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved by the shim at launch

@@ -25,17 +25,9 @@ import sys
 import time
 from typing import Any, Callable
 
-try:  # imported as remote.slurm (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, rundir, shim
-    from . import kill as killer
-    from .launch import _new_run_dir
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import kill as killer  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
-    import shim  # type: ignore[no-redef]
-    from launch import _new_run_dir  # type: ignore[no-redef]
+from remote import atomicfile, procfs, rundir, shim
+from remote import kill as killer
+from remote.launch import _new_run_dir
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -105,13 +97,13 @@ def check_options(opts: Any) -> dict:
 
 def _script(run_dir: str, python: str) -> str:
     """The batch script: the agent's Python running the shim in the foreground."""
-    here = os.path.dirname(os.path.abspath(shim.__file__))
+    above = os.path.dirname(os.path.dirname(os.path.abspath(shim.__file__)))  # holds the package
     return "\n".join([
         "#!%s -u" % python,
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
         "import sys",
-        "sys.path.insert(0, %r)" % here,
-        "import shim",
+        "sys.path.insert(0, %r)" % above,
+        "from remote import shim",
         "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
         "",
     ])
