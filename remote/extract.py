@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import time
@@ -80,12 +79,12 @@ from typing import Any, Deque, List, Optional, Tuple
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote.extract_common import PREFIX, Fail, hms, note, one_line, say
+from remote import atomicfile
+from remote.extract_common import PREFIX, Fail, hms, note, say
 from remote.extract_files import (
     CONFIG_FILE,
     SAMPLE_FILE,
     TOKEN_FREQ_FILE,
-    atomic_write,
     data_config,
     fsync_path,
     lock_out_dir,
@@ -96,6 +95,7 @@ from remote.extract_files import (
 )
 from remote.extract_input import choose_layers, plan_batches, read_dataset, read_model_config
 from remote.extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS
+from remote.wire import one_line
 
 # Batches whose files may still be in the writers' hands, besides the one being made;
 # bounds pinned host memory.
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     fsync_path(out)  # the renames of the sample files
     config = data_config(args, model_dir, cfg, layers, dtype_name, samples, truncated, masked)
     config_path = out / CONFIG_FILE
-    atomic_write(config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
+    atomicfile.write_json(str(config_path), config, indent=2)
     elapsed = time.monotonic() - t_start
     if todo:
         note("%s waited %.2f s for the output writers before a forward, %.2f s after the "

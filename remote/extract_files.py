@@ -49,17 +49,6 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory, fsync, then os.replace."""
-    tmp = tmp_path(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)  # make the rename itself durable
-
-
 def lock_out_dir(out: Path) -> Any:
     """Hold an exclusive lock on OUT for the whole run; remove temp files of dead runs."""
     out.mkdir(parents=True, exist_ok=True)
