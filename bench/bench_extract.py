@@ -65,7 +65,6 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "remote"))
 
 from tui.services.demo import build_demo  # noqa: E402
 
@@ -94,7 +93,7 @@ def mix(name: str, seq_len: int) -> list[int]:
 
 def write_data(path: Path, lengths: list[int], vocab: int, seed: int) -> list[Any]:
     """JSON lines of random token ids of these lengths; returns them as Samples."""
-    from extract_common import Sample
+    from remote.extract_common import Sample
 
     rng = random.Random(seed)
     samples = [Sample([1] + [rng.randrange(3, vocab) for _ in range(n - 1)], None)
@@ -114,7 +113,8 @@ class Bench:
 
     def __init__(self, model_dir: Path, batch_size: int, seq_len: int) -> None:
         import torch
-        from extract_hf import HfBackend
+
+        from remote.extract_hf import HfBackend
 
         self.torch = torch
         self.batch_size, self.seq_len = batch_size, seq_len
@@ -123,7 +123,7 @@ class Bench:
         self.backend = HfBackend(model_dir, self.layers, "cuda", "bfloat16", 0.0)
         with contextlib.redirect_stderr(io.StringIO()):  # the shard bar, the warm-up line
             self.backend.load()
-            from extract_common import Sample
+            from remote.extract_common import Sample
             widest = [Sample([1] * seq_len, None)] * batch_size
             self.backend.warm_up(widest, IN_FLIGHT + 1)
 
@@ -248,7 +248,7 @@ class Bench:
         longest), written by extract.py's own writer under the same names into `scratch`,
         compared byte for byte with `out`'s files: (identical, compared, worst max-abs
         difference of the others' hidden states)."""
-        import extract_files
+        from remote import extract_files
 
         torch = self.torch
         shutil.rmtree(scratch, ignore_errors=True)
@@ -312,9 +312,8 @@ def writers_alone(data: Path, out: Path, layers: int, hidden: int, batch_size: i
     the writing alone allows. The rows come from batch-shaped buffers, as in extract.py."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "remote"))
-    import extract_files
-    from extract_common import Sample
+    from remote import extract_files
+    from remote.extract_common import Sample
 
     samples = [Sample(json.loads(line)["input_ids"], None)
                for line in data.read_text().splitlines()]
@@ -385,7 +384,8 @@ def main() -> None:
     p.add_argument("--scale", type=float, default=1.0, help="scale the mixes' sizes (a quick try)")
     args = p.parse_args()
     import torch
-    from extract_input import plan_batches
+
+    from remote.extract_input import plan_batches
 
     root = Path(args.dir)
     t0 = time.perf_counter()

@@ -28,14 +28,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_gpu_monitors import cpu_seconds  # noqa: E402
 
-from tui.transport.local import UPLOADED_PYNVML, agent_files, agent_sha  # noqa: E402
+from tui.transport.local import AGENT_MAIN, UPLOADED_PYNVML, agent_files, agent_sha  # noqa: E402
 
 
 def run(python: str, agent_dir: Path, env: dict[str, str], seconds: float) -> tuple[str, int, float]:
     """(gpu_source or error, GPUs seen, % of one core) for one agent at 1 Hz."""
     import os
 
-    proc = subprocess.Popen([python, "-E", "-S", "-u", str(agent_dir / "agent.py")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([python, "-E", "-S", "-u", str(agent_dir / AGENT_MAIN)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env={**os.environ, **env})
     assert proc.stdin is not None and proc.stdout is not None
     snaps: list[dict] = []
@@ -77,6 +77,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         for name, data in files.items():
+            (d / name).parent.mkdir(exist_ok=True)
             (d / name).write_bytes(data)
         rows = [("uploaded pynvml (NVML)", *run(args.python, d, {}, args.seconds)),
                 ("forced nvidia-smi", *run(args.python, d, {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi"}, args.seconds))]

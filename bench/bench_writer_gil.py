@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "remote"))
+sys.path.insert(0, str(ROOT))
 OUT = Path("/dev/shm/bench-writer-gil")
 BATCH = 160
 
@@ -44,10 +44,10 @@ def lengths(count: int) -> list[int]:
 def writer_loop(variant: str, files_per_s: float, threads: int, stop: object,
                 count: object) -> None:
     """Write batches of BATCH files at files_per_s until `stop` is set; count files."""
-    import extract_files
-    import extract_zip
     import torch
-    from extract_common import Sample
+
+    from remote import extract_files, extract_zip
+    from remote.extract_common import Sample
 
     extract_files.skip_crc32(torch)
     if variant == "per file":

@@ -11,13 +11,8 @@ import os
 import time
 from typing import Any, Dict, List
 
-try:
-    from . import atomicfile, trust
-    from .wire import BadRequest, emit, one_line
-except ImportError:  # run as a script beside its siblings (the agent's upload directory)
-    import atomicfile  # type: ignore[no-redef]
-    import trust  # type: ignore[no-redef]
-    from wire import BadRequest, emit, one_line  # type: ignore[no-redef]
+from remote import atomicfile, trust
+from remote.wire import BadRequest, emit, one_line
 
 ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
 ACTION_KEEP = 3600.0  # seconds an action's outcome stays in RUNS_DIR/.actions/

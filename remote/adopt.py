@@ -10,12 +10,7 @@ import socket
 import stat
 import time
 
-try:  # imported as remote.adopt (tests, client) or as a top-level module (host)
-    from . import procfs, rundir
-except ImportError:
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
-
+from remote import procfs, rundir
 
 EXT_ID_RE = re.compile(r"ext-([1-9][0-9]*)-([0-9]+)")
 

@@ -1,6 +1,6 @@
 """eagle3-tui host agent: JSON lines on stdin/stdout (protocol in docs/architecture.md).
 
-Run as `python3 -u agent.py [--runs-dir DIR]`. Standard library only (Python 3.9+);
+Run as `python3 -u remote/agent.py [--runs-dir DIR]`. Standard library only (Python 3.9+);
 `pynvml` is used when importable. It samples the host (CPU, memory, GPUs, the
 processes that matter), follows logs, reads/writes files atomically and hands run
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
@@ -40,16 +40,15 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# Siblings, shipped alongside (every remote/*.py is uploaded together).
-import journal  # noqa: E402
-from actions import ACTION_OPS, read_outcomes, record_outcome, valid_id  # noqa: E402
-from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, read_range, run_python  # noqa: E402
-from follow import Inotify, Sub  # noqa: E402
-from gpus import Gpus, host_info  # noqa: E402
-from pace import attach as attach_pace  # noqa: E402
-from proctable import ProcTable  # noqa: E402
-from wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none  # noqa: E402
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from remote import fileops, journal
+from remote.actions import ACTION_OPS, read_outcomes, record_outcome, valid_id
+from remote.follow import Inotify, Sub
+from remote.gpus import Gpus, host_info
+from remote.pace import attach as attach_pace
+from remote.proctable import ProcTable
+from remote.wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL = 1
@@ -60,14 +59,13 @@ def load_runner() -> Tuple[Any, Any, Any, Optional[str]]:
     """Import the sibling run modules: (runner, kill, slurm, None), or (None, None, None,
     reason). A broken slurm.py only costs Slurm runs (slurm is None then)."""
     try:
-        import kill  # type: ignore
-        import runner  # type: ignore
+        from remote import kill, runner
     except Exception as exc:  # SyntaxError, ImportError, anything: the agent must live on
         return None, None, None, "runner unavailable: %s" % one_line(exc)
     try:
-        import slurm  # type: ignore
+        from remote import slurm
     except Exception:
-        slurm = None
+        return runner, kill, None, None
     return runner, kill, slurm, None
 
 
@@ -317,17 +315,17 @@ class Agent:
 
     def op_read_range(self, args: Dict[str, Any], rid: int) -> Any:
         path, offset = user_path(arg(args, "path", str)), arg(args, "offset", int)
-        return read_range(path, offset, arg(args, "length", int))
+        return fileops.read_range(path, offset, arg(args, "length", int))
 
     def op_file_read(self, args: Dict[str, Any], rid: int) -> Any:
-        return file_read(user_path(arg(args, "path", str)))
+        return fileops.file_read(user_path(arg(args, "path", str)))
 
     def op_file_write(self, args: Dict[str, Any], rid: int) -> Any:
         try:
             data = base64.b64decode(arg(args, "b64", str), validate=True)
         except ValueError:
             raise BadRequest("file_write: b64 is not valid base64") from None
-        return file_write(user_path(arg(args, "path", str)), data,
+        return fileops.file_write(user_path(arg(args, "path", str)), data,
                           arg(args, "expect_sha256", str, None),
                           user_path_or_none(arg(args, "backup", str, None)))
 
@@ -339,14 +337,14 @@ class Agent:
         module = arg(args, "module", str)
         if not module or any(not p.isidentifier() for p in module.split(".")):
             raise BadRequest("not a dotted module name: %r" % module)
-        return run_python(arg(args, "python", str, "python3"), RESOLVE_SCRIPT, [module])
+        return fileops.run_python(arg(args, "python", str, "python3"), fileops.RESOLVE_SCRIPT, [module])
 
     def op_py_compile(self, args: Dict[str, Any], rid: int) -> Any:
         try:
             src = base64.b64decode(arg(args, "b64", str), validate=True)
         except ValueError:
             raise BadRequest("py_compile: b64 is not valid base64") from None
-        return run_python(arg(args, "python", str, "python3"), COMPILE_SCRIPT,
+        return fileops.run_python(arg(args, "python", str, "python3"), fileops.COMPILE_SCRIPT,
                           [arg(args, "filename", str, "<patch>")], src)
 
     def op_launch(self, args: Dict[str, Any], rid: int) -> Any:

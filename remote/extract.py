@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 import time
@@ -77,15 +76,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Deque, List, Optional, Tuple
 
-# The job's sibling modules, shipped with it in remote/ (also when run from elsewhere).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from extract_common import PREFIX, Fail, hms, note, one_line, say  # noqa: E402
-from extract_files import (  # noqa: E402
+from remote import atomicfile
+from remote.extract_common import PREFIX, Fail, hms, note, say
+from remote.extract_files import (
     CONFIG_FILE,
     SAMPLE_FILE,
     TOKEN_FREQ_FILE,
-    atomic_write,
     data_config,
     fsync_path,
     lock_out_dir,
@@ -94,8 +93,9 @@ from extract_files import (  # noqa: E402
     skip_crc32,
     write_sample,
 )
-from extract_input import choose_layers, plan_batches, read_dataset, read_model_config  # noqa: E402
-from extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS  # noqa: E402
+from remote.extract_input import choose_layers, plan_batches, read_dataset, read_model_config
+from remote.extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS
+from remote.wire import one_line
 
 # Batches whose files may still be in the writers' hands, besides the one being made;
 # bounds pinned host memory.
@@ -104,7 +104,7 @@ IN_FLIGHT = 4
 
 def preflight(generator_file: Optional[str]) -> int:
     """The checks live in preflight.py, shipped beside this file (remote/*.py)."""
-    import preflight as checks
+    from remote import preflight as checks
 
     return checks.preflight(generator_file)
 
@@ -158,13 +158,13 @@ def run(args: argparse.Namespace) -> int:
                            "pip install transformers safetensors") from None
             if device == "cuda" and not torch.cuda.is_available():
                 raise Fail("--device cuda, but torch sees no CUDA device")
-            from extract_hf import HfBackend
+            from remote.extract_hf import HfBackend
 
             backend = HfBackend(model_dir, layers, device, dtype_name, args.shard_delay)
         else:
             if not args.skip_preflight and preflight(args.generator_file) != 0:
                 return 1
-            from extract_vllm import VllmBackend
+            from remote.extract_vllm import VllmBackend
 
             backend = VllmBackend(model_dir, layers, hidden, dtype_name, args.tp, max_seq_len)
         backend.load()
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     fsync_path(out)  # the renames of the sample files
     config = data_config(args, model_dir, cfg, layers, dtype_name, samples, truncated, masked)
     config_path = out / CONFIG_FILE
-    atomic_write(config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
+    atomicfile.write_json(str(config_path), config, indent=2)
     elapsed = time.monotonic() - t_start
     if todo:
         note("%s waited %.2f s for the output writers before a forward, %.2f s after the "

@@ -55,12 +55,6 @@ def note(line: str) -> None:
     sys.stderr.flush()
 
 
-def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, for one-line errors."""
-    text = str(exc).strip().splitlines()
-    return "%s: %s" % (type(exc).__name__, text[0]) if text else type(exc).__name__
-
-
 class Sample:
     """One sequence: token ids and an optional loss mask (1 = train on this token)."""
 

@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from extract_common import Fail, Sample, mask_of
-from extract_zip import Layout, fill
+from remote.extract_common import Fail, Sample, mask_of
+from remote.extract_zip import Layout, fill
 
 SAMPLE_FILE = "data_%d.pt"
 TOKEN_FREQ_FILE = "token_freq.pth"
@@ -47,17 +47,6 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory, fsync, then os.replace."""
-    tmp = tmp_path(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)  # make the rename itself durable
 
 
 def lock_out_dir(out: Path) -> Any:

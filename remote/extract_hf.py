@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from extract_common import PREFIX, Fail, Sample, note, one_line, shard_bar
+from remote.extract_common import PREFIX, Fail, Sample, note, shard_bar
+from remote.wire import one_line
 
 
 class HfBackend:

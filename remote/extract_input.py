@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from extract_common import Fail, Sample, one_line
+from remote.extract_common import Fail, Sample
+from remote.wire import one_line
 
 
 def _int_list(value: Any, where: str, key: str) -> List[int]:

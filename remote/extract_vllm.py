@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Sequence, Tuple
 
-from extract_common import Fail, Sample, one_line
+from remote.extract_common import Fail, Sample
+from remote.wire import one_line
 
 # speculators 0.3.0 batches at most this many sequences and this many tokens
 # (max(8192, max_model_len)); more would make vLLM chunk the prefill, which 0.3.0's

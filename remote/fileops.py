@@ -10,12 +10,8 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
 
-try:  # imported as remote.fileops (tests) or as a top-level module (host)
-    from . import atomicfile
-    from .wire import BadRequest, b64
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    from wire import BadRequest, b64  # type: ignore[no-redef]
+from remote import atomicfile
+from remote.wire import BadRequest, b64
 
 FILE_READ_MAX = 16 * 1024 * 1024
 READ_RANGE_MAX = 4 * 1024 * 1024

@@ -9,10 +9,7 @@ import os
 import struct
 from typing import Any, Dict, Optional, Set, Tuple
 
-try:  # imported as remote.follow (tests) or as a top-level module (host)
-    from .wire import b64, emit, one_line
-except ImportError:
-    from wire import b64, emit, one_line  # type: ignore[no-redef]
+from remote.wire import b64, emit, one_line
 
 CHUNK = 256 * 1024
 PUMP_BUDGET = 16 * CHUNK  # per subscription per wake, so one huge backlog cannot starve the loop

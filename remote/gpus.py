@@ -12,10 +12,7 @@ import subprocess
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-try:  # imported as remote.gpus (tests) or as a top-level module (host)
-    from .wire import one_line
-except ImportError:
-    from wire import one_line  # type: ignore[no-redef]
+from remote.wire import one_line
 
 
 def host_info() -> Dict[str, Any]:

@@ -39,13 +39,8 @@ import signal
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-try:  # imported as remote.journal (tests) or as a top-level module (host)
-    from . import atomicfile, trust
-    from .wire import BadRequest, arg, user_path, user_path_or_none
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import trust  # type: ignore[no-redef]
-    from wire import BadRequest, arg, user_path, user_path_or_none  # type: ignore[no-redef]
+from remote import atomicfile, trust
+from remote.wire import BadRequest, arg, user_path, user_path_or_none
 
 JOURNAL_ENV = "EAGLE3_TUI_JOURNAL_DIR"
 KILL_AT_ENV = "EAGLE3_TUI_TEST_KILL_AT"  # tests only: SIGKILL ourselves at this step

@@ -7,6 +7,9 @@ while a process verified to be the run's own still holds them. An external run
 (``ext-<pid>-<start_ticks>``) is that very process, its tree and the groups that
 tree made, and only while its command line still contains the configured match.
 A process is signalled only if it is still the one first seen (same start ticks).
+
+Shared with the Slurm path (slurm.py): `RunFinder` (a run's processes on this host),
+`gpu_read` (one GPU reading) and the kill's tail, `wait_for_gpus` then `write_killed`.
 """
 
 from __future__ import annotations
@@ -17,13 +20,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 
-try:  # imported as remote.kill (tests) or as a top-level module (host)
-    from . import adopt, atomicfile, procfs, rundir
-except ImportError:
-    import adopt  # type: ignore[no-redef]
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
+from remote import adopt, atomicfile, procfs, rundir
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
@@ -66,7 +63,7 @@ def _send(pid: int, ticks: int, sig: int) -> bool:
             os.close(fd)
 
 
-class _Finder:
+class RunFinder:
     """Finds the processes of one run by full /proc scans, remembering each one's
     start_ticks at first sight so that a reused PID is never taken for it."""
 
@@ -202,8 +199,13 @@ class _Finder:
     def alive(self) -> list[int]:
         return sorted(p for p, t in self.tracked.items() if rundir.pid_alive(p, t))
 
+    def send(self, pid: int, sig: int) -> bool:
+        """Signal a process found for the run, only if it is still the one first seen."""
+        return _send(pid, self.tracked[pid], sig)
 
-def _gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
+
+def gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
+    """One GPU reading, or None without a source or when the reading fails."""
     if gpu_query is None:
         return None
     try:
@@ -248,6 +250,44 @@ def _gpu_report(before: list[dict] | None, now: list[dict] | None, pids: set[int
             }
         )
     return out
+
+
+Report = Callable[[str, "list[dict] | None"], None]
+"""A kill's progress: the stage, and the GPU report now (`_gpu_report`'s shape) or None."""
+
+
+def wait_for_gpus(finder: RunFinder | None, before: list[dict] | None, gpu_query: GpuQuery | None,
+                  gpu_wait: float, report: Report) -> dict:
+    """The kill's tail, local and Slurm alike, once the signals are sent: when every
+    process of the run is gone, wait up to `gpu_wait` s until no GPU lists one of them
+    (`waiting_gpu` progress meanwhile). ``{"remaining", "gpus", "gpus_free"}``:
+    gpus_free is None without a GPU reading (`gpu_query` None: no proof here)."""
+    remaining = finder.alive() if finder else []
+    pids = set(finder.tracked) if finder else set()
+    latest = gpu_read(gpu_query)
+    if latest is not None and pids and not remaining:
+        report("waiting_gpu", _gpu_report(before, latest, pids))
+        last_report = time.monotonic()
+        deadline = last_report + max(0.0, gpu_wait)
+        while any(_run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
+            latest = gpu_read(gpu_query) or latest
+            if time.monotonic() - last_report >= PROGRESS_EVERY:
+                report("waiting_gpu", _gpu_report(before, latest, pids))
+                last_report = time.monotonic()
+    gpus = _gpu_report(before, latest, pids)
+    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    return {"remaining": remaining, "gpus": gpus, "gpus_free": gpus_free}
+
+
+def write_killed(run_dir: str, result: dict) -> None:
+    """Keep the kill's report with the run (killed.json, stamped with the time)."""
+    try:
+        atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
+    except OSError:
+        pass  # the processes are gone; a read-only run dir must not turn that into an error
 
 
 def _ext_root(run_id: str, match: str | None) -> tuple[int, int] | None:
@@ -300,7 +340,7 @@ def kill(
     run_dir: str | None = None
     if isinstance(run_id, str) and run_id.startswith("ext-"):
         root = _ext_root(run_id, match)
-        finder = _Finder(run_id, None, root) if root else None
+        finder = RunFinder(run_id, None, root) if root else None
         if root and finder and root[0] in finder.never:
             raise RunnerError("refusing to kill %s: it runs the agent itself" % run_id)
     else:
@@ -311,16 +351,17 @@ def kill(
                 raise RunnerError("no run %s" % run_id)
             manifest = None  # shim never wrote it: find the run by its marker alone
         ended = os.path.exists(os.path.join(run_dir, "exit.json"))
-        finder = _Finder(run_id, manifest, None, ended=ended)
+        finder = RunFinder(run_id, manifest, None, ended=ended)
 
     def elapsed() -> float:
         return round(time.monotonic() - t0, 3)
 
-    before = _gpu_read(gpu_query)
+    before = gpu_read(gpu_query)
     latest = before
     last_report = 0.0
 
-    def report(stage: str) -> None:
+    def report(stage: str, now: list[dict] | None = None) -> None:
+        """Progress; `now`: the GPU report, else made from the latest reading."""
         nonlocal last_report
         last_report = time.monotonic()
         if progress is None:
@@ -328,7 +369,7 @@ def kill(
         pids = set(finder.tracked) if finder else set()
         gpus = [
             {"index": g["index"], "run_mem": g["run_mem"]}
-            for g in _gpu_report(before, latest, pids)
+            for g in (now if now is not None else _gpu_report(before, latest, pids))
         ]
         try:
             progress(
@@ -355,7 +396,7 @@ def kill(
         alive = finder.alive()
         if not alive:
             break
-        sent_to = [p for p in alive if _send(p, finder.tracked[p], sig)]
+        sent_to = [p for p in alive if finder.send(p, sig)]
         stages.append({"signal": sig.name, "at": elapsed(), "sent_to": sent_to})
         report(sig.name)
         deadline = time.monotonic() + wait
@@ -365,43 +406,24 @@ def kill(
             if time.monotonic() - last_scan >= RESCAN_EVERY:
                 last_scan = time.monotonic()
                 for pid in finder.scan():  # a worker born during the wait
-                    if _send(pid, finder.tracked[pid], sig):
+                    if finder.send(pid, sig):
                         sent_to.append(pid)
             if not finder.alive():
                 finder.scan()
                 if not finder.alive():
                     break
             if time.monotonic() - last_report >= PROGRESS_EVERY:
-                latest = _gpu_read(gpu_query) if gpu_query else None
+                latest = gpu_read(gpu_query) if gpu_query else None
                 report(sig.name)
-    remaining = finder.alive() if finder else []
-    pids = set(finder.tracked) if finder else set()
-    latest = _gpu_read(gpu_query)
-    if latest is not None and pids and not remaining:
-        report("waiting_gpu")
-        deadline = time.monotonic() + gpu_wait
-        while any(_run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.25)
-            latest = _gpu_read(gpu_query) or latest
-            if time.monotonic() - last_report >= PROGRESS_EVERY:
-                report("waiting_gpu")
-    gpus = _gpu_report(before, latest, pids)
-    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    freed = wait_for_gpus(finder, before, gpu_query, gpu_wait, report)
     result = {
         "run_id": run_id,
-        "ok": not remaining and gpus_free is not False,
+        "ok": not freed["remaining"] and freed["gpus_free"] is not False,
         "stages": stages,
-        "remaining": remaining,
-        "gpus": gpus,
-        "gpus_free": gpus_free,
+        **freed,
         "elapsed": elapsed(),
     }
-    report("done")
+    report("done", freed["gpus"])
     if run_dir is not None and stages:
-        try:
-            atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
-        except OSError:
-            pass  # the processes are gone; a read-only run dir must not turn that into an error
+        write_killed(run_dir, result)
     return result

@@ -5,34 +5,17 @@ Standard library only; Python 3.9+."""
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 import time
 from typing import Any
 
-try:  # imported as remote.launch (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, rundir
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
+from remote import atomicfile, procfs, rundir
+
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
 LAUNCH_WAIT = 10.0  # seconds launch() waits for the shim's manifest
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
-
-
-def _new_run_dir(runs_dir: str) -> tuple[str, str]:
-    for _ in range(100):
-        run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-        path = os.path.join(runs_dir, run_id)
-        try:
-            os.mkdir(path, 0o700)
-            return run_id, path
-        except FileExistsError:
-            continue
-    raise RunnerError("cannot allocate a run directory in %s" % runs_dir)
 
 
 def launch(
@@ -64,7 +47,7 @@ def launch(
                         "run %s named %r is still running (pid %s)"
                         % (rec["run_id"], name, rec.get("pid"))
                     )
-        run_id, run_dir = _new_run_dir(runs_dir)
+        run_id, run_dir = rundir.new_run_dir(runs_dir)
         request = {
             "run_id": run_id,
             "name": name,

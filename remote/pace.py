@@ -32,11 +32,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-try:
-    from . import atomicfile, procfs
-except ImportError:  # run beside its siblings (the agent's upload directory)
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
+from remote import atomicfile, procfs
 
 PACE_FILE = "pace.json"
 MAX_INTERVALS = 32  # intervals kept for the client's median
@@ -265,10 +261,8 @@ def gpu_busy(gpus: List[Dict[str, Any]], pids: List[int]) -> bool:
 
 def _gpu_source() -> Any:
     try:
-        try:
-            from . import gpus
-        except ImportError:
-            import gpus  # type: ignore[no-redef]
+        from remote import gpus
+
         return gpus.Gpus()
     except Exception:
         return None

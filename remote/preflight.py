@@ -2,7 +2,7 @@
 without loading weights or touching a GPU. Standard library only (Python >= 3.9); shipped
 with the other remote/*.py files and called by `extract.py --preflight`.
 
-    python preflight.py [--generator-file FILE]
+    python remote/preflight.py [--generator-file FILE]
 
 It imports vLLM's config, scheduler, KV-cache and executor modules (not the model) and
 reads the generator's source with `ast`; each check prints one line,
@@ -23,15 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-
-def say(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return "%s: %s" % (type(exc).__name__, text[0]) if text else type(exc).__name__
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from remote.extract_common import say
+from remote.wire import one_line
 
 
 def _version_tuple(v: str) -> Optional[Tuple[int, int, int]]:
@@ -136,7 +131,7 @@ def preflight(generator_file: Optional[str]) -> int:
         try:
             ok, detail = fn()
         except Exception as exc:  # an import or inspection fault is a failed check
-            ok, detail = False, _one_line(exc)
+            ok, detail = False, one_line(exc)
         results.append((ok, name, detail))
         say("[preflight] %s %s: %s" % ("ok" if ok else "FAIL", name, detail))
 

@@ -1,7 +1,7 @@
 """Read process facts from Linux /proc. Standard library only; runs on the host's Python 3.9+.
 
-Shipped to the GPU host beside agent.py (both files land in one cache directory
-keyed by their combined hash), so keep it dependency-free and small.
+Shipped to the GPU host with agent.py (the package lands in one cache directory
+keyed by the files' combined hash), so keep it dependency-free and small.
 
 Every reader returns None when the process is gone or unreadable: processes
 vanish between listdir() and open(), and that is normal, not an error.

@@ -7,10 +7,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-try:  # imported as remote.x (tests) or as a top-level module (host)
-    from . import procfs
-except ImportError:
-    import procfs  # type: ignore[no-redef]
+from remote import procfs
 
 RESCAN_S = 30.0
 YOUNG_S = 3.0  # re-read cmdline of fresh PIDs this long: we may have caught them before exec()

@@ -36,12 +36,10 @@ import threading
 import time
 from typing import Any, Iterable
 
-try:  # imported as remote.restart (tests, client) or as a top-level module (host)
-    from . import atomicfile, pace, procfs
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import pace  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote import atomicfile, pace, procfs
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 ATTEMPTS_FILE = "attempts.json"

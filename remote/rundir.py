@@ -24,17 +24,13 @@ import json
 import os
 import pwd
 import re
+import secrets
 import signal
 import stat
 import time
 from typing import Any, Callable, Iterator
 
-try:  # imported as remote.rundir (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, trust
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import trust  # type: ignore[no-redef]
+from remote import atomicfile, procfs, trust
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved by the shim at launch
@@ -158,6 +154,28 @@ _STARTED_ONLY = ("host", "user", "pid", "pgid", "sid", "start_ticks", "start_tim
                  "shim_pid", "shim_start_ticks", "boot_time", "boot_id", "subreaper")
 
 
+def new_run_dir(runs_dir: str) -> tuple[str, str]:
+    """A fresh run directory (mode 0700) under `runs_dir`: (run_id, path)."""
+    for _ in range(100):
+        run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+        path = os.path.join(runs_dir, run_id)
+        try:
+            os.mkdir(path, 0o700)
+            return run_id, path
+        except FileExistsError:
+            continue
+    raise RunnerError("cannot allocate a run directory in %s" % runs_dir)
+
+
+def request_record(req: dict) -> dict:
+    """A run record from its request alone (launch.json): what was asked for, and None
+    for every field only a started run has (a run that never started, a queued job)."""
+    rec: dict = {key: None for key in _STARTED_ONLY}
+    for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
+        rec[key] = req.get(key)
+    return rec
+
+
 def failed_record(run_dir: str) -> dict | None:
     """The record of a run that never started (error.json, no manifest): the request
     from launch.json, state ``failed`` and the error; None when there is no error.json."""
@@ -166,10 +184,7 @@ def failed_record(run_dir: str) -> dict | None:
     if not isinstance(err, dict):
         return None  # a launch in progress, or junk: not a run yet
     req = read_json(os.path.join(run_dir, "launch.json"))
-    req = req if isinstance(req, dict) else {}
-    rec: dict = {key: None for key in _STARTED_ONLY}
-    for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
-        rec[key] = req.get(key)
+    rec = request_record(req if isinstance(req, dict) else {})
     at = err.get("at")
     if not isinstance(at, (int, float)):
         try:  # error.json of an older shim carries no time: its mtime is when it failed

@@ -7,20 +7,9 @@ of a run directory.
 
 from __future__ import annotations
 
-try:  # imported as remote.runner (tests, client) or as a top-level module (host)
-    from .adopt import NO_LOG_NOTE, external_runs, stdout_log
-    from .launch import LAUNCH_WAIT, launch
-    from .rundir import RUN_ENV, RunnerError, default_runs_dir, list_runs, prune_runs
-except ImportError:
-    from adopt import NO_LOG_NOTE, external_runs, stdout_log  # type: ignore[no-redef]
-    from launch import LAUNCH_WAIT, launch  # type: ignore[no-redef]
-    from rundir import (  # type: ignore[no-redef]
-        RUN_ENV,
-        RunnerError,
-        default_runs_dir,
-        list_runs,
-        prune_runs,
-    )
+from remote.adopt import NO_LOG_NOTE, external_runs, stdout_log
+from remote.launch import LAUNCH_WAIT, launch
+from remote.rundir import RUN_ENV, RunnerError, default_runs_dir, list_runs, prune_runs
 
 __all__ = [
     "LAUNCH_WAIT", "NO_LOG_NOTE", "RUN_ENV", "RunnerError", "default_runs_dir",

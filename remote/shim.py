@@ -19,16 +19,10 @@ import threading
 import time
 from typing import Any
 
-try:  # imported as remote.shim (tests, client) or as a top-level module (host)
-    from . import atomicfile, history, pace, procfs, restart, rundir, timeline
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import history  # type: ignore[no-redef]
-    import pace  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import restart  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
-    import timeline  # type: ignore[no-redef]
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote import atomicfile, history, pace, procfs, restart, rundir, timeline
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36

@@ -19,23 +19,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 from typing import Any, Callable
 
-try:  # imported as remote.slurm (tests, client) or as a top-level module (host)
-    from . import atomicfile, procfs, rundir, shim
-    from . import kill as killer
-    from .launch import _new_run_dir
-except ImportError:
-    import atomicfile  # type: ignore[no-redef]
-    import kill as killer  # type: ignore[no-redef]
-    import procfs  # type: ignore[no-redef]
-    import rundir  # type: ignore[no-redef]
-    import shim  # type: ignore[no-redef]
-    from launch import _new_run_dir  # type: ignore[no-redef]
+from remote import atomicfile, procfs, rundir, shim
+from remote import kill as killer
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -105,13 +97,13 @@ def check_options(opts: Any) -> dict:
 
 def _script(run_dir: str, python: str) -> str:
     """The batch script: the agent's Python running the shim in the foreground."""
-    here = os.path.dirname(os.path.abspath(shim.__file__))
+    above = os.path.dirname(os.path.dirname(os.path.abspath(shim.__file__)))  # holds the package
     return "\n".join([
         "#!%s -u" % python,
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
         "import sys",
-        "sys.path.insert(0, %r)" % here,
-        "import shim",
+        "sys.path.insert(0, %r)" % above,
+        "from remote import shim",
         "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
         "",
     ])
@@ -133,7 +125,7 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
             if rec["state"] in ("running", "pending") and rec.get("name") == name:
                 raise RunnerError("run %s named %r is still %s (job %s)"
                                   % (rec["run_id"], name, rec["state"], rec.get("job_id")))
-        run_id, run_dir = _new_run_dir(runs_dir)
+        run_id, run_dir = rundir.new_run_dir(runs_dir)
         request = {"run_id": run_id, "name": name, "argv": argv, "cwd": cwd, "env": env,
                    "patch_state": patch_state, "log": log, "launched_at": time.time(),
                    "scheduler": dict(opts, kind="slurm")}
@@ -263,9 +255,7 @@ def _base(run_dir: str) -> dict:
     if rec is not None:
         return rec
     req = rundir.read_json(os.path.join(run_dir, "launch.json")) or {}
-    rec = {key: None for key in rundir._STARTED_ONLY}
-    for key in ("name", "argv", "cwd", "env", "patch_state", "log", "launched_at"):
-        rec[key] = req.get(key)
+    rec = rundir.request_record(req)
     rec.update(run_id=os.path.basename(run_dir), state="pending", exit_code=None, signal=None,
                ended_at=None, duration=None, external=False, error=None)
     # Where the shim will write it (as supervise() resolves it), so a client can follow
@@ -395,16 +385,16 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     job = rec["job_id"]
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
     here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
-    finder = killer._Finder(run_id, manifest if here else None, None) if here else None
+    finder = killer.RunFinder(run_id, manifest if here else None, None) if here else None
     if finder is not None:
         finder.scan()
-    before = killer._gpu_read(gpu_query) if here else None
+    before = killer.gpu_read(gpu_query) if here else None
     stages: list[dict] = []
 
     def elapsed() -> float:
         return round(time.monotonic() - t0, 3)
 
-    def report(stage: str) -> None:
+    def report(stage: str, _gpus: Any = None) -> None:
         if progress is not None:
             try:
                 progress({"run_id": run_id, "stage": stage, "job_id": job, "gpus": [],
@@ -434,31 +424,19 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         end = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < end and active():
             time.sleep(0.2)
-    remaining: list[int] = []
     if finder is not None:  # anything of the run Slurm did not track (escaped the job)
         finder.scan()
         for pid in finder.alive():
-            killer._send(pid, finder.tracked[pid], 9)
+            finder.send(pid, signal.SIGKILL)
         end = time.monotonic() + killer.KILL_WAIT
         while finder.alive() and time.monotonic() < end:
             time.sleep(0.1)
-        remaining = finder.alive()
-    pids = set(finder.tracked) if finder else set()
-    latest = killer._gpu_read(gpu_query) if here else None
-    if latest is not None and pids and not remaining:
-        report("waiting_gpu")
-        end = time.monotonic() + max(0.0, float(gpu_wait))
-        while any(killer._run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
-            if time.monotonic() >= end:
-                break
-            time.sleep(0.25)
-            latest = killer._gpu_read(gpu_query) or latest
-    gpus = killer._gpu_report(before, latest, pids)
-    gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    freed = killer.wait_for_gpus(finder, before, gpu_query if here else None, float(gpu_wait), report)
     still = active()
     final = record(run_dir, squeue(fresh=True))
-    result = {"run_id": run_id, "job_id": job, "ok": not remaining and not still and gpus_free is not False,
-              "stages": stages, "remaining": remaining, "gpus": gpus, "gpus_free": gpus_free,
+    result = {"run_id": run_id, "job_id": job,
+              "ok": not freed["remaining"] and not still and freed["gpus_free"] is not False,
+              "stages": stages, **freed,
               "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
               "elapsed": elapsed()}
     if rec["state"] == "pending":
@@ -467,9 +445,6 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
     report("done")
     if stages:
-        try:
-            atomicfile.write_json(os.path.join(run_dir, "killed.json"), dict(result, at=time.time()))
-        except OSError:
-            pass
+        killer.write_killed(run_dir, result)
         _FINAL.pop(run_dir, None)
     return result

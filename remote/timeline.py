@@ -38,10 +38,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-try:
-    from . import trust
-except ImportError:  # run beside its siblings (the agent's upload directory)
-    import trust  # type: ignore[no-redef]
+from remote import trust
 
 TIMELINE_FILE = "timeline.jsonl"
 SAMPLE_S = 10.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -494,10 +495,16 @@ def test_eof_exits_zero_promptly(tmp_path: Path) -> None:
 
 def test_runner_missing_gives_clear_error(tmp_path: Path) -> None:
     # A copy of the agent without runner.py beside it: the ops that need it say so.
+    (tmp_path / "remote").mkdir()
     for src in AGENT.parent.glob("*.py"):
         if src.name != "runner.py":
-            shutil.copy(src, tmp_path / src.name)
-    with AgentProc(env=NO_GPU, agent=tmp_path / "agent.py") as a:
+            shutil.copy(src, tmp_path / "remote" / src.name)
+    # -S, as a bare host: the test venv's editable install of this package would else
+    # supply the missing `remote.runner` from the checkout.
+    bare = tmp_path / "python-S"
+    bare.write_text('#!/bin/sh\nexec %s -S "$@"\n' % shlex.quote(sys.executable))
+    bare.chmod(0o755)
+    with AgentProc(env=NO_GPU, agent=tmp_path / "remote" / "agent.py", python=str(bare)) as a:
         assert "runs" not in a.hello["capabilities"]
         for op, args in [("launch", {"name": "x", "argv": ["true"]}), ("runs", {}),
                          ("kill", {"run_id": "x"})]:

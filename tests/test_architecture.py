@@ -90,10 +90,10 @@ def test_oversize_allowlist_names_only_oversize_files() -> None:
 def test_remote_module_imports_with_the_standard_library_only(path: Path) -> None:
     # -I: no PYTHONPATH, no user site; -S: no site-packages at all. What is left is the
     # standard library, as on a bare host. The module is imported as the host does: as
-    # a top-level module from the agent's directory.
-    code = ("import sys; sys.path.insert(0, %r); import %s; "
+    # `remote.x` from the directory above the package.
+    code = ("import sys; sys.path.insert(0, %r); import remote.%s; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in %r); print(bad)"
-            % (str(path.parent), path.stem, ("tui", "textual", "rich", "asyncssh", "torch")))
+            % (str(path.parent.parent), path.stem, ("tui", "textual", "rich", "asyncssh", "torch")))
     proc = run([sys.executable, "-I", "-S", "-c", code])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]", proc.stdout
@@ -104,8 +104,8 @@ def test_remote_modules_in_a_bare_venv(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
     py = tmp_path / "v" / "bin" / "python"
     names = ", ".join(p.stem for p in REMOTE)
-    proc = run([str(py), "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'remote')!r}); "
-                f"import {names}"])
+    proc = run([str(py), "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+                f"from remote import {names}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

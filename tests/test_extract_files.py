@@ -18,12 +18,9 @@ torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT / "remote"
-sys.path.insert(0, str(REMOTE))
 
-import extract_files  # noqa: E402
-import extract_zip  # noqa: E402
-from extract_common import Sample  # noqa: E402
-
+from remote import extract_files, extract_zip  # noqa: E402
+from remote.extract_common import Sample  # noqa: E402
 from tui.transport.local import agent_files  # noqa: E402
 
 
@@ -161,25 +158,26 @@ def test_extract_modules_ship_with_the_agent() -> None:
     while todo:
         name = todo.pop()
         seen.add(name)
-        tree = ast.parse(files[name + ".py"])
-        for node in ast.walk(tree):
-            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                    else [node.module] if isinstance(node, ast.ImportFrom) and node.module
+        tree = ast.parse(files["remote/%s.py" % name])
+        for node in ast.walk(tree):  # siblings come as `from remote import x` or `from remote.x import y`
+            mods = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) and node.module == "remote"
+                    else [node.module.split(".", 1)[1]] if isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("remote.")
                     else [])
             todo += [m for m in mods if m in local and m not in seen]
     assert {"extract_common", "extract_files", "extract_input", "extract_hf",
             "extract_vllm", "extract_zip", "preflight"} <= seen
-    assert all(len(files[m + ".py"].splitlines()) < 500 for m in seen)
+    assert all(len(files["remote/%s.py" % m].splitlines()) < 500 for m in seen)
 
 
 def test_extract_modules_import_with_the_standard_library_only() -> None:
     """The job's modules load torch, transformers and vLLM only when used: --help,
     --preflight and bad-input errors work on a host Python without them."""
-    code = ("import sys; sys.path.insert(0, %r); import extract, extract_common, extract_files, "
+    code = ("import sys; sys.path.insert(0, %r); from remote import extract, extract_common, extract_files, "
             "extract_hf, extract_input, extract_vllm, extract_zip; "
             "print(sorted({m.split('.')[0] for m in "
             "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
-            "'numpy'}))" % str(REMOTE))
+            "'numpy'}))" % str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

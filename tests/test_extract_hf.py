@@ -4,7 +4,6 @@ sequence's own forward pass, for both attentions that take it (sdpa, eager)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,8 @@ from tests import need
 torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
 transformers = need.module("transformers", "pip install 'eagle3-tui[demo]'")
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "remote"))
-
-from extract_common import Sample  # noqa: E402
-from extract_hf import HfBackend  # noqa: E402
+from remote.extract_common import Sample  # noqa: E402
+from remote.extract_hf import HfBackend  # noqa: E402
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])

@@ -4,17 +4,11 @@ batches; the output keeps the input's numbering whatever the batches (test_extra
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "remote"))
-
-from extract_common import Sample  # noqa: E402
-from extract_input import plan_batches  # noqa: E402
+from remote.extract_common import Sample
+from remote.extract_input import plan_batches
 
 
 def _samples(lengths: list[int]) -> list[Sample]:

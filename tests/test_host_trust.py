@@ -252,10 +252,10 @@ async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, 
     if how == "owned-by-nobody":
         _chown_tree(rdir, OTHER_UID)
     elif how == "mode-0777":
-        os.chmod(rdir / "agent.py", 0o666)
-        bad = rdir / "agent.py"
+        os.chmod(rdir / "remote" / "agent.py", 0o666)
+        bad = rdir / "remote" / "agent.py"
     elif how == "planted-file":
-        bad = rdir / "__pycache__" / "wire.cpython-39.pyc"
+        bad = rdir / "remote" / "__pycache__" / "wire.cpython-39.pyc"
         bad.parent.mkdir(exist_ok=True)
         bad.write_bytes(b"planted")
         os.chown(bad, OTHER_UID, OTHER_UID)

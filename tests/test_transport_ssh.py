@@ -93,21 +93,22 @@ async def test_alias_through_ssh_config_and_upload_once(
     await client.close()
     assert first.uploads == 1 and first.remote_dir
     remote = Path(first.remote_dir)
-    names = sorted(p.name for p in remote.iterdir() if p.name != "__pycache__")
+    names = sorted(str(p.relative_to(remote)) for p in remote.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts)
     remembered = [n for n in names if n.startswith(".python-")]  # the interpreter found
     assert len(remembered) == 1
     assert sorted(set(names) - set(remembered)) == sorted(
         [".complete", *agent_files(first.agent_dir)]  # remote/*.py and nvidia-ml-py's pynvml
     )
-    assert "uploaded_pynvml.py" in names
-    mtime = (remote / "agent.py").stat().st_mtime_ns
+    assert "uploaded_pynvml.py" in names and "remote/agent.py" in names  # the package's shape
+    mtime = (remote / "remote" / "agent.py").stat().st_mtime_ns
 
     second = link(sshd, tmp_path, sshd.alias, ssh_config=sshd.ssh_config)
     client = AgentClient(second)
     await client.start()
     await client.close()
     assert second.uploads == 0 and second.remote_dir == first.remote_dir
-    assert (remote / "agent.py").stat().st_mtime_ns == mtime
+    assert (remote / "remote" / "agent.py").stat().st_mtime_ns == mtime
 
     # An interrupted upload (no .complete marker) is redone.
     (remote / ".complete").unlink()

@@ -30,6 +30,7 @@ import shlex
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .local import AGENT_MAIN
 
 MIN_VERSION = (3, 9)
 CANDIDATES = ("python3", *(f"python3.{x}" for x in range(14, 8, -1)))
@@ -101,12 +102,12 @@ def _remember(cache: str, name: str, answer: str) -> str:
 
 
 def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
-    """One shell line: find the interpreter; exec `rdir/agent.py` on it if uploaded.
+    """One shell line: find the interpreter; exec `rdir/remote/agent.py` on it if uploaded.
 
     Prints `NAME<TAB>VERSION EXECUTABLE` for the remembered interpreter, or for each
     candidate that answered, then either STARTED and the agent's own output, or PROBED.
     """
-    agent = shlex.join(["-u", f"{rdir}/agent.py", *agent_args])
+    agent = shlex.join(["-u", f"{rdir}/{AGENT_MAIN}", *agent_args])
     complete, cache = shlex.quote(rdir + "/.complete"), cache_file(python, rdir)
     remember = _remember(cache, '"$p"', '"$v"')
     script = (
@@ -129,7 +130,7 @@ def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
 def start_after_upload(found: Found, python: str | None, rdir: str, agent_args: list[str]) -> str:
     """Start the just-uploaded agent on `found`, remembering it for the next start (the
     client checked the directory with `trust_check` after the upload)."""
-    agent = shlex.join([found.path, "-u", f"{rdir}/agent.py", *agent_args])
+    agent = shlex.join([found.path, "-u", f"{rdir}/{AGENT_MAIN}", *agent_args])
     remember = _remember(cache_file(python, rdir), shlex.quote(found.name), shlex.quote(f"{found.dotted} {found.path}"))
     return shlex.join(["sh", "-c", KEEP_UMASK + remember + "exec " + agent])
 
@@ -186,9 +187,11 @@ files = json.loads(sys.stdin.read())
 os.makedirs(d, 0o700, exist_ok=True)
 for name, (b64, sha) in sorted(files.items()):
     data = base64.b64decode(b64)
-    if hashlib.sha256(data).hexdigest() != sha or "/" in name:
+    sub, _, base = name.rpartition("/")
+    if hashlib.sha256(data).hexdigest() != sha or "/" in sub or sub in (".", "..") or base[:1] in ("", "."):
         sys.exit("checksum mismatch for " + name)
-    tmp = os.path.join(d, ".%s.tmp-%d" % (name, os.getpid()))
+    os.makedirs(os.path.join(d, sub), 0o700, exist_ok=True)
+    tmp = os.path.join(d, sub, ".%s.tmp-%d" % (base, os.getpid()))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)

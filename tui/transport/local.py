@@ -67,11 +67,18 @@ def client_pynvml() -> bytes | None:
         return None
 
 
+# The upload keeps the package's shape: `remote/*.py` under the agent directory, so the
+# host imports the siblings as `remote.x`, as the tests and the client do.
+AGENT_PACKAGE = "remote"
+AGENT_MAIN = f"{AGENT_PACKAGE}/agent.py"  # started as a file, relative to the agent directory
+
+
 def agent_files(agent_dir: Path) -> dict[str, bytes]:
-    """Every `*.py` of the agent package, by file name, and nvidia-ml-py's pynvml (part
-    of the content hash: another nvidia-ml-py is another agent version)."""
-    files = {p.name: p.read_bytes() for p in sorted(agent_dir.glob("*.py"))}
-    if "agent.py" not in files:
+    """Every `*.py` of the agent package by its path in the upload (`remote/agent.py`),
+    and nvidia-ml-py's pynvml beside the package (part of the content hash: another
+    nvidia-ml-py is another agent version)."""
+    files = {f"{AGENT_PACKAGE}/{p.name}": p.read_bytes() for p in sorted(agent_dir.glob("*.py"))}
+    if AGENT_MAIN not in files:
         raise AgentStartFailed(f"no agent.py in {agent_dir}")
     nvml = client_pynvml()
     if nvml is not None:

@@ -278,7 +278,10 @@ class SshLink:
         """
         try:
             async with conn.start_sftp_client() as sftp:
-                await sftp.makedirs(rdir, attrs=asyncssh.SFTPAttrs(permissions=0o700), exist_ok=True)
+                subdirs = {name.rpartition("/")[0] for name in files}  # "" and "remote"
+                for sub in sorted(subdirs):
+                    await sftp.makedirs(f"{rdir}/{sub}".rstrip("/"), attrs=asyncssh.SFTPAttrs(permissions=0o700),
+                                        exist_ok=True)
                 mine = asyncssh.SFTPAttrs(permissions=0o600)  # never writable by group or others
                 for fname, data in files.items():
                     async with sftp.open(f"{rdir}/{fname}", "wb", mine) as f:
