@@ -23,12 +23,7 @@ import os
 import socket
 from typing import Any, Dict, List, Optional
 
-try:
-    from . import rundir, timeline, trust
-except ImportError:  # run beside its siblings (the agent's upload directory)
-    import rundir  # type: ignore[no-redef]
-    import timeline  # type: ignore[no-redef]
-    import trust  # type: ignore[no-redef]
+from remote import rundir, timeline, trust
 
 HISTORY_RUNS = 3  # loads the median is taken over
 SCAN_MAX = 200  # run dirs looked at, newest first: a launch never waits on a huge runs dir
