@@ -174,8 +174,8 @@ class ReplayClient:
             self._m0, self._w0 = self.clock(), time.time()
             self._task = asyncio.ensure_future(self._play())
         host = str(self.rec.record.get("host") or "host")
-        return p.Hello(protocol=1, agent_version="replay", agent_sha="", hostname=host,
-                       python="-", pid=0, time=time.time(), gpu_source="replay", gpu_error=None,
+        return p.Hello(protocol=1, agent_version=f"replay at {self.speed:g}x", agent_sha="",
+                       hostname=host, python="", pid=0, time=time.time(), gpu_source="replay", gpu_error=None,
                        capabilities=("snapshot", "logs"))
 
     def fresh(self) -> ReplayClient:

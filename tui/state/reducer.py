@@ -161,7 +161,8 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
             return state
         return replace(state, log=analyse_log(state.log, event.lines or ANALYSE_SLICE))
     if isinstance(event, p.Hello):
-        agent = f"agent {event.agent_version} ({event.agent_sha[:8]}) on Python {event.python}"
+        agent = f"agent {event.agent_version}" + (f" ({event.agent_sha[:8]})" if event.agent_sha else "") + (
+            f" on Python {event.python}" if event.python else "")
         return replace(
             state,
             hostname=event.hostname,
