@@ -330,7 +330,7 @@ def test_reducer_liveness_thresholds() -> None:
 async def test_agent_records_outcomes_by_action_id(client: Any, tmp_path: Path) -> None:
     from tui.transport import AgentRequestError
 
-    await client.request("configure", runs_dir=str(tmp_path / "runs"))
+    await client.configure(1.0, runs_dir=str(tmp_path / "runs"))
     rec = await client.request("launch", name="o", argv=[sys.executable, "-c", "pass"], cwd=str(tmp_path),
                                env={}, action="launch-1")
     bad = None
