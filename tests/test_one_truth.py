@@ -15,7 +15,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
 from hypothesis import given, settings
@@ -90,11 +89,11 @@ def test_cli_and_screen_select_the_same_run(host: tuple[list[dict[str, Any]], st
     runs, cursor = host
     cfg = parse_config('[run]\nname = "job"\ncommand = ["python", "x.py"]\nmatch = "x.py"\n')
     # The screen: its state as the app builds it (config, snapshot, the user's cursor),
-    # and the app's own selection method.
+    # and the rule its keys act on (the dashboard's selected run is `view.select_run`).
     state = apply(AppState(), ConfigRead(services.settings_of(cfg)), 0.0)
     state = apply(state, snapshot(0, runs=runs), 0.0)
     state = apply(state, CursorMoved(cursor), 0.0)
-    screen = EagleApp._run(SimpleNamespace(state=state))  # type: ignore[arg-type]
+    screen = view.select_run(state)
     # The CLI: `kill` / `relaunch` with no RUN_ID, or with the id the user sees under the cursor.
     cli = services.choose_run(cfg, runs, cursor, now=state.snapshot_time)  # the host's clock, as the screen's
     assert (screen.run_id if screen else None) == (cli.run_id if cli else None)
