@@ -52,7 +52,7 @@ async def toggle(n: int, size: tuple[int, int], translucent: bool) -> tuple[list
         on: list[float] = []
         off: list[float] = []
         async with app.run_test(size=size) as pilot:
-            await until(pilot, lambda: app.state.log.offset == len(lines))
+            await until(pilot, lambda: app.dashboard.state.log.offset == len(lines))
             await pilot.pause(0.5)
             for _ in range(n):
                 for times, key, shown in ((on, "question_mark", True), (off, "escape", False)):

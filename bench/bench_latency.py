@@ -91,11 +91,11 @@ async def main(lines: int, rate: float) -> int:
         )
         client = AgentClient(link)
         await client.start()
-        await client.request("subscribe", sub="bench", path=str(log), offset=0, inode=None)
+        await client.subscribe("bench", str(log), 0)
         # The same agent without SSH, to separate the agent's own delay from the link's.
         local = AgentClient(LocalLink())
         await local.start()
-        await local.request("subscribe", sub="bench", path=str(log), offset=0, inode=None)
+        await local.subscribe("bench", str(log), 0)
         tail = await asyncio.create_subprocess_exec(
             "ssh",
             "-F",

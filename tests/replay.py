@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from tui import protocol as p
+from tui.transport import AgentApi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -52,8 +53,9 @@ def recorded(name: str) -> list[p.Message]:
     return [p.parse_message(json.loads(line)) for line in lines if line.strip()]
 
 
-class ReplayClient:
-    """Feeds queued events to the app; answers requests from a table."""
+class ReplayClient(AgentApi):
+    """Feeds queued events to the app; answers requests (op -> result dict, or a function
+    of the args) from a table, through `AgentApi`'s typed methods."""
 
     def __init__(self, events: list[Any], answers: dict[str, Any] | None = None) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -65,9 +67,6 @@ class ReplayClient:
         for ev in self._initial:
             self.queue.put_nowait(ev)
         return hello()
-
-    async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        return await self.call_with_progress(op, None, **args)
 
     async def call_with_progress(self, op: str, on_event: Callable[..., Any] | None, **args: Any) -> dict[str, Any]:
         self.requests.append((op, args))

@@ -45,7 +45,7 @@ async def test_gpu_panel_shows_every_card(n: int) -> None:
     client = ReplayClient([snapshot(n, runs=[RUN])])
     app = make_app(client, CFG, "root@gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause()
         text = gpu_text(app)
         if n == 0:
@@ -62,7 +62,7 @@ async def test_eight_gpus_fit_a_small_terminal() -> None:
     client = ReplayClient([snapshot(8, runs=[RUN])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(100, 30)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause()
         lines = [ln for ln in gpu_text(app).splitlines() if "H200" in ln]
         assert len(lines) == 8 and all(len(ln) <= 100 for ln in lines)
@@ -74,7 +74,7 @@ async def test_missing_readings_show_na_not_zero() -> None:
     client = ReplayClient([p.Snapshot(**{**snap.__dict__, "gpus": [g]})])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause()
         line = next(ln for ln in gpu_text(app).splitlines() if "H200" in ln)
         assert line.count("N/A") >= 3 and " 0%" not in line
@@ -90,7 +90,7 @@ async def test_shard_progress_and_log_tail() -> None:
     client = ReplayClient([snapshot(2, runs=[RUN]), log_event(lines)])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.log.offset == len(lines))
+        await until(pilot, lambda: app.dashboard.state.log.offset == len(lines))
         await pilot.pause()
         progress = str(app.query_one("#progress").render())
         assert "24/64" in progress and "18.0 s/shard" in progress and "ETA 12:01" in progress
@@ -126,9 +126,9 @@ async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() 
     slices: list[AnalyseLog] = []
     app.dashboard.feed.listen(lambda ev: slices.append(ev) if isinstance(ev, AnalyseLog) else None)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.log.offset == size and not app.state.log.older
-                    and not app.state.log.backlog)
-        log = app.state.log
+        await until(pilot, lambda: app.dashboard.state.log.offset == size and not app.dashboard.state.log.older
+                    and not app.dashboard.state.log.backlog)
+        log = app.dashboard.state.log
         assert len(slices) == -(-log.total_lines // ANALYSE_SLICE)  # no slice while waiting for the older bytes
         assert ("read_range", {"path": "/srv/x.log", "offset": 0, "length": len(older)}) in client.requests
         assert log.total_lines == older.count(b"\n") + tail.count(b"\n") and log.prepended == older.count(b"\n")
@@ -144,7 +144,7 @@ async def test_kill_asks_first_and_cancel_is_the_default() -> None:
     client = ReplayClient([snapshot(2, runs=[RUN])], answers={"kill": {"run_id": RUN["run_id"], "ok": True, "stages": [], "remaining": [], "gpus": [], "gpus_free": True, "elapsed": 1.0}})
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         body = str(app.screen.query_one("#body").render())
@@ -168,7 +168,7 @@ async def test_k_on_an_ended_run_says_it_already_exited() -> None:
     client = ReplayClient([snapshot(1, runs=[dead])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         assert app.check_action("relaunch", ()) is True
         await pilot.press("k")
         await until(pilot, lambda: any("run 20261130-015500-ab12 already exited (1)" in n for n in notices(app)))
@@ -190,7 +190,7 @@ async def test_reconnecting_banner_and_help_and_quit() -> None:
     client = ReplayClient([snapshot(1), Status()])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.link.state == "reconnecting")
+        await until(pilot, lambda: app.dashboard.state.link.state == "reconnecting")
         await pilot.pause()
         assert "reconnecting (attempt 3)" in str(app.query_one("#banner").render())
         await pilot.press("question_mark")
@@ -209,7 +209,7 @@ async def test_recorded_h200_snapshot_renders_two_lines_per_card() -> None:
     client = ReplayClient([p.parse_message({"type": "snapshot", **raw})])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == raw["seq"])
+        await until(pilot, lambda: app.dashboard.state.seq == raw["seq"])
         await pilot.pause()
         lines = gpu_text(app).splitlines()
         assert "H200" in lines[0] and "0.6/140 GiB" in lines[0] and "37°C" in lines[0] and "103/700 W" in lines[0]
@@ -252,12 +252,12 @@ async def test_stale_run_is_marked_and_bannered() -> None:
     client = ReplayClient([snapshot(1, runs=[dict(RUN, patch_state=v4)])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         # What the patch probe reports (tui.services.patches.status, tested against the real agent).
         await pilot.pause(0.2)  # the first ledger refresh (no patch set: no probe) is done
-        app._apply(LedgerRead(app.state.summaries, "v5", ("v1", "v2", "v3", "v4", "v5")))
+        app.dashboard.feed.apply(LedgerRead(app.dashboard.state.summaries, "v5", ("v1", "v2", "v3", "v4", "v5")))
         client.push(snapshot(1, seq=1, runs=[dict(RUN, patch_state=v4)]))
-        await until(pilot, lambda: app.state.seq == 1)
+        await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause()
         assert "STALE: launched with v4, v5 applied now" in str(app.query_one(RunsTable).get_row(RUN["run_id"])[-1])
         assert "v5 is applied now" in str(app.query_one("#banner").render())
@@ -267,7 +267,7 @@ async def test_dashboard_keys_do_nothing_under_another_screen() -> None:
     client = ReplayClient([snapshot(1, runs=[RUN])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         for action in ("kill", "relaunch", "launch", "open_log"):
@@ -279,7 +279,7 @@ async def test_runs_of_other_configs_are_hidden_until_a() -> None:
     client = ReplayClient([snapshot(1, runs=[other, dict(RUN, state="exited", exit_code=0)])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause()
         table = app.query_one(RunsTable)
         assert table.row_count == 1

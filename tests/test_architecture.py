@@ -133,3 +133,56 @@ def test_mypy_clean() -> None:
     # Strict on tui/state and tui/protocol, normal on the rest (pyproject.toml [tool.mypy]).
     proc = run([sys.executable, "-m", "mypy", "--no-incremental", "tui"])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr
+
+
+# -- the agent protocol is the transport's: above it, typed methods only ----------------------
+
+WIRE = ("request", "call_with_progress")  # AgentApi's wire: an op name and an args dict
+
+
+def wire_uses(root: Path) -> list[str]:
+    """Every place under root/tui, outside tui/transport, that touches the wire: reads a
+    `.request` / `.call_with_progress` attribute (a call, or an alias that a later call
+    would hide behind: `send = client.request`) or asks getattr for one. Those are the
+    only ways to pass an op string, so none may exist above the transport."""
+    found = []
+    for path in sorted((root / "tui").rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[:2] == ("tui", "transport") or "__pycache__" in rel.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in WIRE:
+                found.append(f"{rel}:{node.lineno}: .{node.attr}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                  and any(isinstance(a, ast.Constant) and a.value in WIRE for a in node.args)):
+                found.append(f"{rel}:{node.lineno}: getattr(…, {node.args[1].value!r})")  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_op_string_above_the_transport() -> None:
+    found = wire_uses(ROOT)
+    assert not found, "an op string above the transport; use AgentApi's typed methods:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("planted", [
+    'async def f(c):\n    return await c.request("read_range", path="x", offset=0, length=1)\n',
+    'async def f(c):\n    op = "kill"\n    return await c.call_with_progress(op, None, run_id="r")\n',
+    'def f(c):\n    send = c.request\n    return send\n',
+    'def f(c):\n    return getattr(c, "request")\n',
+])
+def test_the_op_string_check_fails_on_a_planted_one(tmp_path: Path, planted: str) -> None:
+    shutil.copytree(ROOT / "tui", tmp_path / "tui", ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "tui" / "services" / "timeline.py"
+    target.write_text(target.read_text() + "\n\n" + planted)
+    found = wire_uses(tmp_path)
+    assert len(found) == 1 and found[0].startswith("tui/services/timeline.py:"), found
+
+
+def test_agent_api_has_one_method_per_agent_op() -> None:
+    from tui.transport import AgentApi
+
+    tree = ast.parse((ROOT / "remote" / "agent.py").read_text(encoding="utf-8"))
+    agent = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Agent")
+    ops = {f.name.removeprefix("op_") for f in agent.body if isinstance(f, ast.FunctionDef) and f.name.startswith("op_")}
+    methods = {name for name in vars(AgentApi) if not name.startswith("_")} - set(WIRE)
+    assert ops and methods == ops, f"agent ops without a method: {ops - methods}; methods without an op: {methods - ops}"

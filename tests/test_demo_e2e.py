@@ -51,17 +51,17 @@ def demo_config(tmp_path: Path, name: str, delay: float) -> tuple[Any, Any]:
 
 
 def phase(app: Any) -> str | None:
-    return getattr(app.state.log.analysis, "phase", None)
+    return getattr(app.dashboard.state.log.analysis, "phase", None)
 
 
 async def test_demo_runs_to_the_end_in_the_dashboard(tmp_path: Path) -> None:
     paths, cfg = demo_config(tmp_path, "demo", 0.0)
     app = make_app(services.new_client("local", cfg), cfg, "local", launch=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.state.runs), 120, "finished")
+        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "finished")
         progress = str(app.query_one("#progress").render())
         assert "64/64" in progress and "batch" in progress
-        run = app.state.runs[0]
+        run = app.dashboard.state.runs[0]
         assert run.exit_code == 0 and run.name == "demo-extract"
     import torch
 
@@ -73,7 +73,7 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
     whole, cfg_whole = demo_config(tmp_path, "whole", 0.0)
     app = make_app(services.new_client("local", cfg_whole), cfg_whole, "local", launch=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.state.runs), 120, "the uninterrupted run")
+        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the uninterrupted run")
 
     paths, cfg = demo_config(tmp_path, "killed", 0.02)
     cfg = replace(cfg, host=replace(cfg.host, runs_dir=str(tmp_path / "runs2")))
@@ -83,10 +83,10 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the kill confirmation")
         await pilot.press("y")
-        await until(pilot, lambda: any(r.state == "killed" for r in app.state.runs), 60, "the killed run")
+        await until(pilot, lambda: any(r.state == "killed" for r in app.dashboard.state.runs), 60, "the killed run")
         assert not (paths.out / "data_config.json").exists()  # it really was cut short
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the relaunch confirmation")
         await pilot.press("y")
-        await until(pilot, lambda: len(app.state.runs) == 2 and any(r.state == "exited" for r in app.state.runs), 120, "the relaunched run")
+        await until(pilot, lambda: len(app.dashboard.state.runs) == 2 and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the relaunched run")
     assert outputs(paths.out) == outputs(whole.out)

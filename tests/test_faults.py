@@ -150,7 +150,7 @@ async def launch_run(cfg: Any) -> dict[str, Any]:
     client = AgentClient(LocalLink(runs_dir=cfg.host.runs_dir), reconnect=False)
     await client.start()
     try:
-        rec = await services.launch(client, cfg)
+        rec = (await services.launch(client, cfg)).record
     finally:
         await client.close()
     log = Path(rec["log"])
@@ -173,7 +173,7 @@ async def test_kill_whose_link_drops_ends_killed_confirmed_after_reconnect(
                    cache_dir=str(tmp_path / "cache"), connect_timeout=5, runs_dir=cfg.host.runs_dir)
     app = make_app(AgentClient(link, backoff=(0.2, 0.5)), cfg, "cutty")
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.alive for r in app.state.runs), 15, "the run")
+        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.alive for r in app.dashboard.state.runs), 15, "the run")
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "the confirmation")
         await pilot.press("y")
@@ -193,7 +193,7 @@ async def test_kill_whose_link_drops_ends_killed_confirmed_after_reconnect(
         assert f"run {run['run_id']} killed" in shown[-1], shown
         assert not any("failed" in text for text in shown), shown  # never shown as failed
         assert any("asking the host after reconnect" in text for text in shown), shown
-        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.state == "killed" for r in app.state.runs),
+        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.state == "killed" for r in app.dashboard.state.runs),
                     10, "the run listed as killed")
     assert not alive(run["pid"])
     assert handler.sessions >= 2
@@ -253,7 +253,7 @@ async def test_stalled_link_is_stale_within_3s_then_lost(tmp_path: Path, sshd: S
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             bar = app.query_one(StatusBar)
-            await until(pilot, lambda: app.state.seq >= 2, 20, "snapshots")
+            await until(pilot, lambda: app.dashboard.state.seq >= 2, 20, "snapshots")
             assert "● connected" in str(bar.render())
             relay.flowing.clear()
             t0 = time.monotonic()
@@ -262,12 +262,12 @@ async def test_stalled_link_is_stale_within_3s_then_lost(tmp_path: Path, sshd: S
             print(f"stale shown {seen_after:.2f} s after the relay stopped forwarding")
             assert seen_after <= 4.0, seen_after  # 2 intervals + 1 s after the last message (~3.05 s idle), + load
             assert "stale for" in str(app.query_one("#banner").render())
-            await until(pilot, lambda: app.state.link.state != "connected", 15, "the keepalive to fail")
+            await until(pilot, lambda: app.dashboard.state.link.state != "connected", 15, "the keepalive to fail")
             print(f"lost after {time.monotonic() - t0:.2f} s (keepalive 1 s)")
             assert "lost" in str(bar.render()) or "reconnecting" in str(bar.render())
             assert "lost" in str(app.query_one("#banner").render())
             relay.flowing.set()  # the host thaws: the client reconnects on its own
-            await until(pilot, lambda: app.state.link.state == "connected", 30, "the reconnect")
+            await until(pilot, lambda: app.dashboard.state.link.state == "connected", 30, "the reconnect")
     finally:
         await relay.close()
 

@@ -13,11 +13,20 @@ import pytest
 
 from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
 from tui import protocol as p
+from tui.services.config import parse_config
+from tui.services.hostfeed import HostFeed
 from tui.state import fleet
 from tui.state.model import AppState
 from tui.state.reducer import apply
-from tui.transport import AgentClient, ConfigError, HostKeyUnknown, HostUnreachable
-from tui.transport.fleet import parse_hosts, read_hosts_file, start_all, unique
+from tui.transport import (
+    AgentApi,
+    AgentClient,
+    ConfigError,
+    HostKeyUnknown,
+    HostUnreachable,
+    TransportError,
+)
+from tui.transport.fleet import parse_hosts, read_hosts_file, unique
 from tui.transport.ssh import SshLink
 
 GiB = 2**30
@@ -111,25 +120,49 @@ def test_hosts_file(tmp_path: Path) -> None:
     assert parse_hosts("a\n#b\nc") == ["a", "c"]
 
 
-class _Gated:
+async def connect_all(clients: dict[str, Any], limit: int,
+                      on_done: Any = None) -> dict[str, BaseException | None]:
+    """Every host's `HostFeed.connect` under one gate of `limit` slots, as the fleet
+    screen starts its feeds: host -> None (connected) or the error it failed with."""
+    cfg = parse_config("")
+    gate = asyncio.Semaphore(limit)
+    results: dict[str, BaseException | None] = {}
+
+    async def one(host: str, client: Any) -> None:
+        error: BaseException | None = None
+        try:
+            await HostFeed(client, cfg, host).connect(gate)
+        except (TransportError, OSError, asyncio.TimeoutError) as exc:
+            error = exc
+        results[host] = error
+        if on_done is not None:
+            on_done(host, error)
+
+    await asyncio.gather(*(one(h, c) for h, c in clients.items()))
+    return results
+
+
+class _Gated(AgentApi):
     """A stand-in client (no link) that records how many starts overlap."""
 
     active = 0
     peak = 0
 
-    async def start(self) -> None:
+    async def start(self) -> p.Hello:
         _Gated.active += 1
         _Gated.peak = max(_Gated.peak, _Gated.active)
         await asyncio.sleep(0.02)
         _Gated.active -= 1
+        return hello()
+
+    async def call_with_progress(self, op: str, on_event: Any, **args: Any) -> dict[str, Any]:
+        return {}
 
 
-async def test_start_all_holds_at_most_limit_in_flight() -> None:
+async def test_the_connect_gate_holds_at_most_limit_in_flight() -> None:
     _Gated.active = _Gated.peak = 0
-    done = await start_all({f"h{i}": _Gated() for i in range(20)}, limit=3)  # type: ignore[misc]
+    done = await connect_all({f"h{i}": _Gated() for i in range(20)}, limit=3)
     assert _Gated.peak == 3 and len(done) == 20 and all(v is None for v in done.values())
-    with pytest.raises(ConfigError):
-        await start_all({}, limit=0)
 
 
 @pytest.mark.ssh
@@ -152,7 +185,7 @@ async def test_silent_refusing_and_unknown_key_hosts_never_delay_the_others(
 
     try:
         # Two slots: the silent host holds one for its whole timeout; the rest share the other.
-        results = await start_all(clients, limit=2, on_done=done)
+        results = await connect_all(clients, limit=2, on_done=done)
     finally:
         await asyncio.gather(*(c.close() for c in clients.values()))
     assert [results[h] for h in ("h01", "h02", "h03")] == [None, None, None]

@@ -165,7 +165,7 @@ async def test_a_run_failing_on_a_host_not_on_screen_is_told_once_per_host(fleet
         launcher = new_client("local", cfg, reconnect=False)
         await launcher.start()
         try:
-            run_id = (await services.launch(launcher, cfg))["run_id"]
+            run_id = (await services.launch(launcher, cfg)).run_id
         finally:
             await launcher.close()
         await until(pilot, lambda: len(told()) >= 2, "the hook told of both hosts", timeout=30)

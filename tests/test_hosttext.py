@@ -128,9 +128,9 @@ async def test_markup_in_a_failure_and_in_an_argv_is_shown_as_text() -> None:
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
         # the agent sends a log's bytes only after the client subscribed to it
-        await until(pilot, lambda: subscribed(client, app.state.log.sub))
-        client.push(p.LogData(sub=app.state.log.sub, path=LOG, inode=7, offset=0, data=OOPS))
-        await until(pilot, lambda: app.state.log.offset == len(OOPS) and app.state.seq == 0)
+        await until(pilot, lambda: subscribed(client, app.dashboard.state.log.sub))
+        client.push(p.LogData(sub=app.dashboard.state.log.sub, path=LOG, inode=7, offset=0, data=OOPS))
+        await until(pilot, lambda: app.dashboard.state.log.offset == len(OOPS) and app.dashboard.state.seq == 0)
         await until(pilot, lambda: all(s in "\n".join(screen_strips(app))
                                        for s in ("[/pwn]", "Worker [/oops] died unexpectedly")))
         assert app.is_running
@@ -261,18 +261,18 @@ def test_fuzz_dashboard(dashboards: Any, lines: list[bytes], argv: list[str], ru
     dashboard = dashboards[size]
 
     async def step(app: EagleApp, pilot: Any) -> None:
-        offset = app.state.log.offset
+        offset = app.dashboard.state.log.offset
         # the run, its log, the run again: the failure in the log is news (banner, toast)
         client = dashboard.client
         client.push(hostile_snapshot(2 * seq, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, "running"))
-        await until(pilot, lambda: app.state.seq == 2 * seq and subscribed(client, app.state.log.sub))
+        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq and subscribed(client, app.dashboard.state.log.sub))
         for event in [
-            p.LogData(sub=app.state.log.sub, path=LOG, inode=7, offset=offset, data=data),
+            p.LogData(sub=app.dashboard.state.log.sub, path=LOG, inode=7, offset=offset, data=data),
             hostile_snapshot(2 * seq + 1, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, state),
             p.AgentError(message=clean(error)),  # an agent's error line too
         ]:
             client.push(event)
-        await until(pilot, lambda: app.state.seq == 2 * seq + 1 and app.state.log.offset >= offset + len(data))
+        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq + 1 and app.dashboard.state.log.offset >= offset + len(data))
         app.screen.query_one(LogPane).flush()  # the pane draws at most twice a second: now
         await pilot.pause()
         assert app.is_running

@@ -16,7 +16,7 @@ from tui.services.hostfeed import FIRST_TAIL, HostFeed
 from tui.services.ledger import READ_CHUNK, LedgerError, fetch_summaries, read_tail
 from tui.state.model import Run
 from tui.state.reducer import LogOlder
-from tui.transport import AgentClient, AgentRequestError
+from tui.transport import AgentApi, AgentClient, AgentRequestError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"
 PATCH = {"set": "speculators-0.3.0-vllm-0.16", "state": "v4", "version": "v4"}
@@ -103,7 +103,7 @@ async def test_gone_logs_are_skipped_running_runs_ignored_ended_runs_cached(
     assert list(newest) == [second["run_id"]]
 
 
-class ReplacedMidRead:
+class ReplacedMidRead(AgentApi):
     """The real client; right after the first read_range that returns bytes, the file at
     ``path`` is replaced by ``other`` (os.replace, as a log rotation or a relaunch that
     reuses the path does): the reader's next chunk comes from another file."""

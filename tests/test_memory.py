@@ -64,7 +64,7 @@ async def test_state_and_widgets_do_not_grow_over_10000_snapshots() -> None:
             client.push(p.LogData("log1", "/srv/x.log", 7, offset, line))
             offset += len(line)
             if i % 100 == 99:
-                while app.state.seq != i:  # the app has applied and drawn everything so far
+                while app.dashboard.state.seq != i:  # the app has applied and drawn everything so far
                     await pilot.pause(0.001)
                 await pilot.pause()
             if i + 1 == WARM:
@@ -75,7 +75,7 @@ async def test_state_and_widgets_do_not_grow_over_10000_snapshots() -> None:
                 measured.append(tracemalloc.get_traced_memory()[0])
                 heaps.append(tracemalloc.take_snapshot())
         tracemalloc.stop()
-        assert app.state.seq == TOTAL - 1 and app.state.log.total_lines == TOTAL
+        assert app.dashboard.state.seq == TOTAL - 1 and app.dashboard.state.log.total_lines == TOTAL
         grown = measured[1] - measured[0]
         print(f"\nheap traced since snapshot {WARM}: {measured[0] / 1e3:.0f} kB at {MID},"
               f" {measured[1] / 1e3:.0f} kB at {TOTAL}: {grown / (TOTAL - MID):+.1f} B per snapshot"

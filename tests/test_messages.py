@@ -26,7 +26,7 @@ def toasts(app) -> list[str]:
 async def test_launch_without_a_command_names_the_run_section() -> None:
     app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.press("l")
         await until(pilot, lambda: bool(toasts(app)))
         assert toasts(app) == ["no [run] command in the config: nothing to launch"]
@@ -35,7 +35,7 @@ async def test_launch_without_a_command_names_the_run_section() -> None:
 async def test_relaunch_without_a_run_or_a_command_names_the_run_section() -> None:
     app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await app.screen.run_action("relaunch")  # `r` is offered only with a run to relaunch
         await until(pilot, lambda: bool(toasts(app)))
         assert toasts(app) == ["no run to relaunch and no [run] command in the config"]
@@ -44,7 +44,7 @@ async def test_relaunch_without_a_run_or_a_command_names_the_run_section() -> No
 async def test_help_says_how_to_close_it() -> None:
     app = make_app(ReplayClient([snapshot(1)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "esc, q or ? closes this help" in str(app.screen.query_one("#closes").render())
@@ -60,7 +60,7 @@ async def test_a_finished_run_is_one_toast_that_says_how_it_ended() -> None:
     client = ReplayClient([snapshot(1, runs=[running])])
     app = make_app(client, cfg, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         for seq in (1, 2, 3):  # ended, then the snapshots after (the log's last lines may lag one)
             client.push(snapshot(1, seq=seq, runs=[done], processes=[]))
         await until(pilot, lambda: any("finished" in t for t in toasts(app)))
@@ -73,7 +73,7 @@ async def test_the_status_bar_names_the_gpu_source() -> None:
     for n, said in ((2, "GPUs: nvml"), (0, "GPUs: none")):
         app = make_app(ReplayClient([snapshot(n)]), NO_COMMAND, "gpu-box")  # type: ignore[arg-type]
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: app.state.seq == 0)
+            await until(pilot, lambda: app.dashboard.state.seq == 0)
             await pilot.pause()
             assert said in str(app.screen.query_one("StatusBar").render())
 
@@ -119,9 +119,9 @@ async def test_the_runs_header_fits_beside_a_run(first_empty: bool) -> None:
     client = ReplayClient([snapshot(0, runs=[] if first_empty else [run])])
     app = make_app(client, cfg, "local")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0)
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
         client.push(snapshot(0, seq=1, runs=[run]))
-        await until(pilot, lambda: app.state.seq == 1)
+        await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause(0.3)
         table = app.screen.query_one(RunsTable)
         widths = [(str(c.label), c.get_render_width(table)) for c in table.columns.values()]

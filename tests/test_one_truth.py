@@ -15,7 +15,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
 from hypothesis import given, settings
@@ -90,11 +89,11 @@ def test_cli_and_screen_select_the_same_run(host: tuple[list[dict[str, Any]], st
     runs, cursor = host
     cfg = parse_config('[run]\nname = "job"\ncommand = ["python", "x.py"]\nmatch = "x.py"\n')
     # The screen: its state as the app builds it (config, snapshot, the user's cursor),
-    # and the app's own selection method.
+    # and the rule its keys act on (the dashboard's selected run is `view.select_run`).
     state = apply(AppState(), ConfigRead(services.settings_of(cfg)), 0.0)
     state = apply(state, snapshot(0, runs=runs), 0.0)
     state = apply(state, CursorMoved(cursor), 0.0)
-    screen = EagleApp._run(SimpleNamespace(state=state))  # type: ignore[arg-type]
+    screen = view.select_run(state)
     # The CLI: `kill` / `relaunch` with no RUN_ID, or with the id the user sees under the cursor.
     cli = services.choose_run(cfg, runs, cursor, now=state.snapshot_time)  # the host's clock, as the screen's
     assert (screen.run_id if screen else None) == (cli.run_id if cli else None)
@@ -133,12 +132,12 @@ async def test_adopted_run_shows_the_file_its_stdout_goes_to(tmp_path: Path) -> 
         cfg = adopted_config(tmp_path, marker)
         app = make_app(services.new_client("local", cfg), cfg, "local")
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: any(r.external for r in app.state.runs), 15, "the adopted run")
-            await until(pilot, lambda: "adopted line one" in app.state.log.lines, 15, "its log")
-            assert app.state.log.path == str(out)
-            run = app.state.runs[0]
-            assert run.log == str(out) and view.select_run(app.state) == run
-            assert "OTHER RUN LINE" not in app.state.log.lines
+            await until(pilot, lambda: any(r.external for r in app.dashboard.state.runs), 15, "the adopted run")
+            await until(pilot, lambda: "adopted line one" in app.dashboard.state.log.lines, 15, "its log")
+            assert app.dashboard.state.log.path == str(out)
+            run = app.dashboard.state.runs[0]
+            assert run.log == str(out) and view.select_run(app.dashboard.state) == run
+            assert "OTHER RUN LINE" not in app.dashboard.state.log.lines
     finally:
         proc.kill()
         proc.wait()
@@ -151,13 +150,13 @@ async def test_adopted_run_writing_to_a_pipe_says_so(tmp_path: Path) -> None:
         cfg = adopted_config(tmp_path, marker)
         app = make_app(services.new_client("local", cfg), cfg, "local")
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: any(r.external for r in app.state.runs), 15, "the adopted run")
-            await until(pilot, lambda: app.state.log.note is not None, 10, "the note")
+            await until(pilot, lambda: any(r.external for r in app.dashboard.state.runs), 15, "the adopted run")
+            await until(pilot, lambda: app.dashboard.state.log.note is not None, 10, "the note")
             await pilot.pause(1.0)  # a snapshot or two later: still no other run's log
-            assert app.state.log.path is None and "OTHER RUN LINE" not in app.state.log.lines
-            assert "no log file: stdout is a pipe/terminal" in app.state.log.note
+            assert app.dashboard.state.log.path is None and "OTHER RUN LINE" not in app.dashboard.state.log.lines
+            assert "no log file: stdout is a pipe/terminal" in app.dashboard.state.log.note
             assert "no log file: stdout is a pipe/terminal" in str(app.query_one(LogPane).query_one("#note").render())
-            rid = app.state.runs[0].run_id
+            rid = app.dashboard.state.runs[0].run_id
             assert "no log file" in str(app.query_one(RunsTable).get_row(rid)[-1])
     finally:
         proc.kill()
@@ -189,9 +188,9 @@ async def test_run_launched_from_the_cli_appears_and_is_followed(tmp_path: Path)
     second: dict[str, Any] = {}
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: any(r.run_id == first["run_id"] and not r.alive for r in app.state.runs),
+            await until(pilot, lambda: any(r.run_id == first["run_id"] and not r.alive for r in app.dashboard.state.runs),
                         15, "the first run, ended")
-            await until(pilot, lambda: app.state.log.path == first["log"], 10, "the first run's log")
+            await until(pilot, lambda: app.dashboard.state.log.path == first["log"], 10, "the first run's log")
             res = await asyncio.to_thread(e3, "launch", "local", "--json", cwd=tmp_path)
             assert res.returncode == 0, res.stderr
             second = json.loads(res.stdout)
@@ -201,8 +200,8 @@ async def test_run_launched_from_the_cli_appears_and_is_followed(tmp_path: Path)
             assert appeared <= cfg.host.interval + 1.0, appeared  # one interval (+ scheduling on a loaded box)
             await until(pilot, lambda: second["run_id"] in str(app.query_one("#progress").render()), 5,
                         "the progress panel on the new run")
-            await until(pilot, lambda: app.state.log.path == second["log"], 5, "the new run's log")
-            await until(pilot, lambda: "job second" in app.state.log.lines, 10, "its lines")
+            await until(pilot, lambda: app.dashboard.state.log.path == second["log"], 5, "the new run's log")
+            await until(pilot, lambda: "job second" in app.dashboard.state.log.lines, 10, "its lines")
     finally:
         if second:
             e3("kill", "local", second["run_id"], "--yes", cwd=tmp_path)
@@ -215,28 +214,28 @@ async def test_l_launches_the_config_as_edited_and_refuses_a_broken_one(tmp_path
     launched: list[str] = []
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: app.state.seq >= 1, 15, "a snapshot")
+            await until(pilot, lambda: app.dashboard.state.seq >= 1, 15, "a snapshot")
             write_config(tmp_path, "after")  # edited while the dashboard is open
             await pilot.press("l")
-            await until(pilot, lambda: bool(app.state.runs), 15, "the launch")
-            run = app.state.runs[0]
+            await until(pilot, lambda: bool(app.dashboard.state.runs), 15, "the launch")
+            run = app.dashboard.state.runs[0]
             launched.append(run.run_id)
             assert "after" in run.argv and "before" not in run.argv, run.argv
-            await until(pilot, lambda: app.state.busy is None, 10, "the launch to settle")
+            await until(pilot, lambda: app.dashboard.state.busy is None, 10, "the launch to settle")
             e3("kill", "local", run.run_id, "--yes", cwd=tmp_path)
-            await until(pilot, lambda: not app.state.runs[0].alive, 15, "the kill")
+            await until(pilot, lambda: not app.dashboard.state.runs[0].alive, 15, "the kill")
             path.write_text(path.read_text() + "[run]\nbogus = 1\n")  # broken now
             await pilot.press("l")
             await until(pilot, lambda: "config:" in str(app.query_one("#banner").render()), 5, "the banner")
             text = str(app.query_one("#banner").render())
             assert "\n" not in text.strip() and "nothing launches" in text
             await pilot.pause(1.5)
-            assert len(app.state.runs) == 1  # nothing launched
+            assert len(app.dashboard.state.runs) == 1  # nothing launched
             write_config(tmp_path, "fixed")
             await pilot.press("l")
-            await until(pilot, lambda: len(app.state.runs) == 2, 15, "the launch after the fix")
-            launched.append(app.state.runs[0].run_id)
-            assert "fixed" in app.state.runs[0].argv
+            await until(pilot, lambda: len(app.dashboard.state.runs) == 2, 15, "the launch after the fix")
+            launched.append(app.dashboard.state.runs[0].run_id)
+            assert "fixed" in app.dashboard.state.runs[0].argv
             assert "config:" not in str(app.query_one("#banner").render())
     finally:
         for rid in launched:
@@ -251,7 +250,7 @@ async def test_question_mark_shows_the_help_of_the_screen_it_is_pressed_on() -> 
                           answers={"read_range": serve_file(FIXLOGS / "vllm016_tp8_sample_tokens.log")})
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.log.path is not None, 5, "the log")
+        await until(pilot, lambda: app.dashboard.state.log.path is not None, 5, "the log")
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), 5, "the dashboard's help")
         assert "Kill run" in dict(app.screen._keys).values()
@@ -270,7 +269,7 @@ async def test_agent_messages_and_action_results_are_notifications() -> None:
     client = ReplayClient([snapshot(1, runs=[RUN])], answers={"kill": report})
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0, 5, "a snapshot")
+        await until(pilot, lambda: app.dashboard.state.seq == 0, 5, "a snapshot")
         client.push(p.AgentError("runs: permission denied on /srv/runs"))
         await until(pilot, lambda: any("permission denied on /srv/runs" in n for n in notices(app)), 5, "the message")
         await pilot.press("k")
@@ -330,7 +329,7 @@ def test_reducer_liveness_thresholds() -> None:
 async def test_agent_records_outcomes_by_action_id(client: Any, tmp_path: Path) -> None:
     from tui.transport import AgentRequestError
 
-    await client.request("configure", runs_dir=str(tmp_path / "runs"))
+    await client.configure(1.0, runs_dir=str(tmp_path / "runs"))
     rec = await client.request("launch", name="o", argv=[sys.executable, "-c", "pass"], cwd=str(tmp_path),
                                env={}, action="launch-1")
     bad = None

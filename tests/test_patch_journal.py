@@ -19,7 +19,7 @@ from tests import spec_wheel
 from tests.patch_fixtures import GEN, PY, SET, WORKER, pkg, site  # noqa: F401 - fixture
 from tui.services import patches as S
 from tui.state import patches as P
-from tui.transport import AgentClient, LocalLink
+from tui.transport import AgentApi, AgentClient, LocalLink
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_a_planted_journal_is_refused(site: Path, jdir: Path, tmp_path: Path) ->
     assert sys.executable
 
 
-class KillsAgentAfterFirstWrite:
+class KillsAgentAfterFirstWrite(AgentApi):
     """The real client; the agent is SIGKILLed as soon as a write of the push has
     answered (the reported case: the agent dies between two file writes). With one
     transaction there is one write request, so the kill lands after it."""

@@ -19,7 +19,7 @@ from tests import spec_wheel
 from tests.patch_fixtures import GEN, HAND_EDIT, PY, SET, WORKER, client, hand_edit, pkg, site  # noqa: F401
 from tui.services import patches as S
 from tui.state import patches as P
-from tui.transport import AgentClient, LinkLost
+from tui.transport import AgentApi, AgentClient, LinkLost
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.patches import APPLIED, RELAUNCH, PatchScreen
 
@@ -195,7 +195,7 @@ async def test_rollback_and_hand_edits_show_their_diff(client: AgentClient, site
         await until(pilot, lambda: app.results == [None])
 
 
-class HoldsFirstWrite:
+class HoldsFirstWrite(AgentApi):
     """The real client, but the push's `patch_apply` waits for `release` before it is sent."""
 
     def __init__(self, client: AgentClient) -> None:  # noqa: F811
@@ -240,7 +240,7 @@ async def test_escape_and_quit_wait_for_a_push(client: AgentClient, site: Path, 
         await until(pilot, lambda: app.results == [None])
 
 
-class DropsLink:
+class DropsLink(AgentApi):
     """The real client until `drop` is set; then every request fails as a lost link."""
 
     def __init__(self, client: AgentClient) -> None:  # noqa: F811

@@ -19,7 +19,7 @@ from tests import spec_wheel
 from tests.agent_driver import AgentProc
 from tui.services import patches as S
 from tui.state import patches as P
-from tui.transport import AgentClient, LinkLost
+from tui.transport import AgentApi, AgentClient, LinkLost
 
 SET = "speculators-0.3.0-vllm-0.16"
 GEN = "data_generation/vllm_hidden_states_generator.py"
@@ -119,7 +119,7 @@ async def test_capture_a_hand_edit_as_a_new_version(client: AgentClient, site: P
     assert P.version_order(P.load_set_dir(P.bundled_sets_dir() / SET)) == P.version_order(pset)
 
 
-class EditsBeforeApply:
+class EditsBeforeApply(AgentApi):
     """The real client, but a second writer changes `victim` just before the push's
     writes reach the host (after every file was read and compiled)."""
 
@@ -144,7 +144,7 @@ async def test_a_file_changed_before_the_writes_refuses_the_whole_push(
     assert worker.read_bytes() == pristine[WORKER] + b"# someone else\n"  # theirs, kept
 
 
-class HoldsApply:
+class HoldsApply(AgentApi):
     """The real client, but the push's `patch_apply` is held: before it reaches the agent
     (`after=False`) or after the agent has answered it (`after=True`)."""
 
@@ -185,7 +185,7 @@ async def test_cancelled_push_is_all_or_nothing(
     assert (await S.status(client, SET, PY, user_dir=user_dir))["state"] == P.latest(pset).name
 
 
-class DropsOnWrite:
+class DropsOnWrite(AgentApi):
     """The real client, but the link drops when the push would write (nothing written)."""
 
     def __init__(self, client: AgentClient) -> None:
@@ -273,7 +273,7 @@ def test_killed_writer_leaves_old_or_new_never_half(site: Path) -> None:
     assert killed_mid_write >= 1  # the kill really landed between temp write and rename
 
 
-class WrongBytesAfterWrite:
+class WrongBytesAfterWrite(AgentApi):
     """The real client, but right after the agent reports the write of ``victim`` done,
     the file holds other bytes (a file system or a second writer that loses the write):
     the write said ok, the host has the wrong file."""

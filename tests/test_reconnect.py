@@ -160,7 +160,7 @@ async def test_ssh_drop_mid_stream_loses_and_repeats_nothing(
     )
     client = AgentClient(link, backoff=(0.1, 0.2))
     await client.start()
-    await client.request("subscribe", sub="log", path=str(log), offset=0, inode=None)
+    await client.subscribe("log", str(log), 0)
     writer = asyncio.create_task(write_numbered_lines(log, 250, 0.01))
     try:
         got, seen = await follow_until_complete(client, log, writer, timeout=40)
@@ -183,7 +183,7 @@ async def test_local_agent_killed_resumes_and_permanent_error_fails(tmp_path: Pa
     link = LocalLink()
     client = AgentClient(link, backoff=(0.05,))
     hello = await client.start()
-    await client.request("subscribe", sub="log", path=str(log), offset=0, inode=None)
+    await client.subscribe("log", str(log), 0)
 
     async def kill_agent_midway() -> None:
         await write_numbered_lines(log, 60, 0.01)
@@ -222,7 +222,7 @@ async def test_a_log_rotated_while_the_link_is_down_is_followed_from_its_start(t
     hello = await client.start()
     events = client.events()
     try:
-        await client.request("subscribe", sub="log", path=str(log), offset=0, inode=None)
+        await client.subscribe("log", str(log), 0)
         got = bytearray()
         while len(got) < len(old):
             ev = await asyncio.wait_for(events.__anext__(), 10)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from tests.replay import hello, snapshot
 from tui import protocol as p
+from tui.protocol.ops import KillReport, LaunchReply
 from tui.state.model import HISTORY, AppState
 from tui.state.reducer import apply
 
@@ -170,7 +171,8 @@ def test_an_action_lost_with_the_link_ends_as_the_host_says_and_only_once() -> N
     from tui.state import view
     from tui.state.reducer import ActionEnded, ActionStarted, ActionUnconfirmed
 
-    report = {"run_id": "r1", "ok": True, "gpus_free": True, "elapsed": 2.0, "stages": [], "remaining": [], "gpus": []}
+    report = KillReport.parse({"run_id": "r1", "ok": True, "gpus_free": True, "elapsed": 2.0, "stages": [],
+                               "remaining": [], "gpus": []})
     s = apply(AppState(), ActionStarted("a1", "kill", "r1"), 1.0)
     assert s.busy is not None and s.kill is not None and s.kill.run_id == "r1"
     s = apply(s, p.KillProgress(9, "r1", "SIGTERM", (5,), (), 1.0), 2.0)
@@ -193,6 +195,6 @@ def test_ended_actions_are_kept_bounded_and_notices_numbered() -> None:
     s = AppState()
     for i in range(ACTIONS_KEPT + 5):
         s = apply(s, ActionStarted(f"a{i}", "launch"), float(i))
-        s = apply(s, ActionEnded(f"a{i}", True, {"run_id": f"r{i}", "pid": i}), float(i))
+        s = apply(s, ActionEnded(f"a{i}", True, LaunchReply(f"r{i}", i, None, None)), float(i))
     assert len(s.actions) == ACTIONS_KEPT and s.actions[-1].action_id == f"a{ACTIONS_KEPT + 4}"
     assert s.notice_serial == ACTIONS_KEPT + 5 and s.notices[-1][0] == s.notice_serial

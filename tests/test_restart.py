@@ -203,8 +203,9 @@ def test_kill_during_the_wait_wins(tmp_path: Path) -> None:
     assert waiting["state"] == "running" and waiting["restart_at"] > time.time() + 500
     assert rundir.prune_runs(runs, keep=0)["removed"] == []  # a waiting run is live: never pruned
     from tui.services.actions import relaunch
+    from tui.state.model import Run
     with pytest.raises(ValueError, match="is still running"):  # nor relaunched over
-        __import__("asyncio").run(relaunch(None, parse_config(""), waiting))  # type: ignore[arg-type]
+        __import__("asyncio").run(relaunch(None, parse_config(""), Run.from_dict(waiting)))  # type: ignore[arg-type]
     report = killer.kill(runs, run_id, graces=(2.0, 2.0), gpu_wait=0)
     assert report["ok"]
     rec = _ended(runs, run_id, 10)

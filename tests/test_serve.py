@@ -325,7 +325,7 @@ async def test_read_only_dashboard_refuses_every_write_key_and_says_so() -> None
 
     app = make_app(ReplayClient([snapshot(1, runs=[RUN])]), CFG, "gpu-box", read_only=True)  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: app.state.seq == 0, 5, "a snapshot")
+        await until(pilot, lambda: app.dashboard.state.seq == 0, 5, "a snapshot")
         for key, what in (("k", "kill"), ("r", "relaunch"), ("l", "launch")):
             await pilot.press(key)
             await until(pilot, lambda: any(f"read-only session: {what} is off" in n for n in notices(app)), 5, what)
@@ -333,7 +333,7 @@ async def test_read_only_dashboard_refuses_every_write_key_and_says_so() -> None
         app.screen.action_kill()  # the command palette's way in: the same refusal
         assert not isinstance(app.screen, ConfirmScreen)
         assert app.screen.query_one(ModeFooter).query(".read-only")
-        ops = [op for op, _ in app.client.requests]  # type: ignore[attr-defined]
+        ops = [op for op, _ in app.dashboard.client.requests]  # type: ignore[attr-defined]
         assert not {"kill", "launch", "relaunch"} & set(ops), ops
 
 

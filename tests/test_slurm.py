@@ -26,6 +26,7 @@ from remote import slurm
 from tests import checkout
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, Cluster
+from tui.protocol.ops import KillReport
 from tui.state import view
 from tui.state.model import Run
 
@@ -181,7 +182,7 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_clu
     assert [r["run_id"] for r in pruned["removed"]] == [rec["run_id"]], pruned
     report = agent.call("kill", {"run_id": never["run_id"], "graces": [1, 1]}, timeout=60)
     assert [s["signal"] for s in report["stages"]] == ["scancel"] and report["ok"], report
-    assert report["gpus_free"] is None and "still pending" in view.kill_verdict(report)
+    assert report["gpus_free"] is None and "still pending" in view.kill_verdict(KillReport.parse(report))
     assert wait_for(in_state(agent, never["run_id"], "killed"), 10, "the cancelled job")
 
 
@@ -301,7 +302,7 @@ async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
     client = ReplayClient([snapshot(2, runs=[SLURM_RUN, SLURM_PENDING])])
     app = make_app(client, cfg, "login1")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        while app.state.seq != 0:
+        while app.dashboard.state.seq != 0:
             await pilot.pause(0.02)
         await pilot.press("a")  # show every run, the other config's pending one too
         await pilot.pause(0.1)

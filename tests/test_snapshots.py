@@ -46,7 +46,7 @@ def app_with(n_gpus: int) -> Any:
 async def settle(pilot: Any) -> None:
     app = pilot.app
     deadline = time.monotonic() + 10
-    while not (app.state.seq == 0 and app.state.log.offset == len(LOG)):
+    while not (app.dashboard.state.seq == 0 and app.dashboard.state.log.offset == len(LOG)):
         assert time.monotonic() < deadline
         await pilot.pause(0.02)
     await pilot.pause()

@@ -49,16 +49,16 @@ async def test_hello_and_snapshot_finds_matching_process(client: AgentClient) ->
     marker = f"eagle3-test-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
     try:
-        await client.request("configure", interval=0.5, match=marker)
+        await client.configure(0.5, match=marker)
         deadline = time.monotonic() + 10
         while True:
-            snap = await client.request("snapshot")
-            pids = {p["pid"] for p in snap["processes"] if "match" in p["why"]}
+            snap = await client.snapshot()
+            pids = {p["pid"] for p in snap.processes if "match" in p["why"]}
             if proc.pid in pids:
                 break
-            assert time.monotonic() < deadline, f"{proc.pid} never matched: {snap['processes']}"
+            assert time.monotonic() < deadline, f"{proc.pid} never matched: {snap.processes}"
             await asyncio.sleep(0.2)
-        assert snap["host"]["cpu_count"] >= 1
+        assert snap.host["cpu_count"] >= 1
     finally:
         proc.kill()
         proc.wait()
@@ -68,8 +68,8 @@ async def test_subscribe_streams_appended_bytes(client: AgentClient, tmp_path: P
     log = tmp_path / "x.log"
     log.write_bytes(b"first\n")
     events = client.events()
-    result = await client.request("subscribe", sub="log", path=str(log), offset=0, inode=None)
-    assert result["inode"] == log.stat().st_ino
+    result = await client.subscribe("log", str(log), 0)
+    assert result.inode == log.stat().st_ino
     got = bytearray()
     while bytes(got) != b"first\n":
         ev = await until(events, lambda e: isinstance(e, LogData))
@@ -82,7 +82,7 @@ async def test_subscribe_streams_appended_bytes(client: AgentClient, tmp_path: P
         got += ev.data
     assert bytes(got) == log.read_bytes()
     assert client.resume_points()["log"] == (str(log), len(got), log.stat().st_ino)
-    await client.request("unsubscribe", sub="log")
+    await client.unsubscribe("log")
     assert "log" not in client.resume_points()
 
 
@@ -119,7 +119,7 @@ async def test_an_early_start_is_shared_with_later_callers(tmp_path: Path) -> No
         hello = await client.start()
         assert (await early) is hello
         assert (await client.start()) is hello
-        assert (await client.request("snapshot"))["host"]["hostname"]
+        assert (await client.snapshot()).host["hostname"]
     finally:
         await client.close()
     (tmp_path / "agent.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")

@@ -24,6 +24,7 @@ from tests.test_pace import _fake_smi
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
+from tui.state import view
 from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
 from tui.state.watch import WatchConfig, WatchState
@@ -61,9 +62,9 @@ async def watch_run(tmp: Path, mode: str, watch_cfg: WatchConfig, until: Any, ti
     client = services.new_client("local", cfg, reconnect=False)
     await client.start()
     try:
-        record = await services.launch(client, cfg)
+        record = (await services.launch(client, cfg)).record
         state = AppState(watch=WatchState(config=watch_cfg), log=LogTail(path=record["log"], sub="w"))
-        await client.request("subscribe", sub="w", path=record["log"], offset=0, inode=None)
+        await client.subscribe("w", record["log"], 0)
         await services.configure(client, cfg)
         deadline = time.monotonic() + timeout
         events = client.events().__aiter__()
@@ -111,9 +112,9 @@ async def _watch_slow(tmp: Path, cfg: WatchConfig, clock: Clock) -> tuple[AppSta
     client = services.new_client("local", conf, reconnect=False)
     await client.start()
     try:
-        record = await services.launch(client, conf)
+        record = (await services.launch(client, conf)).record
         state = AppState(watch=WatchState(config=cfg), log=LogTail(path=record["log"], sub="w"))
-        await client.request("subscribe", sub="w", path=record["log"], offset=0, inode=None)
+        await client.subscribe("w", record["log"], 0)
         await services.configure(client, conf)
         events = client.events().__aiter__()
         deadline = time.monotonic() + 40
@@ -283,15 +284,15 @@ async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_
     cfg = load_config(write_config(tmp_path, "stall", extra="[watch]\nstall_loading_s = 2\nfactor = 1\n"))
     app = make_app(services.new_client("local", cfg, reconnect=False), cfg, "local", launch=True)
     sent: list[Any] = []
-    app._notifier.hooks = []
-    original = app._notifier.send_new
+    app.dashboard.notifier.hooks = []
+    original = app.dashboard.notifier.send_new
 
     def spy(ws: Any) -> list[Any]:
         out = original(ws)
         sent.extend(out)
         return out
 
-    app._notifier.send_new = spy  # type: ignore[method-assign]
+    app.dashboard.notifier.send_new = spy  # type: ignore[method-assign]
     async with app.run_test(size=(160, 50)) as pilot:
         deadline = time.monotonic() + 30
         while "stalled" not in str(app.query_one("#banner").render()):
@@ -299,13 +300,13 @@ async def test_dashboard_shows_a_stalled_run_in_banner_runs_table_and_phase(tmp_
             await pilot.pause(0.1)
         banner = str(app.query_one("#banner").render())
         assert "no progress for " in banner and "(last: shard 4/8 at " in banner
-        assert app._phase(app._run()) == "stalled"
-        notes = app._run_notes()
+        assert view.phase(app.dashboard.state, view.select_run(app.dashboard.state), time.time()) == "stalled"
+        notes = view.run_notes(app.dashboard.state)
         assert any(v.startswith("STALLED: no progress for ") for v in notes.values())
         progress = str(app.query_one(RunProgress).render())
         # the bar's last ETA means nothing once it stopped: none is shown
         assert "stalled" in progress and "4/8" in progress and "ETA N/A" in progress, progress
         assert [e.kind for e in sent] == ["stalled"]
-        run = app._run()
+        run = view.select_run(app.dashboard.state)
         assert run is not None
-        await services.kill(app.client, cfg, run.run_id)
+        await services.kill(app.dashboard.client, cfg, run.run_id)

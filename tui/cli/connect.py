@@ -175,6 +175,6 @@ async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
         runs = await services.list_runs(client, cfg)
         record = next(r for r in runs if r.get("state") == "running" and r.get("name") == cfg.run.name)
     else:
-        record = await services.launch(client, cfg, await services.patch_state(client, cfg))
+        record = (await services.launch(client, cfg, await services.patch_state(client, cfg))).record
     click.echo(f"launched demo run {record['run_id']} (pid {record.get('pid')}), log {record.get('log')}")
     return await follow(client, record["run_id"], click.echo, timeout)

@@ -83,7 +83,7 @@ async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any
             if what == "runs":
                 return {"host": host, "ok": True, "runs": await services.list_runs(client, cfg)}
             snap = await services.snapshot(client, cfg)
-            return {"host": host, "ok": True, "snapshot": {k: v for k, v in snap.items() if k != "type"}}
+            return {"host": host, "ok": True, "snapshot": snap.as_dict()}
         except (TargetError, ConfigError) as exc:  # e.g. the host's Python is too old
             return failed(host, exc, EXIT_USAGE)
         except (TransportError, OSError, asyncio.TimeoutError) as exc:

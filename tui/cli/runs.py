@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -23,13 +24,15 @@ from tui.cli.common import (
     target_arg,
 )
 from tui.cli.fleet import fleet_hosts, hosts_file_opt, runs_many, status_many, targets_arg
+from tui.protocol import KillProgress
+from tui.protocol.ops import KillReport, LaunchReply
 from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
 from tui.state import watch as watcher
 from tui.state.model import Action, AppState
-from tui.state.reducer import ActionEnded, ActionStarted, apply
-from tui.transport import AgentClient, AgentRequestError, LinkLost
+from tui.state.reducer import ActionStarted, ActionUnconfirmed, apply
+from tui.transport import AgentClient
 
 
 @click.command()
@@ -48,8 +51,7 @@ def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: 
         status_many(obj, hosts, as_json)
         return
     target = hosts[0] if hosts else None
-    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
-    snap = {k: v for k, v in snap.items() if k != "type"}
+    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg)).as_dict()
     if as_json:
         print_json(watcher.annotate(snap, obj.cfg.watch, time.time()))  # stalled? host's pace
         return
@@ -203,15 +205,15 @@ def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int
     result = run_on_host(obj, target, lambda c: services.prune(
         c, obj.cfg, older_than=older_than, keep=keep, demo=demo, dry_run=dry_run))
     if as_json:
-        print_json(result)
+        print_json(result.record)
         return
     verb = "would remove" if dry_run else "removed"
-    for r in result["removed"]:
+    for r in result.removed:
         click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
-    skipped = result.get("skipped") or []
+    skipped = result.skipped
     for r in skipped:  # the same decision in a dry run as in the real one, with its reason
         click.echo(f"{'would keep' if dry_run else 'kept'} {r['run_id']}: {r.get('reason')}")
-    click.echo(f"{verb} {len(result['removed'])} run(s); {result['kept']} ended run(s) kept"
+    click.echo(f"{verb} {len(result.removed)} run(s); {result.kept} ended run(s) kept"
                + (f" ({len(skipped)} of them for the reason given)" if skipped else ""))
 
 
@@ -222,12 +224,12 @@ def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int
 def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
     """Launch the config's [run] on the host."""
 
-    async def body(client: AgentClient) -> dict[str, Any]:
+    async def body(client: AgentClient) -> LaunchReply:
         return await services.launch(client, obj.cfg, await services.patch_state(client, obj.cfg))
 
     record = run_on_host(obj, target, body)
     if as_json:
-        print_json(record)
+        print_json(record.record)
     else:
         click.echo(view.launched_text(record))
 
@@ -242,7 +244,7 @@ def launch(obj: Ctx, target: str | None, as_json: bool) -> None:
 def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool, yes: bool, as_json: bool) -> None:
     """Launch again with the same argv, cwd and env as a previous run."""
 
-    async def body(client: AgentClient) -> dict[str, Any]:
+    async def body(client: AgentClient) -> LaunchReply:
         run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run_id and run is None:
             raise ValueError(f"no run {run_id} on this host")
@@ -254,42 +256,42 @@ def relaunch(obj: Ctx, target: str | None, run_id: str | None, kill_first: bool,
             await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)}) first, "
                           "then relaunch it?", yes, "relaunch")
             act = await _kill(client, obj.cfg, run.run_id, None)
-            if not act.done or not (act.result or {}).get("ok"):
+            if not act.done or not (isinstance(act.result, KillReport) and act.result.ok):
                 raise ValueError("kill did not finish: " + view.action_text(act))
-            run = services.state_of(obj.cfg, [dict(services.run_dict(run), state="killed")]).runs[0]
+            run = replace(run, state="killed")
         else:  # an ended run (or the config's command): launching is an action too, asked first
             argv = run.argv if run is not None and not run.external else obj.cfg.run.command
             what = f"run {run.run_id}" if run is not None else "the config's run"
             await confirm(f"relaunch {what}: {' '.join(argv)[:60]}?", yes, "relaunch")
-        record = await services.relaunch(
-            client, obj.cfg, services.run_dict(run) if run is not None else None,
-            await services.patch_state(client, obj.cfg), action=services.new_action_id(),
-        )
-        return record
+        return await services.relaunch(client, obj.cfg, run, await services.patch_state(client, obj.cfg),
+                                       action=services.new_action_id())
 
     record = run_on_host(obj, target, body)
     if as_json:
-        print_json(record)
+        print_json(record.record)
     else:
         click.echo(view.launched_text(record))
 
 
-async def _kill(client: AgentClient, cfg: Config, run_id: str, progress: Any) -> Action:
-    """Kill through the same route as the `k` key: an action under an id, its outcome
-    through the reducer; a reply lost with the link is asked for after the reconnect."""
+async def _kill(client: AgentClient, cfg: Config, run_id: str,
+                progress: Callable[[KillProgress], object] | None) -> Action:
+    """Kill through the same route as the `k` key: an action under an id, settled by
+    `services.settle` through the reducer; a reply lost with the link is asked for
+    after the reconnect."""
     aid = services.new_action_id()
     state = apply(AppState(), ActionStarted(aid, "kill", run_id), time.time())
-    try:
-        report = await services.kill(client, cfg, run_id, progress, action=aid)
-        event = ActionEnded(aid, True, report)
-    except LinkLost as exc:
-        click.echo(f"  link lost ({exc}); asking the host for the outcome after the reconnect", err=True)
-        rec = await services.outcome(client, aid, cfg.host.runs_dir, timeout=OUTCOME_WAIT)
-        event = ActionEnded(aid, bool(rec.get("ok")), rec.get("result"), rec.get("error"),
-                            confirmed_after_reconnect=True)
-    except AgentRequestError as exc:
-        event = ActionEnded(aid, False, None, str(exc))
-    act = apply(state, event, time.time()).action(aid)
+
+    def record(event: services.ActionEvent) -> None:
+        nonlocal state
+        if isinstance(event, ActionUnconfirmed):
+            click.echo(f"  link lost ({event.error}); asking the host for the outcome after the reconnect",
+                       err=True)
+        state = apply(state, event, time.time())
+
+    await services.settle(client, cfg.host.runs_dir, aid,
+                          services.kill(client, cfg, run_id, progress, action=aid),
+                          KillReport.parse, record, timeout=OUTCOME_WAIT)
+    act = state.action(aid)
     assert act is not None
     return act
 
@@ -306,7 +308,7 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
     if run_id is None and target is not None and RUN_ID.fullmatch(target):
         target, run_id = None, target  # `kill RUN_ID`: the target comes from the config
 
-    async def body(client: AgentClient) -> dict[str, Any]:
+    async def body(client: AgentClient) -> tuple[dict[str, Any], KillReport | None]:
         run = services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg), run_id)
         if run is None:
             raise ValueError(f"no run {run_id} on this host" if run_id else
@@ -314,27 +316,28 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
         if not run.alive:
             code = run.exit_code if run.exit_code is not None else run.signal
             return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
-                    "message": view.already_ended(run)}
+                    "message": view.already_ended(run)}, None
         await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?", yes, "kill")
 
-        def progress(ev: Any) -> None:
+        def progress(ev: KillProgress) -> None:
             if not as_json:
                 click.echo(f"  {ev.stage}: {len(ev.alive)} process(es) left, {ev.elapsed:.1f} s", err=True)
 
         act = await _kill(client, obj.cfg, run.run_id, progress)
-        report = dict(act.result or {"run_id": run.run_id, "ok": False, "error": act.error})
+        killed = act.result if isinstance(act.result, KillReport) else None
+        report = dict(killed.record if killed is not None else
+                      {"run_id": run.run_id, "ok": False, "error": act.error})
         report["confirmed_after_reconnect"] = act.confirmed_after_reconnect
         report["message"] = view.action_text(act)
-        return report
+        return report, killed
 
-    report = run_on_host(obj, target, body, reconnect=True)
+    report, killed = run_on_host(obj, target, body, reconnect=True)
     if as_json:
         print_json(report)
     elif report.get("already"):
         click.echo(f"{report['message']}; nothing to kill")
-    elif report.get("stages") is not None:
-        lines = view.describe_kill(report)
-        click.echo("\n".join([report["message"], *lines[1:]]))
+    elif killed is not None and report.get("stages") is not None:
+        click.echo("\n".join([report["message"], *view.describe_kill(killed)[1:]]))
     else:
         click.echo(report["message"])
     if not report.get("ok") or report.get("gpus_free") is False:

@@ -59,7 +59,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
     print(f"watching run {run.run_id} ({run.name}, {run.state}); log {clean(log_path or '(none)', newline=False)}",
           file=sys.stderr, flush=True)
     if log_path:
-        await client.request("subscribe", sub="watch", path=log_path, offset=-TAIL_BYTES, inode=None)
+        await client.subscribe("watch", log_path, -TAIL_BYTES)
     await services.configure(client, cfg)  # snapshots from now on, the first one at once
     events = client.events().__aiter__()
     last = run

@@ -50,6 +50,12 @@ class Snapshot:
     gpu_source: str | None = None
     gpu_error: str | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The snapshot as the agent's object (without `type`), for JSON output."""
+        return {"seq": self.seq, "time": self.time, "host": self.host, "gpu_source": self.gpu_source,
+                "gpu_error": self.gpu_error, "gpus": self.gpus, "processes": self.processes,
+                "runs": self.runs}
+
 
 @dataclass(frozen=True)
 class LogData:
@@ -109,11 +115,24 @@ def _req(obj: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _b64(obj: dict[str, Any]) -> bytes:
+def b64decode(value: Any, what: str) -> bytes:
+    """The bytes of a base64 field of the agent's (a log chunk, a read_range or file_read
+    result): the one place the client decodes base64. ProtocolError when it is not."""
+    if not isinstance(value, str):
+        raise ProtocolError(f"{what}: b64 is not a string")
     try:
-        return base64.b64decode(_req(obj, "b64", str), validate=True)
+        return base64.b64decode(value, validate=True)
     except binascii.Error as exc:
-        raise ProtocolError(f"bad base64 in {obj.get('type')}: {exc}") from None
+        raise ProtocolError(f"bad base64 in {what}: {exc}") from None
+
+
+def b64encode(data: bytes) -> str:
+    """Bytes for a request's `b64` field (file_write, py_compile, patch_apply)."""
+    return base64.b64encode(data).decode()
+
+
+def _b64(obj: dict[str, Any]) -> bytes:
+    return b64decode(_req(obj, "b64", str), str(obj.get("type")))
 
 
 def _shown(value: Any) -> str:

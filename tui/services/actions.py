@@ -10,16 +10,25 @@ import asyncio
 import secrets
 import time
 from dataclasses import replace
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar, Union
 
 from tui import protocol as p
-from tui.protocol.hosttext import clean_tree
+from tui.protocol.ops import KillReport, LaunchReply, LaunchRequest, Outcome, PruneReport
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.model import AppState, Run, Settings
-from tui.state.reducer import ConfigRead, apply
+from tui.state.reducer import ActionEnded, ActionUnconfirmed, ConfigRead, apply
 from tui.state.watch import WatchState
-from tui.transport import AgentClient, LinkLost, TransportError, make_link
+from tui.transport import (
+    AgentApi,
+    AgentClient,
+    AgentRequestError,
+    LinkLost,
+    TransportError,
+    make_link,
+)
+
+ActionEvent = Union[ActionUnconfirmed, ActionEnded]
 
 
 def resolve_target(target: str | None, cfg: Config) -> str:
@@ -47,27 +56,26 @@ def new_client(
     return AgentClient(link, reconnect=reconnect)
 
 
-async def configure(client: AgentClient, cfg: Config) -> dict[str, Any]:
-    return await client.request(
-        "configure", interval=cfg.host.interval, match=cfg.run.match, runs_dir=cfg.host.runs_dir
-    )
+async def configure(client: AgentApi, cfg: Config) -> None:
+    """The config's snapshot interval, `match` and runs dir; a snapshot comes at once."""
+    await client.configure(cfg.host.interval, cfg.run.match, cfg.host.runs_dir)
 
 
-async def snapshot(client: AgentClient, cfg: Config) -> dict[str, Any]:
+async def snapshot(client: AgentApi, cfg: Config) -> p.Snapshot:
     """One snapshot with the config's `match` applied."""
     await configure(client, cfg)
-    return await client.request("snapshot")
+    return await client.snapshot()
 
 
-async def list_runs(client: AgentClient, cfg: Config,
+async def list_runs(client: AgentApi, cfg: Config,
                     warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """Every run on the host, with processes matching `[run] match` adopted as external runs.
     The agent's one-line warnings (run dirs it refused: not ours alone) go to `warnings`."""
     await configure(client, cfg)
-    result = await client.request("runs")
+    result = await client.runs()
     if warnings is not None:
-        warnings.extend(str(w) for w in result.get("warnings") or [])
-    return list(result.get("runs") or [])
+        warnings.extend(result.warnings)
+    return result.runs
 
 
 def scheduler_args(cfg: Config) -> dict[str, Any]:
@@ -89,48 +97,37 @@ def restart_args(cfg: Config) -> dict[str, Any]:
     return {"restart": policy} if policy is not None else {}
 
 
-def _launch_args(cfg: Config, patch_state: Any, action: str | None = None) -> dict[str, Any]:
-    return {**({"action": action} if action else {}), **scheduler_args(cfg), **restart_args(cfg),
-        "name": cfg.run.name,
-        "argv": list(cfg.require_command()),
-        "cwd": cfg.run.cwd,
-        "env": dict(cfg.run.env),
-        "patch_state": patch_state,
-        "log": cfg.run.log,
-    }
+def launch_request(cfg: Config, patch_state: Any = None, run: Run | None = None) -> LaunchRequest:
+    """What a launch starts: the config's [run], or again the argv, cwd and env of `run`
+    as the host sent them (`Run.spec`, not the sanitized text the screen shows). Either
+    way with the config's scheduler (a Slurm run is resubmitted) and restart policy."""
+    common: dict[str, Any] = {"patch_state": patch_state, "log": cfg.run.log,
+                              "scheduler": scheduler_args(cfg).get("scheduler"),
+                              "restart": restart_args(cfg).get("restart")}
+    if run is None or run.external:
+        return LaunchRequest(name=cfg.run.name, argv=list(cfg.require_command()), cwd=cfg.run.cwd,
+                             env=dict(cfg.run.env), **common)
+    spec = run.spec or {"argv": list(run.argv), "cwd": run.cwd, "env": dict(run.env)}
+    return LaunchRequest(name=run.name or cfg.run.name, argv=list(spec.get("argv") or cfg.run.command),
+                         cwd=spec.get("cwd") or cfg.run.cwd, env=dict(spec.get("env") or {}), **common)
 
 
 async def launch(
-    client: AgentClient, cfg: Config, patch_state: Any = None, action: str | None = None
-) -> dict[str, Any]:
+    client: AgentApi, cfg: Config, patch_state: Any = None, action: str | None = None
+) -> LaunchReply:
     """Start the config's run through the host's supervisor shim."""
-    return shown(await client.request("launch", **_launch_args(cfg, patch_state, action)))
+    return await client.launch(launch_request(cfg, patch_state), action)
 
 
 async def relaunch(
-    client: AgentClient, cfg: Config, run: dict[str, Any] | None, patch_state: Any = None,
+    client: AgentApi, cfg: Config, run: Run | None, patch_state: Any = None,
     action: str | None = None,
-) -> dict[str, Any]:
-    """Start again with the argv, cwd and env of `run` (or of the config's run)."""
-    if run is None:
-        return await launch(client, cfg, patch_state, action)
-    if run.get("state") in ("running", "pending"):
-        what = f"Slurm job {run.get('job_id')}" if run.get("job_id") else f"pid {run.get('pid')}"
-        raise ValueError(f"run {run.get('run_id')} is still {run.get('state')} ({what}): kill it first")
-    if run.get("external"):
-        return await launch(client, cfg, patch_state, action)
-    return shown(await client.request(
-        "launch",
-        **({"action": action} if action else {}),
-        **scheduler_args(cfg),  # a Slurm run is resubmitted
-        **restart_args(cfg),
-        name=run.get("name") or cfg.run.name,
-        argv=list(run.get("argv") or cfg.run.command),
-        cwd=run.get("cwd") or cfg.run.cwd,
-        env=dict(run.get("env") or {}),
-        patch_state=patch_state,
-        log=cfg.run.log,
-    ))
+) -> LaunchReply:
+    """Start again with the argv, cwd and env of `run` (or the config's run when there is
+    none, or it was adopted: it has no manifest)."""
+    if run is not None and run.state in ("running", "pending"):
+        raise ValueError(f"run {run.run_id} is still {run.state} ({view.whose(run)}): kill it first")
+    return await client.launch(launch_request(cfg, patch_state, run), action)
 
 
 def settings_of(cfg: Config, error: str | None = None) -> Settings:
@@ -184,53 +181,40 @@ def new_action_id() -> str:
     return secrets.token_hex(6)
 
 
-async def prune(client: AgentClient, cfg: Config, *, older_than: float | None,
-                keep: int | None, demo: bool, dry_run: bool) -> dict[str, Any]:
+async def prune(client: AgentApi, cfg: Config, *, older_than: float | None,
+                keep: int | None, demo: bool, dry_run: bool) -> PruneReport:
     """Remove ended runs (directory and record together) from the host's runs dir."""
     from tui.services.demo import DEMO_ENV
 
     await configure(client, cfg)
-    return shown(await client.request("prune", older_than=older_than, keep=keep, dry_run=dry_run,
-                                      env={DEMO_ENV: "1"} if demo else None))
+    return await client.prune(older_than, keep, dry_run, {DEMO_ENV: "1"} if demo else None)
 
 
 async def kill(
-    client: AgentClient,
+    client: AgentApi,
     cfg: Config,
     run_id: str,
-    on_progress: Callable[[Any], Awaitable[None] | None] | None = None,
+    on_progress: Callable[[p.KillProgress], object] | None = None,
     action: str | None = None,
-) -> dict[str, Any]:
+) -> KillReport:
     """Kill a run: SIGINT -> SIGTERM -> SIGKILL, then wait for its GPU memory to be freed.
 
     With `action`, the agent keeps the outcome under that id (see `outcome`)."""
-    extra = {"action": action} if action else {}
-    report = await client.call_with_progress(
-        "kill",
-        on_progress,
-        run_id=run_id,
-        graces=list(cfg.run.graces),
-        gpu_wait=cfg.run.gpu_wait,
-        **extra,
-    )
-    return shown(report)
+    return await client.kill(run_id, cfg.run.graces, cfg.run.gpu_wait, action, on_progress)
 
 
-def shown(result: dict[str, Any]) -> dict[str, Any]:
-    """An action's result that is only shown (a kill report, a launch's or prune's record):
-    every text of the host in it sanitized (`tui.protocol.hosttext.clean_tree`)."""
-    return clean_tree(result)  # type: ignore[no-any-return]
+NEVER_ARRIVED = "the request never reached the host; nothing was done"
 
 
 async def outcome(
     client: AgentClient, action: str, runs_dir: str | None = None, poll: float = 0.5,
     timeout: float | None = None,
-) -> dict[str, Any]:
+) -> Outcome:
     """The outcome of an action whose reply was lost: wait for the link to come back,
     ask the agent, and ask again while it is still running. Returns the agent's record
-    ({"ok", "result" | "error"}), or {"ok": False, "never_arrived": True, "error": …}
-    when the host has no record of it (asked three times, so a request still in a dying
-    link's buffers has had its chance to arrive)."""
+    (done: `ok` with its raw `result`, or its `error`), or a failure saying the request
+    never arrived when the host has no record of it (asked three times, so a request
+    still in a dying link's buffers has had its chance to arrive)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     missing = 0
     while True:
@@ -238,34 +222,50 @@ async def outcome(
             raise LinkLost(f"no outcome of action {action} within {timeout:g} s")
         if client.connected:
             try:
-                res = await client.request("outcomes", ids=[action], runs_dir=runs_dir)
+                found: dict[str, Outcome] | None = await client.outcomes([action], runs_dir)
             except TransportError:
-                res = None
-            if res is not None:
-                rec = (res.get("outcomes") or {}).get(action)
-                if rec is not None and rec.get("state") == "done":
-                    return shown(rec)
+                found = None
+            if found is not None:
+                rec = found.get(action)
+                if rec is not None and rec.state == "done":
+                    return rec
                 missing = missing + 1 if rec is None else 0
                 if missing >= 3:
-                    return {"ok": False, "never_arrived": True,
-                            "error": "the request never reached the host; nothing was done"}
+                    return Outcome("done", False, None, NEVER_ARRIVED)
         await asyncio.sleep(poll)
+
+
+_R = TypeVar("_R", KillReport, LaunchReply)
+
+
+async def settle(client: AgentClient, runs_dir: str | None, action_id: str, call: Awaitable[_R],
+                 parse: Callable[[Any], _R], record: Callable[[ActionEvent], None],
+                 timeout: float | None = None) -> _R | None:
+    """Await an action's request (started under `action_id`); its outcome goes to
+    `record` as the reducer's events. When the link drops before the reply, the outcome
+    is asked of the host after the reconnect (within `timeout`), so a kill that
+    succeeded never ends shown as failed, nor the reverse. The `k` key and `eagle3-tui
+    kill` (and launch, relaunch) settle their actions here. Returns the reply, or None
+    when the action failed."""
+    try:
+        result = await call
+    except LinkLost as exc:
+        record(ActionUnconfirmed(action_id, str(exc)))
+        rec = await outcome(client, action_id, runs_dir, timeout=timeout)
+        found = parse(rec.result) if rec.ok and rec.result is not None else None
+        record(ActionEnded(action_id, rec.ok, found, rec.error, confirmed_after_reconnect=True))
+        return found
+    except (AgentRequestError, TransportError, ValueError) as exc:
+        record(ActionEnded(action_id, False, None, str(exc)))
+        return None
+    record(ActionEnded(action_id, True, result))
+    return result
 
 
 describe_kill = view.describe_kill  # CLI output and the banner share the lines
 
 
-def run_dict(run: Run) -> dict[str, Any]:
-    """A run of the state as the relaunch request wants it: its argv, cwd and env as the
-    host sent them (`Run.spec`), not the sanitized text the screen shows."""
-    spec = run.spec or {"argv": list(run.argv), "cwd": run.cwd, "env": dict(run.env)}
-    return {
-        "run_id": run.run_id, "name": run.name, "state": run.state, "argv": list(spec["argv"]),
-        "cwd": spec["cwd"], "env": dict(spec["env"]), "external": run.external, "pid": run.pid,
-    }
-
-
-async def patch_state(client: AgentClient, cfg: Config) -> Any:
+async def patch_state(client: AgentApi, cfg: Config) -> Any:
     """The patch state a run is launched with (None when no patch set is configured)."""
     if not cfg.patches.set:
         return None

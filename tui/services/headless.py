@@ -9,12 +9,12 @@ dashboard's (`tui.state.logparse`) turns into shard and extraction progress.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tui.state import logparse
+from tui.transport import AgentApi
 
 POLL_S = 0.5
 CHUNK = 1 << 20
@@ -44,7 +44,7 @@ def train_line(tr: Any, phase: str) -> str:
     return "  ".join(parts) + f"  ({phase})"
 
 
-async def follow(client: Any, run_id: str, echo: Callable[[str], None],
+async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
                  timeout: float | None = None) -> dict[str, Any]:
     """Print progress of `run_id` until it ends; return its final record.
 
@@ -58,17 +58,16 @@ async def follow(client: Any, run_id: str, echo: Callable[[str], None],
     said_train: tuple[Any, ...] = ()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        runs = (await client.request("runs")).get("runs") or []
+        runs = (await client.runs()).runs
         run = next((r for r in runs if r.get("run_id") == run_id), None)
         if run is None:
             raise ValueError(f"run {run_id} disappeared from the host")
         log = run.get("log")
         while log:  # all new bytes, then look at the state again
             try:
-                r = await client.request("read_range", path=log, offset=offset, length=CHUNK)
+                data = (await client.read_range(log, offset, CHUNK)).data
             except Exception:  # the log may not exist yet
                 break
-            data = base64.b64decode(r["b64"])
             if not data:
                 break
             offset += len(data)

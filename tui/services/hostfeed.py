@@ -11,10 +11,9 @@ event after the state changed. Nothing here imports Textual.
 from __future__ import annotations
 
 import asyncio
-import binascii
 import contextlib
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from tui import protocol as p
 from tui import trace
@@ -35,6 +34,8 @@ from tui.state.reducer import (
 )
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
+
+_T = TypeVar("_T")
 
 TAIL_BYTES = 4 * 1024 * 1024  # how far back from the end of a log its analysis starts
 FIRST_TAIL = 256 * 1024  # the subscription starts here; the rest of TAIL_BYTES comes after the first frame
@@ -214,21 +215,21 @@ class HostFeed:
             if path is None:
                 self.apply(LogFollowed(None, None, note))
                 if old is not None:
-                    await self._request("unsubscribe", sub=old)
+                    await self._quietly("unsubscribe", self.client.unsubscribe(old))
                 return
             self._log_subs += 1
             sub = f"log{self._log_subs}"
             first = min(self.tail_bytes, FIRST_TAIL)
             self.apply(LogFollowed(path, sub, defer=True, older=self.tail_bytes > first))
             if old is not None:
-                await self._request("unsubscribe", sub=old)
-            ok = await self._request("subscribe", sub=sub, path=path, offset=-first, inode=None)
+                await self._quietly("unsubscribe", self.client.unsubscribe(old))
+            ok = await self._quietly("subscribe", self.client.subscribe(sub, path, -first))
             trace.mark("log subscribed")
-            if ok is not None and isinstance(ok.get("size"), int):
-                self.apply(TailSize(sub, ok["size"]))
+            if ok is not None and ok.size is not None:
+                self.apply(TailSize(sub, ok.size))
             if ok is not None and self.tail_bytes > first:
-                start, inode = ok.get("offset"), ok.get("inode")
-                if isinstance(start, int) and start > 0 and isinstance(inode, int):
+                start, inode = ok.offset, ok.inode
+                if start > 0 and inode is not None:
                     self._older_task = asyncio.create_task(self._read_older(sub, path, inode, start))
                 else:
                     self.apply(LogOlder(sub, b""))  # the first tail is the whole file
@@ -241,17 +242,18 @@ class HostFeed:
         begin = max(0, start - (self.tail_bytes - FIRST_TAIL))
         try:
             data = await ledger.read_span(self.client, path, begin, start, inode)
-        except (AgentRequestError, TransportError, ledger.LedgerError, binascii.Error, KeyError):
+        except (AgentRequestError, TransportError, ledger.LedgerError, p.ProtocolError):
             data = b""
         if len(data) < start - begin:  # truncated meanwhile: none of it, as for a replaced file
             data = b""
         self.apply(LogOlder(sub, data, cut=begin > 0))
 
-    async def _request(self, op: str, **args: Any) -> dict[str, Any] | None:
+    async def _quietly(self, what: str, call: Awaitable[_T]) -> _T | None:
+        """A request whose failure is a notice on screen (`what: error`), not an error."""
         try:
-            return await self.client.request(op, **args)
-        except (AgentRequestError, TransportError) as exc:
-            self.apply(Notice("error", f"{op}: {exc}"))
+            return await call
+        except (AgentRequestError, TransportError, p.ProtocolError) as exc:
+            self.apply(Notice("error", f"{what}: {exc}"))
             return None
 
     async def close(self) -> None:

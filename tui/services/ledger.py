@@ -10,13 +10,12 @@ so a 2 MiB log does not stall the event loop) and condenses it with
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from tui.services.inspect import inspect_log
 from tui.state.advice import RunSummary, summarize
-from tui.transport import AgentRequestError
+from tui.transport import AgentApi, AgentRequestError
 
 __all__ = ["ENDED", "LedgerError", "fetch_summaries", "read_tail"]
 
@@ -30,25 +29,21 @@ CACHE_MAX = 512  # entries kept in the default cache
 _CACHE: dict[tuple[str, str, Any], RunSummary | None] = {}
 
 
-class AgentLike(Protocol):
-    async def request(self, op: str, **args: Any) -> dict[str, Any]: ...
-
-
 class LedgerError(Exception):
     """A log that could not be read consistently; `str()` is one line."""
 
 
-async def read_span(client: AgentLike, path: str, start: int, end: int, inode: Any) -> bytes:
+async def read_span(client: AgentApi, path: str, start: int, end: int, inode: int | None) -> bytes:
     """Bytes ``[start, end)`` of ``path`` in ``READ_CHUNK`` reads; shorter if the file was
     truncated under us. Raises the client's errors, or LedgerError when the file is no
     longer inode ``inode``."""
     parts: list[bytes] = []
     offset = start
     while offset < end:
-        r = await client.request("read_range", path=path, offset=offset, length=min(READ_CHUNK, end - offset))
-        if r.get("inode") != inode:
+        r = await client.read_range(path, offset, min(READ_CHUNK, end - offset))
+        if r.inode != inode:
             raise LedgerError(f"{path} was replaced while being read")
-        data = base64.b64decode(r["b64"])
+        data = r.data
         if not data:  # truncated under us: keep what we have
             break
         parts.append(data)
@@ -56,12 +51,12 @@ async def read_span(client: AgentLike, path: str, start: int, end: int, inode: A
     return b"".join(parts)
 
 
-async def read_tail(client: AgentLike, path: str, tail_bytes: int) -> tuple[bytes, bool]:
+async def read_tail(client: AgentApi, path: str, tail_bytes: int) -> tuple[bytes, bool]:
     """The last ``tail_bytes`` of ``path`` (from the first line break when cut) and
     whether that is the whole file. Raises the client's errors, or LedgerError when
     the file changes identity while being read."""
-    probe = await client.request("read_range", path=path, offset=0, length=0)
-    size, inode = int(probe["size"]), probe.get("inode")
+    probe = await client.read_range(path, 0, 0)
+    size, inode = probe.size, probe.inode
     start = max(0, size - max(0, tail_bytes))
     data = await read_span(client, path, start, size, inode)
     if start > 0:
@@ -87,13 +82,13 @@ def _key(run: Mapping[str, Any]) -> tuple[str, str, Any]:
     return (str(run.get("run_id")), str(run.get("log")), run.get("ended_at"))
 
 
-async def _summary(client: AgentLike, run: Mapping[str, Any], tail_bytes: int) -> RunSummary:
+async def _summary(client: AgentApi, run: Mapping[str, Any], tail_bytes: int) -> RunSummary:
     data, whole = await read_tail(client, str(run["log"]), tail_bytes)
     result = await asyncio.to_thread(inspect_log, data)
     return summarize(run, result, whole=whole)
 
 
-async def fetch_summaries(client: AgentLike, runs: Iterable[Any], limit: int = 10,
+async def fetch_summaries(client: AgentApi, runs: Iterable[Any], limit: int = 10,
                           tail_bytes: int = 2 * 1024 * 1024,
                           cache: dict[tuple[str, str, Any], RunSummary | None] | None = None,
                           ) -> dict[str, RunSummary]:

@@ -1,8 +1,8 @@
 """Patch actions on a host: status, push, rollback, capture -- through the agent.
 
-Each function takes an agent client with `await client.request(op, **args) -> dict`
-(it raises on ok:false) and uses only the agent ops `resolve_module`, `file_read`,
-`patch_apply` and `py_compile` (docs/architecture.md, "Agent protocol"). Everything
+Each function takes an agent client (`tui.transport.AgentApi`, which raises on
+ok:false) and uses only its ops `resolve_module`, `file_read`, `patch_apply` and
+`py_compile` (docs/architecture.md, "Agent protocol"). Everything
 else -- building a version, classifying the host's state -- is the pure engine in
 tui/state/patches.py, run here on the client.
 
@@ -25,23 +25,19 @@ Safety rules:
 from __future__ import annotations
 
 import asyncio
-import base64
 import posixpath
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.ops import PatchFile
 from tui.services.files import atomic_write
 from tui.state import patches as P
-from tui.transport import AgentRequestError
+from tui.transport import AgentApi, AgentRequestError
 
 BACKUP_SUFFIX = ".eagle3-pristine"
-
-
-class AgentLike(Protocol):
-    async def request(self, op: str, **args: Any) -> dict[str, Any]: ...
 
 
 class PatchServiceError(Exception):
@@ -75,17 +71,15 @@ class _Host:
         return {f.rel: f.sha for f in self.files}
 
 
-async def _read(client: AgentLike, path: str) -> tuple[bytes | None, str | None]:
-    r = await client.request("file_read", path=path)
-    if not r.get("exists"):
-        return None, None
-    return base64.b64decode(r["b64"]), r["sha256"]
+async def _read(client: AgentApi, path: str) -> tuple[bytes | None, str | None]:
+    r = await client.file_read(path)
+    return r.data, r.sha256
 
 
-async def _inspect(client: AgentLike, pset: P.PatchSet, python: str | None) -> _Host:
+async def _inspect(client: AgentApi, pset: P.PatchSet, python: str | None) -> _Host:
     """Find the package on the host (without importing it) and read its target files."""
-    r = await client.request("resolve_module", python=python, module=pset.package)
-    origin = r.get("origin")
+    r = await client.resolve_module(pset.package, python)
+    origin = r.origin
     if not origin:
         raise PatchServiceError(f"package {pset.package!r} not found by {python} on the host")
     pkg_dir = posixpath.dirname(origin)
@@ -95,7 +89,7 @@ async def _inspect(client: AgentLike, pset: P.PatchSet, python: str | None) -> _
         data, sha = await _read(client, path)
         backup, bsha = await _read(client, path + BACKUP_SUFFIX)
         files.append(_HostFile(rel, path, data, sha, backup if bsha == pset.files[rel] else None))
-    return _Host(pset, pkg_dir, r.get("version"), files)
+    return _Host(pset, pkg_dir, r.version, files)
 
 
 def _pristine(host: _Host, state: str) -> dict[str, bytes] | None:
@@ -152,7 +146,7 @@ def _hand_edit_diff(host: _Host, pristine: dict[str, bytes] | None) -> str:
                    for f in host.files if f.data is not None and f.data != pristine[f.rel])
 
 
-async def status(client: AgentLike, set_name: str, python: str | None,
+async def status(client: AgentApi, set_name: str, python: str | None,
                  user_dir: Path | None = None) -> dict[str, Any]:
     """Where the host's files stand: {set, target, package_dir, distribution_version,
     files: {path: {abs_path, sha256, backup, state}}, state, version (when a vK)}."""
@@ -160,7 +154,7 @@ async def status(client: AgentLike, set_name: str, python: str | None,
     return clean_tree(_report(host, _classify(host)))  # a report to show: the host's paths cleaned
 
 
-async def push(client: AgentLike, set_name: str, version: str, python: str | None,
+async def push(client: AgentApi, set_name: str, version: str, python: str | None,
                force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
     """Make the host's files exactly `version` (`latest` allowed). Returns a report."""
     pset = P.load_set(set_name, user_dir)
@@ -168,7 +162,7 @@ async def push(client: AgentLike, set_name: str, version: str, python: str | Non
     return await _transition(client, pset, target, python, force)
 
 
-async def rollback(client: AgentLike, set_name: str, python: str | None, to: str = P.PRISTINE,
+async def rollback(client: AgentApi, set_name: str, python: str | None, to: str = P.PRISTINE,
                    force: bool = False, user_dir: Path | None = None) -> dict[str, Any]:
     """Put the host's files back to `to`: `pristine` (default) or an earlier version."""
     pset = P.load_set(set_name, user_dir)
@@ -176,7 +170,7 @@ async def rollback(client: AgentLike, set_name: str, python: str | None, to: str
     return await _transition(client, pset, target, python, force)
 
 
-async def would_refuse(client: AgentLike, set_name: str, target: str, python: str | None,
+async def would_refuse(client: AgentApi, set_name: str, target: str, python: str | None,
                        force: bool = False, user_dir: Path | None = None) -> PatchServiceError | None:
     """Why a move to `target` (a version, `latest` or `pristine`) would be refused now --
     its `.detail` holds the hand-edit diff -- or None when it would go ahead. Runs every
@@ -198,7 +192,7 @@ class _Plan:
     todo: list[_HostFile]  # the files to rewrite, in manifest order
 
 
-async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str | None,
+async def _plan(client: AgentApi, pset: P.PatchSet, target: str, python: str | None,
                 force: bool) -> _Plan:
     """Read the host and check that a move to `target` may go ahead; writes nothing."""
     host = await _inspect(client, pset, python)
@@ -224,26 +218,25 @@ async def _plan(client: AgentLike, pset: P.PatchSet, target: str, python: str | 
         raise PatchServiceError(str(exc)) from None
     todo = [f for f in host.files if f.data != wanted[f.rel]]
     for f in todo:
-        r = await client.request("py_compile", python=python, filename=f.path,
-                                 b64=base64.b64encode(wanted[f.rel]).decode())
-        if not r.get("ok"):
-            raise PatchServiceError(f"{target} does not compile on the host: {r.get('error')}")
+        r = await client.py_compile(wanted[f.rel], f.path, python)
+        if not r.ok:
+            raise PatchServiceError(f"{target} does not compile on the host: {r.error}")
     return _Plan(host, state, wanted, todo)
 
 
-async def _transition(client: AgentLike, pset: P.PatchSet, target: str, python: str | None,
+async def _transition(client: AgentApi, pset: P.PatchSet, target: str, python: str | None,
                       force: bool) -> dict[str, Any]:
     plan = await _plan(client, pset, target, python, force)
     wanted = plan.wanted
-    files = [{"path": f.path, "expect_sha256": f.sha,
-              "backup": f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None,
-              "b64": base64.b64encode(wanted[f.rel]).decode()} for f in plan.todo]
+    files = [PatchFile(f.path, wanted[f.rel], f.sha,
+                       f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None)
+             for f in plan.todo]
     if files:
         # One request, one transaction on the host (remote/journal.py): every file is
         # written or none is, whatever happens to the agent or the link. A cancellation
         # (a dismissed screen, Ctrl-C) waits for the reply, so the outcome is known.
         try:
-            await _to_the_end(client.request("patch_apply", files=files, target=target))
+            await _to_the_end(client.patch_apply(files, target))
         except AgentRequestError as exc:  # the host refused or rolled back: it says what
             raise PatchServiceError(str(exc).removeprefix("patch_apply: ")) from None
         except Exception as exc:  # noqa: BLE001 - the link: no answer, so say what is sure
@@ -279,7 +272,7 @@ async def _to_the_end(coro: Coroutine[Any, Any, Any]) -> Any:
     return task.result()
 
 
-async def capture(client: AgentLike, set_name: str, python: str | None, new_version: str,
+async def capture(client: AgentApi, set_name: str, python: str | None, new_version: str,
                   title: str, notes: str = "", fixes: tuple[str, ...] = (),
                   user_dir: Path | None = None) -> dict[str, Any]:
     """Record the host's hand-edited files as a new version in the user's copy of the set."""

@@ -9,13 +9,13 @@ values of the wrong type are dropped, and every string is cleaned
 
 from __future__ import annotations
 
-import base64
 import json
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 from tui.protocol.hosttext import clean, clean_tree
+from tui.transport import AgentApi
 
 TIMELINE_FILE = "timeline.jsonl"
 READ_MAX = 4 * 1024 * 1024  # the agent's read_range limit; the host keeps the file under 2 MB
@@ -72,19 +72,15 @@ def run_dir(cfg_runs_dir: str | None, run_id: str) -> str:
     return posixpath.join(cfg_runs_dir or DEFAULT_RUNS_DIR, run_id)
 
 
-async def fetch(client: Any, runs_dir: str | None, run_id: str) -> Timeline | None:
+async def fetch(client: AgentApi, runs_dir: str | None, run_id: str) -> Timeline | None:
     """The run's timeline from the host, or None when it has none (an adopted run, one
     launched before timelines, or one the agent cannot read)."""
     path = posixpath.join(run_dir(runs_dir, run_id), TIMELINE_FILE)
     try:
-        res = await client.request("read_range", path=path, offset=0, length=READ_MAX)
-    except Exception:  # noqa: BLE001 - no timeline is an answer, not an error
+        chunk = await client.read_range(path, 0, READ_MAX)
+    except Exception:  # noqa: BLE001 - no timeline (or an unreadable one) is an answer, not an error
         return None
-    try:
-        data = base64.b64decode(str(res.get("b64") or ""), validate=False)
-    except ValueError:
-        return None
-    return parse(data)
+    return parse(chunk.data)
 
 
 def gpu_series(tl: Timeline) -> dict[int, list[tuple[float, list[Any]]]]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from tui.protocol.hosttext import clean as sanitize
+from tui.protocol.ops import (
+    Chunk,  # what one ``read_range`` returned: ``data`` starts at ``offset``
+)
 from tui.state.lines import collapse_cr
 
 BLOCK = 1 << 20  # bytes per cached block
@@ -24,16 +26,6 @@ MAX_LINE = 16 << 20  # a "line" with no newline this long is cut, so odd files s
 DISPLAY_MAX = 16384  # characters of one line decoded for display
 MATCH_MAX = 4096  # characters of one line a filter or search looks at: bounds a backtracking regex
 WINDOW = 64 * 1024  # count newlines this many bytes at a time when looking for the n-th
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """What one ``read_range`` returned: ``data`` starts at ``offset``."""
-
-    offset: int
-    data: bytes
-    size: int
-    inode: int | None
 
 
 Fetch = Callable[[int, int], Awaitable[Chunk]]

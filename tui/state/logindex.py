@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui.protocol.hosttext import has_controls
+from tui.protocol.ops import Chunk
 from tui.state.logblocks import (
     BLOCK,
     DISPLAY_MAX,
@@ -33,7 +34,6 @@ from tui.state.logblocks import (
     MAX_LINE,
     SCAN_CHUNK,
     BlockCache,
-    Chunk,
     Fetch,
     FileChanged,
     LineIndex,

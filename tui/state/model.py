@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.ops import KillReport, LaunchReply
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
 LOG_LINES = 1000  # lines of log tail kept in memory
@@ -282,8 +283,20 @@ class KillView:
     alive: tuple[int, ...]
     gpus: tuple[dict[str, Any], ...]
     elapsed: float
-    report: dict[str, Any] | None = None
+    report: KillReport | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """A patch push's (or rollback's) outcome: the version it moved to; `unknown` when
+    the link was lost before the reply (only the host's files can tell)."""
+
+    version: str
+    unknown: bool = False
+
+
+ActionResult = KillReport | LaunchReply | PushResult
 
 
 @dataclass(frozen=True)
@@ -300,7 +313,7 @@ class Action:
     started_at: float = 0.0
     ended_at: float | None = None
     progress: KillView | None = None  # the latest kill_progress of a kill
-    result: dict[str, Any] | None = None  # the agent's result (kill report, run record)
+    result: ActionResult | None = None  # the kill's report, the new run's record, the push's version
     error: str | None = None
     confirmed_after_reconnect: bool = False
 
@@ -366,10 +379,11 @@ class AppState:
         if act is None:
             return None
         view = act.progress or KillView(run_id=act.run_id or "?", stage="", alive=(), gpus=(), elapsed=0.0)
-        if act.state == "ok" and act.result is not None:
-            return replace(view, run_id=act.result.get("run_id") or view.run_id, stage="done", report=act.result)
+        report = act.result if isinstance(act.result, KillReport) else None
+        if act.state == "ok" and report is not None:
+            return replace(view, run_id=report.run_id or view.run_id, stage="done", report=report)
         if act.state == "failed":
-            return replace(view, error=act.error or "failed", report=act.result)
+            return replace(view, error=act.error or "failed", report=report)
         return view
 
     @property

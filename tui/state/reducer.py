@@ -16,11 +16,13 @@ from typing import Any
 
 from tui import protocol as p
 from tui.protocol.hosttext import clean
+from tui.protocol.ops import KillReport, LaunchReply
 from tui.state import logparse, watch
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
     Action,
+    ActionResult,
     AppState,
     Gpu,
     Host,
@@ -78,7 +80,7 @@ class ActionUnconfirmed:
 class ActionEnded:
     action_id: str
     ok: bool
-    result: dict[str, Any] | None = None
+    result: ActionResult | None = None
     error: str | None = None
     confirmed_after_reconnect: bool = False
 
@@ -233,11 +235,11 @@ def _action_event(state: AppState, event: Any, now: float) -> AppState:
     ended = replace(
         act, state="ok" if event.ok else "failed", ended_at=now, result=event.result,
         error=event.error, confirmed_after_reconnect=event.confirmed_after_reconnect,
-        run_id=act.run_id or (event.result or {}).get("run_id"),
+        run_id=act.run_id or (event.result.run_id if isinstance(event.result, (KillReport, LaunchReply)) else None),
     )
     st = _put(state, ended)
-    res = event.result or {}
-    good = event.ok and (ended.kind != "kill" or (res.get("ok") is not False and res.get("gpus_free") is not False))
+    res = event.result
+    good = event.ok and (not isinstance(res, KillReport) or (res.ok and res.gpus_free is not False))
     return _notice(st, "information" if good else "error", view.action_text(ended))
 
 

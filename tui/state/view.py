@@ -22,10 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tui.protocol.ops import KillReport, LaunchReply
 from tui.state import advice as advisor
 from tui.state import watch as watcher
 from tui.state.format import duration, gib, size
-from tui.state.model import Action, AppState, Run
+from tui.state.model import Action, AppState, PushResult, Run
 
 NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
 
@@ -280,48 +281,43 @@ def link_text(state: AppState, now: float) -> tuple[str, str]:
 # ---- actions ------------------------------------------------------------------------
 
 
-def kill_verdict(report: dict[str, Any]) -> str:
-    free = report.get("gpus_free")
-    took = f"{report.get('elapsed') or 0:.1f} s"
+def kill_verdict(report: KillReport) -> str:
+    took = f"{report.elapsed:.1f} s"
     return {
         True: f"GPUs free after {took}",
         False: f"GPUs NOT free after {took}",
-        None: f"done in {took} (" + (report.get("note") or "no GPU source to check memory") + ")",
-    }[free]
+        None: f"done in {took} (" + (report.note or "no GPU source to check memory") + ")",
+    }[report.gpus_free]
 
 
-def describe_kill(report: dict[str, Any]) -> list[str]:
+def describe_kill(report: KillReport) -> list[str]:
     """Human lines for a kill report (CLI output and the banner)."""
     lines = []
-    for st in report.get("stages") or []:
-        if st.get("job_id") is not None:  # a Slurm run: scancel, not signals to pids
-            lines.append(f"{st.get('signal')} {st.get('job_id')} at {st.get('at') or 0:.1f} s")
+    for st in report.stages:
+        if st.job_id is not None:  # a Slurm run: scancel, not signals to pids
+            lines.append(f"{st.signal} {st.job_id} at {st.at:.1f} s")
             continue
-        sent = st.get("sent_to") or []
-        lines.append(f"{st.get('signal')}: sent to {len(sent)} process(es) {sent}")
-    left = report.get("remaining") or []
+        lines.append(f"{st.signal}: sent to {len(st.sent_to)} process(es) {list(st.sent_to)}")
+    left = report.remaining
     lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
-    for g in report.get("gpus") or []:
-        text = f"GPU {g.get('index')}: freed {size(g.get('freed'))}"
-        if g.get("run_pids"):
-            text += f"; the run still holds {size(g.get('run_mem'))} in pid " + ", ".join(
-                str(pid) for pid in g["run_pids"]
-            )
-        others = g.get("other_pids") or []
-        if others:
+    for g in report.gpus:
+        text = f"GPU {g.index}: freed {size(g.freed)}"
+        if g.run_pids:
+            text += f"; the run still holds {size(g.run_mem)} in pid " + ", ".join(str(pid) for pid in g.run_pids)
+        if g.other_pids:
             text += "; also in use by pid " + ", ".join(
-                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in others
+                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in g.other_pids
             )
         lines.append(text)
-    return [f"run {report.get('run_id')} killed, {kill_verdict(report)}"] + lines
+    return [f"run {report.run_id} killed, {kill_verdict(report)}"] + lines
 
 
-def launched_text(record: dict[str, Any]) -> str:
+def launched_text(record: LaunchReply) -> str:
     """What `launch` / `relaunch` print for the new run's record."""
-    if record.get("job_id"):
-        label = slurm_label(Run.from_dict(record))
-        return f"submitted run {record.get('run_id')} as Slurm {label}, log {record.get('log')}"
-    return f"launched run {record.get('run_id')} (pid {record.get('pid')}), log {record.get('log')}"
+    if record.job_id:
+        label = slurm_label(Run.from_dict(record.record))
+        return f"submitted run {record.run_id} as Slurm {label}, log {record.log}"
+    return f"launched run {record.run_id} (pid {record.pid}), log {record.log}"
 
 
 def whose(run: Run) -> str:
@@ -345,29 +341,32 @@ def already_ended(run: Run) -> str:
 def action_text(act: Action) -> str:
     """One line for an action's state: the notification, the banner's first line, the CLI."""
     after = " (confirmed after reconnect)" if act.confirmed_after_reconnect else ""
-    res = act.result or {}
+    res = act.result
     if act.state == "running":
         return f"{act.kind} {act.run_id or ''}: in progress".replace("  ", " ")
     if act.state == "unconfirmed":
         return f"{act.kind} {act.run_id or ''}: link lost ({act.error}); asking the host after reconnect"
-    if act.state == "failed" and act.kind == "push" and res.get("unknown"):
+    version = res.version if isinstance(res, PushResult) else None
+    if act.state == "failed" and isinstance(res, PushResult) and res.unknown:
         # A push is several file writes: after a lost link only the host's files can tell.
-        return f"patch {res.get('version')}: outcome unknown, the link was lost ({act.error}); press r to re-read the host"
+        return f"patch {version}: outcome unknown, the link was lost ({act.error}); press r to re-read the host"
     if act.state == "failed":
-        what = f"patch {res.get('version')}" if act.kind == "push" else f"{act.kind} {act.run_id or ''}".strip()
+        what = f"patch {version}" if act.kind == "push" else f"{act.kind} {act.run_id or ''}".strip()
         return f"{what} failed: {act.error or 'unknown error'}{after}"
     if act.kind == "kill":
-        rid = res.get("run_id") or act.run_id
-        if res.get("ok") is False:
-            left = ", ".join(map(str, res.get("remaining") or [])) or "?"
+        report = res if isinstance(res, KillReport) else KillReport(run_id=None, ok=True)
+        rid = report.run_id or act.run_id
+        if not report.ok:
+            left = ", ".join(map(str, report.remaining)) or "?"
             return f"run {rid} NOT killed: processes left {left}{after}"
-        return f"run {rid} killed, {kill_verdict(res)}{after}"
-    if act.kind in ("launch", "relaunch") and res.get("job_id"):
-        return f"submitted run {res.get('run_id')} as Slurm job {res.get('job_id')}{after}"
+        return f"run {rid} killed, {kill_verdict(report)}{after}"
+    record = res if isinstance(res, LaunchReply) else LaunchReply(None, None, None, None)
+    if act.kind in ("launch", "relaunch") and record.job_id:
+        return f"submitted run {record.run_id} as Slurm job {record.job_id}{after}"
     if act.kind in ("launch", "relaunch"):
-        return f"launched run {res.get('run_id')} (pid {res.get('pid')}){after}"
+        return f"launched run {record.run_id} (pid {record.pid}){after}"
     if act.kind == "push":
-        return f"patch {res.get('version')} pushed, hashes verified{after}"
+        return f"patch {version} pushed, hashes verified{after}"
     return f"{act.kind} done{after}"
 
 
@@ -426,10 +425,10 @@ def _action_banner(state: AppState, act: Any, now: float) -> tuple[str, str] | N
     """The banner of a kill in flight or just ended, or of an unconfirmed action."""
     if act is not None and act.kind == "kill" and (not act.done or now - (act.ended_at or now) < KILL_BANNER_S):
         kill = state.kill
-        if act.state == "ok" and act.result is not None:
+        if act.state == "ok" and isinstance(act.result, KillReport):
             lines = describe_kill(act.result)
             lines[0] = action_text(act)
-            ok = act.result.get("ok") and act.result.get("gpus_free") is not False
+            ok = act.result.ok and act.result.gpus_free is not False
             return "  ·  ".join(lines), "ok" if ok else "error"
         if act.done or act.state == "unconfirmed":
             return action_text(act), "error" if act.done else ""

@@ -6,6 +6,7 @@ Nothing above this package knows which link it has: build one with
 
 from __future__ import annotations
 
+from .api import AgentApi
 from .client import AgentClient, AgentRequestError, Event, LinkStatus
 from .errors import (
     AgentStartFailed,
@@ -32,6 +33,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AgentApi",
     "AgentClient",
     "AgentRequestError",
     "AgentStartFailed",

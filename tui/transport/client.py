@@ -1,7 +1,8 @@
 """AgentClient: the agent protocol over any link, with reconnect and log resume.
 
-One reader task per connection turns agent lines into messages: results go to the
-waiting `request()`, everything else (and `LinkStatus` changes) to `events()`.
+The agent's ops are `AgentApi`'s typed methods; this class supplies their wire. One
+reader task per connection turns agent lines into messages: results go to the
+waiting request, everything else (and `LinkStatus` changes) to `events()`.
 When the link drops, the client reconnects with backoff, re-sends the last
 `configure` and re-subscribes every log from the byte after the last one that
 passed through it, so the consumer sees each log byte exactly once.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,9 @@ from tui.protocol import (
     encode_request,
     parse_line,
 )
+from tui.protocol.ops import Subscribed
 
+from .api import AgentApi, ProgressCallback
 from .errors import AgentStartFailed, LinkLost, TransportError
 from .local import AgentStream, Link
 
@@ -54,13 +57,19 @@ class AgentRequestError(Exception):
 
 
 Event = Hello | Snapshot | LogData | LogReset | KillProgress | AgentError | LinkStatus
-_END = object()
+
+
+class _End:
+    """The end of the event stream, as a queue item."""
+
+
+_END = _End()
 
 
 class _Events:
     """Async iterator over the client's queue; a plain coroutine per item, so it survives cancellation."""
 
-    def __init__(self, queue: asyncio.Queue[Any]) -> None:
+    def __init__(self, queue: asyncio.Queue[Event | _End]) -> None:
         self._queue = queue
 
     def __aiter__(self) -> _Events:
@@ -68,7 +77,7 @@ class _Events:
 
     async def __anext__(self) -> Event:
         item = await self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._queue.put_nowait(_END)  # let any other iterator end too
             raise StopAsyncIteration
         return item
@@ -81,8 +90,9 @@ class _Sub:
     inode: int | None
 
 
-class AgentClient:
-    """Requests and events over one link; reconnects unless the error is permanent."""
+class AgentClient(AgentApi):
+    """The agent's ops (`AgentApi`) and its events over one link; reconnects unless
+    the error is permanent."""
 
     def __init__(
         self,
@@ -100,14 +110,14 @@ class AgentClient:
         self.max_attempts = max_attempts  # None: keep trying (hosts reboot)
         self.hello: Hello | None = None
         self.status = LinkStatus("connecting")
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[Event | _End] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[Result]] = {}
-        self._progress: dict[int, Callable[[KillProgress], Any]] = {}
+        self._progress: dict[int, ProgressCallback] = {}
         self._next_id = 1
         self._stream: AgentStream | None = None
         self._write_lock = asyncio.Lock()
         self._subs: dict[str, _Sub] = {}
-        self._configure: dict[str, Any] | None = None
+        self._configure: tuple[float, str | None, str | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[Hello] | None = None
         self._closed = False
@@ -143,41 +153,45 @@ class AgentClient:
         self._task = asyncio.create_task(self._supervise(stream))
         return hello
 
-    async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        """Send one request and return its result; AgentRequestError or LinkLost otherwise.
-
-        `configure`, `subscribe` and `unsubscribe` also update the state that is
-        re-applied after a reconnect (even when the link drops before the result).
-        """
-        return await self.call_with_progress(op, None, **args)
-
     async def call_with_progress(
-        self, op: str, on_event: Callable[[KillProgress], Any] | None, **args: Any
+        self, op: str, on_event: ProgressCallback | None, **args: Any
     ) -> dict[str, Any]:
-        """Like request(), calling `on_event` for each kill_progress tagged with its id."""
-        sub: _Sub | None = None
-        previous_configure = self._configure
-        if op == "configure":
-            self._configure = dict(args)
-        elif op == "subscribe":
-            sub = _Sub(str(args.get("path", "")), int(args.get("offset") or 0), args.get("inode"))
-            self._subs[str(args.get("sub"))] = sub
-        elif op == "unsubscribe":
-            self._subs.pop(str(args.get("sub")), None)
+        """Send one request and return its result; AgentRequestError or LinkLost otherwise.
+        `on_event` gets each kill_progress tagged with the request's id."""
+        return await self._call(op, args, on_event)
+
+    # configure and subscriptions are also re-applied after a reconnect (even when the
+    # link drops before the result); a refusal forgets them.
+
+    async def configure(self, interval: float, match: str | None = None,
+                        runs_dir: str | None = None) -> None:
+        previous = self._configure
+        self._configure = (interval, match, runs_dir)
         try:
-            result = await self._call(op, args, on_event)
+            await super().configure(interval, match, runs_dir)
         except AgentRequestError:
-            # The agent refused: forget what we meant to restore after a reconnect.
-            if op == "configure":
-                self._configure = previous_configure
-            elif sub is not None and self._subs.get(str(args.get("sub"))) is sub:
-                del self._subs[str(args.get("sub"))]
+            self._configure = previous
             raise
-        if sub is not None and sub.inode is None and isinstance(result.get("inode"), int):
-            sub.inode = result["inode"]
-        if sub is not None and sub.offset < 0 and isinstance(result.get("offset"), int):
-            sub.offset = result["offset"]  # a tail request, now pinned to a real offset
-        return result
+
+    async def subscribe(self, sub: str, path: str, offset: int = 0,
+                        inode: int | None = None) -> Subscribed:
+        entry = _Sub(path, offset, inode)
+        self._subs[sub] = entry
+        try:
+            reply = await super().subscribe(sub, path, offset, inode)
+        except AgentRequestError:
+            if self._subs.get(sub) is entry:
+                del self._subs[sub]
+            raise
+        if entry.inode is None and reply.inode is not None:
+            entry.inode = reply.inode
+        if entry.offset < 0:
+            entry.offset = reply.offset  # a tail request, now pinned to a real offset
+        return reply
+
+    async def unsubscribe(self, sub: str) -> None:
+        self._subs.pop(sub, None)
+        await super().unsubscribe(sub)
 
     def events(self) -> AsyncIterator[Event]:
         """Protocol events and LinkStatus changes, until the client fails or is closed.
@@ -310,17 +324,13 @@ class AgentClient:
 
     async def _restore(self) -> None:
         """Re-apply configure and every subscription from its resume point."""
-        with contextlib.suppress(TransportError, AgentRequestError):
+        with contextlib.suppress(TransportError, AgentRequestError, ProtocolError):
             if self._configure is not None:
-                await self._call("configure", self._configure, None)
+                await AgentApi.configure(self, *self._configure)
             for name, sub in list(self._subs.items()):
-                result = await self._call(
-                    "subscribe",
-                    {"sub": name, "path": sub.path, "offset": sub.offset, "inode": sub.inode},
-                    None,
-                )
-                if sub.inode is None and isinstance(result.get("inode"), int):
-                    sub.inode = result["inode"]
+                reply = await AgentApi.subscribe(self, name, sub.path, sub.offset, sub.inode)
+                if sub.inode is None and reply.inode is not None:
+                    sub.inode = reply.inode
 
     async def _read_loop(self, stream: AgentStream) -> TransportError:
         while True:
@@ -362,7 +372,7 @@ class AgentClient:
         self._queue.put_nowait(msg)
 
     async def _call(
-        self, op: str, args: dict[str, Any], on_event: Callable[[KillProgress], Any] | None
+        self, op: str, args: dict[str, Any], on_event: ProgressCallback | None
     ) -> dict[str, Any]:
         stream = self._stream
         if stream is None:

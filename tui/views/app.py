@@ -20,8 +20,6 @@ from textual.screen import Screen
 from tui.protocol.hosttext import clean
 from tui.services.config import Config
 from tui.services.hostfeed import HostFeed
-from tui.state import view
-from tui.state.model import AppState, Run
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.help import HelpScreen
@@ -89,35 +87,6 @@ class EagleApp(App[None]):
         if isinstance(self._first, DashboardScreen):
             return self._first
         raise LookupError("no host's dashboard is open")
-
-    # The one host's state and calls, as the dashboard keeps them (tests read them here).
-    @property
-    def state(self) -> AppState:
-        return self.dashboard.state
-
-    @property
-    def client(self) -> AgentClient:
-        return self.dashboard.client
-
-    @property
-    def cfg(self) -> Config:
-        return self.dashboard.cfg
-
-    @property
-    def _notifier(self) -> Any:
-        return self.dashboard._notifier
-
-    def _apply(self, event: Any) -> None:
-        self.dashboard._apply(event)
-
-    def _run(self) -> Run | None:
-        return view.select_run(self.state)
-
-    def _phase(self, run: Run | None) -> str | None:
-        return self.dashboard._phase(run)
-
-    def _run_notes(self) -> dict[str, str]:
-        return self.dashboard._run_notes()
 
     def track_push(self, goal: str) -> Any:
         return self.dashboard.track_push(goal)

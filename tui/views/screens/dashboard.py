@@ -68,7 +68,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self.feed = feed
         self.attached = attached
         self._launch_on_connect = launch
-        self._notifier = feed.notifier(lambda seq: terminal_write(self.app, seq))
+        self.notifier = feed.notifier(lambda seq: terminal_write(self.app, seq))
         self._notified = feed.state.notice_serial if attached else 0  # last notice shown
         self._stale_shown = False
         self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
@@ -180,7 +180,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
             if serial > self._notified:
                 self.notify(text, severity=severity, timeout=10 if severity == "error" else 6)  # type: ignore[arg-type]
         self._notified = self.state.notice_serial
-        for ev in self._notifier.send_new(self.state.watch):  # failed, finished, stalled, hung: once each
+        for ev in self.notifier.send_new(self.state.watch):  # failed, finished, stalled, hung: once each
             self.notify(ev.message, title=f"run {ev.run_id} {ev.kind}", timeout=15,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
 

@@ -13,19 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from tui.protocol.ops import KillReport, LaunchReply
 from tui.services import actions as services
 from tui.state import view
 from tui.state.logindex import RootCause
-from tui.state.model import Run
-from tui.state.reducer import (
-    ActionEnded,
-    ActionStarted,
-    ActionUnconfirmed,
-    ConfigRead,
-    CursorMoved,
-    ShowAll,
-)
-from tui.transport import AgentRequestError, LinkLost, TransportError
+from tui.state.model import PushResult, Run
+from tui.state.reducer import ActionEnded, ActionStarted, ConfigRead, CursorMoved, ShowAll
+from tui.transport import AgentRequestError, TransportError
 from tui.views.readonly import refused
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.logviewer import LogViewerScreen
@@ -202,35 +196,18 @@ class DashboardActions(_Base):
         self._apply(ActionStarted(aid, "push", None))
 
         def end(ok: bool, error: str | None = None, unknown: bool = False) -> None:
-            self._apply(ActionEnded(aid, ok, {"version": goal, "unknown": unknown}, error))
+            self._apply(ActionEnded(aid, ok, PushResult(goal, unknown), error))
 
         return end
-
-    async def _settle(self, action_id: str, call: Any) -> dict[str, Any] | None:
-        """Run an action's request; its outcome goes through the reducer. When the link
-        drops before the reply, the outcome is asked of the host after the reconnect,
-        so a kill that succeeded never ends shown as failed, nor the reverse."""
-        try:
-            result = await call
-        except LinkLost as exc:
-            self._apply(ActionUnconfirmed(action_id, str(exc)))
-            rec = await services.outcome(self.client, action_id, self.cfg.host.runs_dir)
-            result = rec.get("result") if rec.get("ok") else None
-            self._apply(ActionEnded(action_id, bool(rec.get("ok")), result, rec.get("error"),
-                                    confirmed_after_reconnect=True))
-            return result
-        except (AgentRequestError, TransportError, ValueError) as exc:
-            self._apply(ActionEnded(action_id, False, None, str(exc)))
-            return None
-        self._apply(ActionEnded(action_id, True, result))
-        return result
 
     @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
         aid = services.new_action_id()
         self._apply(ActionStarted(aid, "kill", run_id))
-        report = await self._settle(aid, services.kill(self.client, self.cfg, run_id, action=aid))
-        if relaunch is not None and report is not None and report.get("ok"):
+        report = await services.settle(
+            self.client, self.cfg.host.runs_dir, aid, services.kill(self.client, self.cfg, run_id, action=aid),
+            KillReport.parse, self._apply)
+        if relaunch is not None and report is not None and report.ok:
             await self._launch(relaunch if not relaunch.external else None)
 
     @work(group="action")
@@ -246,16 +223,17 @@ class DashboardActions(_Base):
         aid = services.new_action_id()
         self._apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))
 
-        async def call() -> dict[str, Any]:
+        async def call() -> LaunchReply:
             ps = await services.patch_state(self.client, self.cfg)
             if run is None:
                 return await services.launch(self.client, self.cfg, ps, action=aid)
-            return await services.relaunch(self.client, self.cfg, services.run_dict(run), ps, action=aid)
+            return await services.relaunch(self.client, self.cfg, run, ps, action=aid)
 
-        record = await self._settle(aid, call())
+        record = await services.settle(self.client, self.cfg.host.runs_dir, aid, call(),
+                                       LaunchReply.parse, self._apply)
         if record is None:
             return
-        self._apply(CursorMoved(record.get("run_id")))  # the new run is the one to watch
+        self._apply(CursorMoved(record.run_id))  # the new run is the one to watch
         try:
             await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
         except (AgentRequestError, TransportError):

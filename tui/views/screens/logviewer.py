@@ -19,10 +19,9 @@ event queue, which the dashboard's reducer consumes as *its* log.)
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -30,7 +29,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
 from tui.state.logindex import Chunk, FileChanged, Line, LogDocument, RootCause
-from tui.transport import AgentRequestError, TransportError
+from tui.transport import AgentApi, AgentRequestError, TransportError
 from tui.views.screens.logpaint import LogPainter
 from tui.views.widgets.logtail import ERROR_PATTERN
 
@@ -39,12 +38,11 @@ POLL_S = 0.5  # follow-mode tail poll
 HSTEP = 20  # columns per sideways scroll
 
 
-def agent_fetch(client: Any, path: str) -> Callable[[int, int], Awaitable[Chunk]]:
+def agent_fetch(client: AgentApi, path: str) -> Callable[[int, int], Awaitable[Chunk]]:
     """A ``LogDocument`` fetch that asks the agent for ``[offset, offset+length)``."""
 
     async def fetch(offset: int, length: int) -> Chunk:
-        r = await client.request("read_range", path=path, offset=offset, length=length)
-        return Chunk(int(r["offset"]), base64.b64decode(r["b64"]), int(r["size"]), r.get("inode"))
+        return await client.read_range(path, offset, length)
 
     return fetch
 
@@ -89,7 +87,7 @@ class LogViewerScreen(LogPainter):
         *[Binding(str(d), f"jump({d / 10})", f"Jump to {d}0%", show=False) for d in range(1, 10)],
     ]
 
-    def __init__(self, client: Any, path: str, root_cause: RootCause | None = None,
+    def __init__(self, client: AgentApi, path: str, root_cause: RootCause | None = None,
                  follow: bool = True, index_lines: bool = True, poll_s: float = POLL_S,
                  doc: LogDocument | None = None) -> None:
         super().__init__()

@@ -1,0 +1,338 @@
+"""The agent's ops as types: what each request carries and what its reply holds. Pure.
+
+`tui.transport.AgentApi` has one method per op; it builds the request's arguments
+here (`*.args()`, base64 included) and turns the agent's result object into the
+reply type here (`*.parse(...)`), so nothing above the transport sees an op name,
+a result dict or base64. A result that lacks what its type needs raises
+`ProtocolError` (a `ValueError`).
+
+Texts that are only ever shown (a kill report, a launch's or prune's record) are
+sanitized here (`hosttext.clean_tree`); paths, argv and env stay as the host sent
+them where the client sends them back (`RunList.runs`, which the state model cleans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tui.protocol.hosttext import clean_tree
+
+from . import ProtocolError, b64decode, b64encode
+
+__all__ = [
+    "Chunk",
+    "Compiled",
+    "FileContent",
+    "FileWritten",
+    "GpuFreed",
+    "KillReport",
+    "KillStage",
+    "LaunchReply",
+    "LaunchRequest",
+    "ModuleLocation",
+    "Outcome",
+    "PatchApplied",
+    "PatchFile",
+    "PruneReport",
+    "RunList",
+    "Subscribed",
+]
+
+
+def _obj(result: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(result, Mapping):
+        raise ProtocolError(f"{what}: the result is not an object")
+    return result
+
+
+def _int(obj: Mapping[str, Any], key: str, what: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProtocolError(f"{what}: {key} is not an integer")
+    return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# -- logs and files --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subscribed:
+    """`subscribe`: where following starts (a negative offset asked for a tail)."""
+
+    offset: int
+    inode: int | None
+    size: int | None
+
+    @classmethod
+    def parse(cls, result: Any) -> Subscribed:
+        obj = _obj(result, "subscribe")
+        return cls(_int_or_none(obj.get("offset")) or 0, _int_or_none(obj.get("inode")),
+                   _int_or_none(obj.get("size")))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """`read_range`: bytes ``[offset, offset+len(data))`` of a file of `size` bytes."""
+
+    offset: int
+    data: bytes
+    size: int
+    inode: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
+
+    @classmethod
+    def parse(cls, result: Any) -> Chunk:
+        obj = _obj(result, "read_range")
+        return cls(_int(obj, "offset", "read_range"), b64decode(obj.get("b64"), "read_range"),
+                   _int(obj, "size", "read_range"), _int_or_none(obj.get("inode")))
+
+
+@dataclass(frozen=True)
+class FileContent:
+    """`file_read`: a whole (small) file; `data` and `sha256` are None when it is missing."""
+
+    exists: bool
+    data: bytes | None
+    sha256: str | None
+
+    @classmethod
+    def parse(cls, result: Any) -> FileContent:
+        obj = _obj(result, "file_read")
+        if not obj.get("exists"):
+            return cls(False, None, None)
+        return cls(True, b64decode(obj.get("b64"), "file_read"), _str_or_none(obj.get("sha256")))
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    """`file_write`: the file's sha256 after the write."""
+
+    sha256: str | None
+
+    @classmethod
+    def parse(cls, result: Any) -> FileWritten:
+        return cls(_str_or_none(_obj(result, "file_write").get("sha256")))
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    """One file of a `patch_apply`: written only if its sha256 is still `expect_sha256`;
+    `backup` (a path) gets the current bytes first when given."""
+
+    path: str
+    data: bytes
+    expect_sha256: str | None
+    backup: str | None = None
+
+    def args(self) -> dict[str, Any]:
+        return {"path": self.path, "expect_sha256": self.expect_sha256, "backup": self.backup,
+                "b64": b64encode(self.data)}
+
+
+@dataclass(frozen=True)
+class PatchApplied:
+    """`patch_apply`: each written file's new sha256, by path."""
+
+    files: dict[str, str | None]
+
+    @classmethod
+    def parse(cls, result: Any) -> PatchApplied:
+        files = _obj(result, "patch_apply").get("files") or []
+        return cls({str(f.get("path")): _str_or_none(f.get("sha256"))
+                    for f in files if isinstance(f, Mapping)})
+
+
+@dataclass(frozen=True)
+class ModuleLocation:
+    """`resolve_module`: where the host's Python finds a module (without importing it)."""
+
+    origin: str | None
+    version: str | None  # the distribution's version, when known
+
+    @classmethod
+    def parse(cls, result: Any) -> ModuleLocation:
+        obj = _obj(result, "resolve_module")
+        return cls(_str_or_none(obj.get("origin")) or None, _str_or_none(obj.get("version")))
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """`py_compile`: whether the host's Python compiles a source, and its error if not."""
+
+    ok: bool
+    error: str | None
+
+    @classmethod
+    def parse(cls, result: Any) -> Compiled:
+        obj = _obj(result, "py_compile")
+        return cls(bool(obj.get("ok")), None if obj.get("error") is None else str(obj["error"]))
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunList:
+    """`runs`: every run record on the host (as sent: the state model cleans them) and
+    the agent's one-line warnings (run dirs it refused)."""
+
+    runs: list[dict[str, Any]]
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, result: Any) -> RunList:
+        obj = _obj(result, "runs")
+        return cls([r for r in obj.get("runs") or [] if isinstance(r, dict)],
+                   tuple(str(w) for w in obj.get("warnings") or []))
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What `launch` starts: argv in cwd with env, under the run's name; `scheduler`
+    (Slurm's options) and `restart` (the supervisor's policy) only when there are some,
+    so an older agent sees the request it knows."""
+
+    name: str | None
+    argv: Sequence[str]
+    cwd: str | None
+    env: Mapping[str, str]
+    patch_state: Any = None
+    log: str | None = None
+    scheduler: Mapping[str, Any] | None = None
+    restart: Mapping[str, Any] | None = None
+
+    def args(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.scheduler is not None:
+            extra["scheduler"] = dict(self.scheduler)
+        if self.restart is not None:
+            extra["restart"] = dict(self.restart)
+        return {**extra, "name": self.name, "argv": list(self.argv), "cwd": self.cwd,
+                "env": dict(self.env), "patch_state": self.patch_state, "log": self.log}
+
+
+@dataclass(frozen=True)
+class LaunchReply:
+    """`launch`: the new run's record (`record`: all of it, host text sanitized)."""
+
+    run_id: str | None
+    pid: int | None
+    job_id: str | None
+    log: str | None
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, result: Any) -> LaunchReply:
+        rec: dict[str, Any] = clean_tree(dict(_obj(result, "launch")))
+        job = rec.get("job_id")
+        return cls(_str_or_none(rec.get("run_id")), _int_or_none(rec.get("pid")),
+                   None if job is None else str(job), _str_or_none(rec.get("log")), rec)
+
+
+@dataclass(frozen=True)
+class KillStage:
+    """One step of a kill: a signal sent to processes, or scancel of a Slurm job."""
+
+    signal: str
+    at: float
+    sent_to: tuple[int, ...] = ()
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuFreed:
+    """One GPU after a kill: memory freed, what the run still holds, who else uses it."""
+
+    index: int | None
+    freed: int | None
+    run_pids: tuple[int, ...] = ()
+    run_mem: int | None = None
+    other_pids: tuple[Any, ...] = ()  # {pid, mem} objects (older agents: bare pids)
+
+
+@dataclass(frozen=True)
+class KillReport:
+    """`kill`: what was sent, what is left, whether the run's GPU memory is free
+    (None: no GPU source to tell). `record`: the whole report, host text sanitized."""
+
+    run_id: str | None
+    ok: bool
+    stages: tuple[KillStage, ...] = ()
+    remaining: tuple[int, ...] = ()
+    gpus: tuple[GpuFreed, ...] = ()
+    gpus_free: bool | None = None
+    elapsed: float = 0.0
+    note: str | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, result: Any) -> KillReport:
+        rec: dict[str, Any] = clean_tree(dict(_obj(result, "kill")))
+        stages = tuple(
+            KillStage(str(s.get("signal")), float(s.get("at") or 0.0),
+                      tuple(p for p in s.get("sent_to") or () if _int_or_none(p) is not None),
+                      None if s.get("job_id") is None else str(s["job_id"]))
+            for s in rec.get("stages") or () if isinstance(s, Mapping))
+        gpus = tuple(
+            GpuFreed(_int_or_none(g.get("index")), _int_or_none(g.get("freed")),
+                     tuple(g.get("run_pids") or ()), _int_or_none(g.get("run_mem")),
+                     tuple(g.get("other_pids") or ()))
+            for g in rec.get("gpus") or () if isinstance(g, Mapping))
+        free = rec.get("gpus_free")
+        return cls(
+            run_id=_str_or_none(rec.get("run_id")), ok=bool(rec.get("ok")), stages=stages,
+            remaining=tuple(rec.get("remaining") or ()), gpus=gpus,
+            gpus_free=free if isinstance(free, bool) else None,
+            elapsed=float(rec.get("elapsed") or 0.0), note=_str_or_none(rec.get("note")), record=rec)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """`prune`: the ended runs removed (or that would be, in a dry run), those kept for
+    a reason, and how many ended runs are left. Host text sanitized."""
+
+    removed: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, Any], ...]
+    kept: int
+    dry_run: bool
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, result: Any) -> PruneReport:
+        rec: dict[str, Any] = clean_tree(dict(_obj(result, "prune")))
+        return cls(tuple(rec.get("removed") or ()), tuple(rec.get("skipped") or ()),
+                   int(rec.get("kept") or 0), bool(rec.get("dry_run")), rec)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """`outcomes`, for one action id: its state (running | done), and when done whether
+    it succeeded with its result object (still raw: the op's own reply type parses it)
+    or its error."""
+
+    state: str
+    ok: bool = False
+    result: Any = None
+    error: str | None = None
+
+    @classmethod
+    def parse_all(cls, result: Any) -> dict[str, Outcome]:
+        found = _obj(result, "outcomes").get("outcomes") or {}
+        if not isinstance(found, Mapping):
+            raise ProtocolError("outcomes: outcomes is not an object")
+        return {str(aid): cls(str(rec.get("state")), bool(rec.get("ok")), rec.get("result"),
+                              None if rec.get("error") is None else str(clean_tree(rec["error"])))
+                for aid, rec in found.items() if isinstance(rec, Mapping)}
