@@ -24,7 +24,6 @@ and for a timeline without them, the bytes come evenly, whole lines at a time.
 from __future__ import annotations
 
 import asyncio
-import base64
 import bisect
 import json
 import time
@@ -35,7 +34,7 @@ from typing import Any, AsyncIterator, Callable
 from tui import protocol as p
 from tui.protocol.hosttext import clean, clean_tree
 from tui.services import timeline
-from tui.transport import AgentRequestError
+from tui.transport import AgentApi, AgentRequestError
 
 TICK_S = 0.1  # wall seconds between steps of the replay
 SNAPSHOT_S = 1.0  # wall seconds between snapshots (the agent's default interval)
@@ -140,8 +139,8 @@ def load(run_dir: Path) -> Recording:
                      exits[-1] if exits else None, offsets)
 
 
-class ReplayClient:
-    """The agent client's interface over a `Recording`, played at ``speed`` from
+class ReplayClient(AgentApi):
+    """The agent's wire (and so its typed API) over a `Recording`, played at ``speed`` from
     ``start_s`` seconds after the launch (``speed`` 0: held there, for tests)."""
 
     def __init__(self, rec: Recording, speed: float = 1.0, start_s: float = 0.0,
@@ -180,9 +179,6 @@ class ReplayClient:
 
     def fresh(self) -> ReplayClient:
         return self
-
-    async def request(self, op: str, **args: Any) -> dict[str, Any]:
-        return await self.call_with_progress(op, None, **args)
 
     async def call_with_progress(self, op: str, on_event: Callable[..., Any] | None,
                                  **args: Any) -> dict[str, Any]:
@@ -253,7 +249,7 @@ class ReplayClient:
             data = self.rec.log[:self.rec.log_at(now)]
         else:
             raise AgentRequestError(f"{clean(path, newline=False)} is not part of this replay")
-        return {"offset": offset, "b64": base64.b64encode(data[offset:offset + length]).decode(),
+        return {"offset": offset, "b64": p.b64encode(data[offset:offset + length]),
                 "size": len(data), "inode": 1}
 
     def _snapshot(self, now: float) -> p.Snapshot:
