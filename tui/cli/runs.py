@@ -27,8 +27,9 @@ from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
 from tui.state import watch as watcher
+from tui.state.events import ActionEnded, ActionStarted
 from tui.state.model import Action, AppState
-from tui.state.reducer import ActionEnded, ActionStarted, apply
+from tui.state.reducer import apply
 from tui.transport import AgentClient, AgentRequestError, LinkLost
 
 

@@ -16,8 +16,9 @@ from tui import protocol as p
 from tui.protocol.hosttext import clean_tree
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
+from tui.state.events import ConfigRead
 from tui.state.model import AppState, Run, Settings
-from tui.state.reducer import ConfigRead, apply
+from tui.state.reducer import apply
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, LinkLost, TransportError, make_link
 
@@ -168,6 +169,7 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
         "processes": list(snap.get("processes") or []), "runs": list(runs),
         "gpu_source": snap.get("gpu_source"), "gpu_error": snap.get("gpu_error"),
     })
+    assert isinstance(event, p.Snapshot)  # a "snapshot" line parses as one, or raises
     return apply(state, event, time.time())
 
 

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import re
 import statistics
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any
 
 from tui.state.format import duration
-from tui.state.model import Run
+from tui.state.model import AppState, Run
+from tui.state.watchstate import Event, Mark, WatchConfig, WatchState
 
 __all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
@@ -58,97 +58,7 @@ _UP_TO_LOADED = ("starting", "loading", "loaded", "extracting", "training", "eva
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")
 
 
-@dataclass(frozen=True)
-class WatchConfig:
-    """Thresholds; ``[watch]`` in eagle3.toml overrides them (see tui/services/config.py)."""
-
-    factor: float = 5.0  # × the median interval between progress steps
-    stall_starting_s: float = 900.0  # floors per phase; 0 = never stalled in that phase
-    stall_loading_s: float = 120.0
-    stall_loaded_s: float = 900.0  # profiling, compiling, graph capture: quiet for minutes
-    stall_serving_s: float = 0.0  # an idle server is not stalled
-    stall_extracting_s: float = 120.0
-    stall_training_s: float = 600.0  # training steps: minutes each on big models
-    stall_evaluating_s: float = 900.0
-    stall_saving_s: float = 1800.0  # a sharded checkpoint of a big model to network storage
-    hang_s: float = 600.0
-    idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
-    on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
-
-
-    def floor(self, phase: str) -> float:
-        return float(getattr(self, f"stall_{phase}_s", 0.0))
-
-    @classmethod
-    def from_mapping(cls, values: Any) -> WatchConfig:
-        """From a config section object or dict with the same field names."""
-        if values is None:
-            return cls()
-        get: Callable[[str, float], Any] = (
-            values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
-        kw: dict[str, Any] = {f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
-                              for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)}
-        return cls(**kw)
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something the user should hear about; ``seq`` orders events of one watch."""
-
-    seq: int
-    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
-    run_id: str
-    at: float
-    message: str
-    detail: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.kind, "run_id": self.run_id, "time": self.at, "message": self.message,
-                **self.detail}
-
-
-@dataclass(frozen=True)
-class WatchState:
-    """What the watch remembers between looks at one run."""
-
-    config: WatchConfig = field(default_factory=WatchConfig)
-    run_id: str | None = None
-    phase: str | None = None
-    steps: tuple[float, ...] = ()  # times of progress steps in the current phase
-    last_step_t: float | None = None
-    last_step: str | None = None  # "shard 37/64", "batch 3/16", "log line 1234"
-    mark: tuple[Any, ...] = ()  # what counted as progress at the last step
-    idle_since: float | None = None
-    condition: str = "ok"  # "ok" | "stalled" | "hung" | "ending" | "ended"
-    events: tuple[Event, ...] = ()
-    seq: int = 0
-    _once: frozenset[str] = frozenset()
-    seeded: bool = False  # the pace so far came from the host; the next look continues it
-    idle_what: str | None = None  # "CPU" | "CPU or GPU": hung by the host's record of activity
-    gpus_seen: bool = True  # the snapshot had GPUs to judge (else only the processes were)
-
-    def stalled_for(self, now: float) -> float | None:
-        return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
-
-    def describe(self, now: float) -> str | None:
-        """ "no progress for 14 min (last: shard 37/64 at 03:12)" while stalled or hung."""
-        if self.condition == "hung" and self.idle_what and self.idle_since is not None:
-            return f"no {self.idle_what} activity for {_span(now - self.idle_since)} (after the load)"
-        if self.condition not in ("stalled", "hung") or self.last_step_t is None:
-            return None
-        span = _span(now - self.last_step_t)
-        clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
-        what = ("processes asleep and GPUs idle, " if self.gpus_seen else "processes asleep, ") \
-            if self.condition == "hung" else ""
-        return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
-
-
-def _span(seconds: float) -> str:
-    gap = max(0, int(seconds))
-    return f"{gap // 60} min" if gap >= 60 else f"{gap} s"
-
-
-def _progress(phase: str, analysis: Any, lines: int) -> tuple[tuple[Any, ...], str]:
+def _progress(phase: str, analysis: Any, lines: int) -> tuple[Mark, str]:
     """What counts as a step in this phase, and its label."""
     shard = getattr(analysis, "shard", None)
     ex = getattr(analysis, "extract", None)
@@ -194,7 +104,7 @@ def observe(
     if ws.run_id != run.run_id or ws.last_step_t is None and ws.condition == "ok":
         # a run seen for the first time: forget the old one's pace, keep the events; one
         # that had already ended is history, not news
-        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, _once=ws._once,
+        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, once=ws.once,
                         condition="ended" if run.state in _ENDED else "ok")
         ws = seed(ws, run)
     if ws.condition == "ended":
@@ -243,7 +153,7 @@ def observe(
         ws = replace(ws, steps=(ws.steps + (now,))[-MAX_STEPS:], last_step_t=now, last_step=label, mark=mark)
         if ws.condition == "stalled":
             events.append(("resumed", f"progress again: {label}", {}))
-            ws = replace(ws, condition="ok", _once=ws._once - {"stalled"})
+            ws = replace(ws, condition="ok", once=ws.once - {"stalled"})
     elif ws.last_step_t is None:
         ws = replace(ws, last_step_t=now, last_step=label, mark=mark, steps=(now,))
 
@@ -262,7 +172,7 @@ def observe(
         # (an idle_since the host gave survives a look whose log analysis still lags)
         ws = replace(ws, idle_since=None)
         if ws.condition == "hung":
-            ws = replace(ws, condition="ok", _once=ws._once - {"hung"})
+            ws = replace(ws, condition="ok", once=ws.once - {"hung"})
 
     idle_s = now - ws.idle_since if ws.idle_since is not None else None
     if idle_s is not None and cfg.hang_s > 0 and idle_s >= cfg.hang_s:
@@ -436,7 +346,7 @@ def end_text(kind: str, run: Any) -> str:
 def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id: str, now: float) -> WatchState:
     """Append the events not sent yet (one "failed" per run; a stall per episode)."""
     out = list(ws.events)
-    once = set(ws._once)
+    once = set(ws.once)
     seq = ws.seq
     for kind, message, detail in events:
         key = kind if kind in ("stalled", "hung") else f"{kind}:{run_id}"
@@ -449,19 +359,19 @@ def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id:
         out.append(Event(seq=seq, kind=kind, run_id=run_id, at=now, message=message, detail=detail))
     if seq == ws.seq:
         return ws
-    return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, _once=frozenset(once))
+    return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, once=frozenset(once))
 
 
-def update_state(state: Any, now: float) -> Any:
+def update_state(state: AppState, now: float) -> AppState:
     """The reducer's hook: watch the run whose log the screen follows (AppState in, out).
 
     A state without a ``watch`` (None) is returned as it is, so watching is opt-in.
     """
-    ws = getattr(state, "watch", None)
+    ws = state.watch
     if ws is None:
         return state
     log = state.log
-    if getattr(log, "backlog", ()):
+    if log.backlog:
         return state  # the log's analysis is still catching up: look at the next snapshot
     run = next((r for r in state.runs if r.log and r.log == log.path), None) or state.run(ws.run_id)
     if run is None:
