@@ -13,8 +13,8 @@ from tests.replay import FIXTURES, ReplayClient, snapshot
 from tui import protocol as p
 from tui.services.config import parse_config
 from tui.services.hostfeed import FIRST_TAIL
-from tui.state.model import LOG_LINES
 from tui.state.events import ANALYSE_SLICE, AnalyseLog, LedgerRead
+from tui.state.model import LOG_LINES
 from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen

@@ -28,8 +28,8 @@ from tui import protocol as p
 from tui.services import actions as services
 from tui.services.config import load_config, parse_config
 from tui.state import logparse, view
-from tui.state.model import AppState
 from tui.state.events import ConfigRead, CursorMoved
+from tui.state.model import AppState
 from tui.state.reducer import apply
 from tui.transport import AgentClient, LocalLink
 from tui.views.app import EagleApp, make_app
