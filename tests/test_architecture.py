@@ -131,7 +131,7 @@ def test_ruff_clean() -> None:
 
 @pytest.mark.slow
 def test_mypy_clean() -> None:
-    # Strict on tui/state and tui/protocol, normal on the rest (pyproject.toml [tool.mypy]).
+    # Strict on tui/state, tui/protocol and tui/transport, normal on the rest (pyproject.toml [tool.mypy]).
     proc = run([sys.executable, "-m", "mypy", "--no-incremental", "tui"])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr
 

@@ -6,7 +6,9 @@ Nothing above this package knows which link it has: build one with
 
 from __future__ import annotations
 
-from .client import AgentClient, AgentRequestError, Event, LinkStatus
+from tui.protocol.stream import LinkStatus
+
+from .client import AgentClient, AgentRequestError, Event
 from .errors import (
     AgentStartFailed,
     AuthFailed,

@@ -44,13 +44,19 @@ class AgentRequestError(Exception):
 
 
 Event = AgentEvent  # the stream's events (tui.protocol.stream)
-_END = object()
+
+
+class _End:
+    """The end of the event stream: the client failed or was closed."""
+
+
+_END = _End()
 
 
 class _Events:
     """Async iterator over the client's queue; a plain coroutine per item, so it survives cancellation."""
 
-    def __init__(self, queue: asyncio.Queue[Any]) -> None:
+    def __init__(self, queue: asyncio.Queue[Event | _End]) -> None:
         self._queue = queue
 
     def __aiter__(self) -> _Events:
@@ -58,7 +64,7 @@ class _Events:
 
     async def __anext__(self) -> Event:
         item = await self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._queue.put_nowait(_END)  # let any other iterator end too
             raise StopAsyncIteration
         return item
@@ -90,7 +96,7 @@ class AgentClient:
         self.max_attempts = max_attempts  # None: keep trying (hosts reboot)
         self.hello: Hello | None = None
         self.status = LinkStatus("connecting")
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[Event | _End] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[Result]] = {}
         self._progress: dict[int, Callable[[KillProgress], Any]] = {}
         self._next_id = 1

@@ -156,7 +156,7 @@ def parse_probe(output: str, python: str | None) -> list[Found]:
         except ValueError:
             continue
         if len(version) == 3 and path:
-            found.append(Found(name, version, path))  # type: ignore[arg-type]
+            found.append(Found(name, version, path))
     return found
 
 

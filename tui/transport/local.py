@@ -143,7 +143,7 @@ class AgentStream:
     async def readline(self) -> bytes:
         """One line from the agent; raises LinkLost/AgentStartFailed at EOF."""
         try:
-            line = await self._reader.readline()
+            line: bytes = await self._reader.readline()
         except self._io_errors as exc:
             raise LinkLost(f"link to {self._where} lost: {exc}") from None
         if line.endswith(b"\n"):

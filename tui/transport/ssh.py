@@ -238,7 +238,7 @@ class SshLink:
 
         async def until_marker() -> bool:
             while raw := await proc.stdout.readline():
-                line = raw.decode(errors="replace").rstrip("\n")
+                line: str = raw.decode(errors="replace").rstrip("\n")
                 if line in (hostpython.STARTED, hostpython.PROBED):
                     return line == hostpython.STARTED
                 if line == hostpython.UNTRUSTED:
