@@ -251,3 +251,18 @@ def test_private_reach_check_catches_both_forms(tmp_path: Path) -> None:
     found = set(private_reaches(tmp_path, ("tui", "remote")))
     assert {"tui/state/view.py: from tui.state.lines import _LEAD_PREFIX", "tui/state/view.py: logline._LEVELS",
             "remote/agent.py: _rd._ENDED"} <= found, found
+
+
+@pytest.mark.slow
+def test_an_event_the_reducer_does_not_handle_is_a_type_error(tmp_path: Path) -> None:
+    # The event vocabulary is closed (tui/state/events.py): in a scratch copy whose
+    # reducer forgets one member of the union, mypy fails at the dispatch's assert_never.
+    shutil.copytree(ROOT / "tui", tmp_path / "tui", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    reducer = tmp_path / "tui" / "state" / "reducer.py"
+    branch = "    if isinstance(event, LinkStatus):\n"
+    assert branch in reducer.read_text()
+    reducer.write_text(reducer.read_text().replace(branch, "    if False:  # noqa\n"))
+    proc = run([sys.executable, "-m", "mypy", "--no-incremental", "tui/state/reducer.py"], cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert 'Argument 1 to "assert_never" has incompatible type "LinkStatus"' in proc.stdout, proc.stdout
