@@ -6,7 +6,9 @@ events; the app and the CLI hold no state of their own beside `AppState`.
 
 Pure: the caller passes the clock (`now`) so tests replay events deterministically.
 The events are one closed union (`tui.state.events.Event`): the dispatch below ends in
-`assert_never`, so an event type nobody handles is a type error.
+`assert_never`, so an event type nobody handles is a type error. The view model
+(`tui.state.view`) gives the one text the reducer writes: an action's outcome, as its
+notice.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from tui import protocol as p
 from tui.protocol.hosttext import clean
 from tui.protocol.jsontypes import JSONObject
 from tui.protocol.stream import LinkStatus
-
-# the view model: the text of an action's outcome (its notice)
 from tui.state import logparse, view, watch
 from tui.state.events import (
     ANALYSE_SLICE,
