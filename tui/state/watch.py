@@ -35,10 +35,11 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
+from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.state.format import duration
-from tui.state.model import AppState, Run
+from tui.state.loganalysis import LogAnalysis
+from tui.state.model import AppState, Gpu, Proc, Run
 from tui.state.watchstate import Event, Mark, WatchConfig, WatchState
 
 __all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
@@ -58,7 +59,7 @@ _UP_TO_LOADED = ("starting", "loading", "loaded", "extracting", "training", "eva
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")
 
 
-def _progress(phase: str, analysis: Any, lines: int) -> tuple[Mark, str]:
+def _progress(phase: str, analysis: LogAnalysis | None, lines: int) -> tuple[Mark, str]:
     """What counts as a step in this phase, and its label."""
     shard = getattr(analysis, "shard", None)
     ex = getattr(analysis, "extract", None)
@@ -82,11 +83,11 @@ def _waiting_only(tail: Sequence[str]) -> bool:
 
 def observe(
     ws: WatchState | None,
-    run: Any,
-    analysis: Any,
+    run: Run,
+    analysis: LogAnalysis | None,
     lines: int,
-    procs: Sequence[Any],
-    gpus: Sequence[Any],
+    procs: Sequence[Proc],
+    gpus: Sequence[Gpu],
     now: float,
     new_lines: Sequence[str] = (),
 ) -> WatchState:
@@ -113,7 +114,7 @@ def observe(
         ws = _emit(ws, _attempt_events(run), run.run_id, now)
         return replace(ws, condition="ending")  # the log's last lines may still be on their way
     phase = getattr(analysis, "phase", None) or ws.phase or "starting"
-    events: list[tuple[str, str, dict[str, Any]]] = []
+    events: list[tuple[str, str, JSONObject]] = []
 
     # failures the log already shows, and the run's end
     root = getattr(analysis, "root_cause", None)
@@ -122,13 +123,13 @@ def observe(
     events.extend(_attempt_events(run))
     if root is not None and bool(getattr(run, "attempts", None)) and run.state not in _ENDED:
         root = None  # the host decides whether this attempt's failure ends the run: its record says
-    if root is not None:
+    if root is not None and analysis is not None:  # (a root cause comes from the analysis)
         summary = analysis.failure_summary() or "failed"
         events.append(("failed", f"{summary}: {root.title}", {"cause": root.line.strip(), "id": root.id,
                                                                "phase": getattr(analysis, "failed_in", None)}))
     if run.state in _ENDED:
         kind = ending(run, analysis)
-        detail = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
+        detail: JSONObject = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
         if kind == "failed" and root is None:
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
@@ -188,7 +189,7 @@ def observe(
     return _emit(ws, events, run.run_id, now)
 
 
-def _step_text(progress: Any) -> str:
+def _step_text(progress: JSONValue) -> str:
     """ "batch 1,203/4,000" from an attempt's progress (the host's pace step)."""
     step = progress.get("step") if isinstance(progress, dict) else None
     if not isinstance(step, str) or not step:
@@ -196,9 +197,10 @@ def _step_text(progress: Any) -> str:
     return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", step)
 
 
-def attempt_cause(attempt: dict[str, Any]) -> str:
+def attempt_cause(attempt: JSONObject) -> str:
     """ "NCCL collective timed out at batch 1,203/4,000" for one attempt of a run."""
-    cause = attempt.get("cause") if isinstance(attempt.get("cause"), dict) else None
+    cause = attempt.get("cause")
+    cause = cause if isinstance(cause, dict) else None
     if attempt.get("hung"):
         what = "hung"
     elif cause:
@@ -211,10 +213,10 @@ def attempt_cause(attempt: dict[str, Any]) -> str:
     return f"{what} at {step}" if step else what
 
 
-def _attempt_events(run: Any) -> list[tuple[str, str, dict[str, Any]]]:
+def _attempt_events(run: Run) -> list[tuple[str, str, JSONObject]]:
     """The host's restart decisions (remote/restart.py), one event per ended attempt that
     was restarted, and one when it gave up; each carries the attempt."""
-    out: list[tuple[str, str, dict[str, Any]]] = []
+    out: list[tuple[str, str, JSONObject]] = []
     for a in getattr(run, "attempts", ()) or ():
         n, why = a.get("n"), str(a.get("why") or "")
         if a.get("ended_at") is None:
@@ -228,7 +230,7 @@ def _attempt_events(run: Any) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def seed(ws: WatchState, run: Any) -> WatchState:
+def seed(ws: WatchState, run: Run) -> WatchState:
     """``ws`` (fresh for ``run``) with the pace the host recorded for it, if any."""
     pace = getattr(run, "pace", None)
     if not isinstance(pace, dict) or getattr(run, "state", None) != "running":
@@ -251,23 +253,24 @@ def seed(ws: WatchState, run: Any) -> WatchState:
                    last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
 
-def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any] = (),
-           gpus: Sequence[Any] = ()) -> WatchState | None:
+def assess(run: Run, config: WatchConfig | None, now: float, procs: Sequence[Proc] = (),
+           gpus: Sequence[Gpu] = ()) -> WatchState | None:
     """One look at a live run from the host's pace alone (no log analysis, no history of
     our own): a ``WatchState`` whose ``condition``/``describe`` say whether it is
     stalled, or hung by the host's ``idle_since``; None for a run that is not live or
     has no pace."""
-    if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
+    pace = run.pace
+    if run.state != "running" or not isinstance(pace, dict):
         return None
     if getattr(run, "restart_at", None) is not None:
         return None  # waiting for the host's restart: neither stalled nor hung
     ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
     if not ws.seeded:
         return None
-    return _host_hang(observe(ws, run, None, 0, procs, gpus, now), run.pace, now)
+    return _host_hang(observe(ws, run, None, 0, procs, gpus, now), pace, now)
 
 
-def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
+def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
     """``ws`` hung when the host saw no CPU (and no GPU, where it can see them) activity
     for ``hang_s`` after the load (remote/pace.py's ``idle_since``)."""
     since = pace.get("idle_since")
@@ -279,7 +282,7 @@ def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
     return replace(ws, condition="hung", idle_since=float(since), idle_what=what)
 
 
-def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any] | None:
+def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObject | None:
     """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
     ``{"condition": "ok" | "stalled" | "hung", "message", "last_step", "last_step_at", "source"}``,
     or None for a run that is not live or has no pace."""
@@ -291,9 +294,10 @@ def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dic
             "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
-def annotate(snapshot: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any]:
+def annotate(snapshot: JSONObject, config: WatchConfig | None, now: float) -> JSONObject:
     """The snapshot with each live, paced run carrying its ``judge`` as ``watch``."""
-    for r in snapshot.get("runs") or []:
+    runs = snapshot.get("runs")
+    for r in runs if isinstance(runs, list) else []:
         if isinstance(r, dict) and (seen := judge(r, config, now)) is not None:
             r["watch"] = seen
     return snapshot
@@ -313,7 +317,7 @@ _INTERRUPT_CODES = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
 _INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM")
 
 
-def ending(run: Any, analysis: Any) -> str:
+def ending(run: Run, analysis: LogAnalysis | None) -> str:
     """finished | failed | killed | lost for an ended run. A run the user interrupted
     (Ctrl-C's KeyboardInterrupt, exit 130/143, SIGINT/SIGTERM) is killed, not failed,
     unless the log shows a real failure first."""
@@ -329,7 +333,7 @@ def ending(run: Any, analysis: Any) -> str:
     return "failed"
 
 
-def end_text(kind: str, run: Any) -> str:
+def end_text(kind: str, run: Run) -> str:
     """What an ended run's event says beyond its kind (the kind is its title: "run …
     finished"), e.g. "exit 0 after 00:16", "interrupted (exit 130) after 1:02:03"."""
     how = f"by {run.signal}" if run.signal else f"exit {run.exit_code}" if run.exit_code is not None else ""
@@ -343,7 +347,7 @@ def end_text(kind: str, run: Any) -> str:
     return how or kind
 
 
-def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id: str, now: float) -> WatchState:
+def _emit(ws: WatchState, events: list[tuple[str, str, JSONObject]], run_id: str, now: float) -> WatchState:
     """Append the events not sent yet (one "failed" per run; a stall per episode)."""
     out = list(ws.events)
     once = set(ws.once)
