@@ -2,7 +2,7 @@
 
     python bench/bench_hosttext.py [--lines 100000] [--rounds 15]
 
-Times `tui.state.lines._clean` (decode, `tui.protocol.hosttext.clean`, collapse ``\\r``)
+Times `tui.state.lines.clean_line` (decode, `tui.protocol.hosttext.clean`, collapse ``\\r``)
 against the 7-bit stripper it replaced (decode, one ESC regex, collapse ``\\r``), on the
 same generated lines: 70 % plain vLLM lines, 15 % tqdm redraws with ``\\r`` and ``ESC [A``,
 10 % coloured lines with a TAB, 5 % hostile ones (``ESC c``, ``ESC #8``, C1 CSI and OSC,
@@ -58,7 +58,7 @@ def main() -> None:
     raws = make(args.lines)
     best = {"before": 9e9, "after": 9e9}
     for _ in range(args.rounds):
-        for name, f in (("before", old_clean), ("after", L._clean)):
+        for name, f in (("before", old_clean), ("after", L.clean_line)):
             t = time.process_time()
             for raw in raws:
                 f(raw)

@@ -108,7 +108,7 @@ def _memory_of(t: Any) -> memoryview:
     return memoryview((ctypes.c_char * size).from_address(t.data_ptr())).cast("B")
 
 
-def _writev_all(fd: int, pieces: List[Any]) -> None:
+def writev_all(fd: int, pieces: List[Any]) -> None:
     """Write `pieces` (bytes-like) one after the other from the file's start: one
     writev, more only where the kernel writes less (the GIL is free meanwhile)."""
     views = [memoryview(p).cast("B") for p in pieces]
@@ -122,7 +122,7 @@ def _writev_all(fd: int, pieces: List[Any]) -> None:
 
 # The zip layout per (dtype, layers, hidden): made once, None where torch.save writes
 # something else (extract_zip.py says when), then every file goes through torch.save.
-_LAYOUTS: Dict[Tuple[str, int, int], Optional[Layout]] = {}
+LAYOUTS: Dict[Tuple[str, int, int], Optional[Layout]] = {}
 _LAYOUTS_LOCK = threading.Lock()
 IOV_MAX = 1024
 
@@ -130,9 +130,9 @@ IOV_MAX = 1024
 def _layout(h: Any, n_layers: int) -> Optional[Layout]:
     key = (str(h.dtype), n_layers, h.shape[-1])
     with _LAYOUTS_LOCK:
-        if key not in _LAYOUTS:
-            _LAYOUTS[key] = Layout.make(h.dtype, n_layers, h.shape[-1])
-        return _LAYOUTS[key]
+        if key not in LAYOUTS:
+            LAYOUTS[key] = Layout.make(h.dtype, n_layers, h.shape[-1])
+        return LAYOUTS[key]
 
 
 def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) -> None:
@@ -169,7 +169,7 @@ def write_sample(path: Path, s: Sample, hidden_states: List[Any], ready: Any) ->
     tensors = [ids, *[_memory_of(h) for h in hidden_states], mask]
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        _writev_all(fd, [p if isinstance(p, bytes) else tensors[p] for p in pieces])
+        writev_all(fd, [p if isinstance(p, bytes) else tensors[p] for p in pieces])
         os.fsync(fd)
     finally:
         os.close(fd)

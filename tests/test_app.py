@@ -11,10 +11,11 @@ import pytest
 
 from tests.replay import FIXTURES, ReplayClient, snapshot
 from tui import protocol as p
+from tui.protocol.stream import LinkStatus
 from tui.services.config import parse_config
 from tui.services.hostfeed import FIRST_TAIL
+from tui.state.events import ANALYSE_SLICE, AnalyseLog, LedgerRead
 from tui.state.model import LOG_LINES
-from tui.state.reducer import ANALYSE_SLICE, AnalyseLog, LedgerRead
 from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen
@@ -184,10 +185,7 @@ async def test_k_on_an_ended_run_says_it_already_exited() -> None:
 
 
 async def test_reconnecting_banner_and_help_and_quit() -> None:
-    class Status:
-        state, attempt, error = "reconnecting", 3, "connection lost"
-
-    client = ReplayClient([snapshot(1), Status()])
+    client = ReplayClient([snapshot(1), LinkStatus("reconnecting", 3, "connection lost")])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.dashboard.state.link.state == "reconnecting")

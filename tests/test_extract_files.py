@@ -70,17 +70,17 @@ def _write_both(ours: Path, ref: Path, lengths: list[int], hidden: int, layers: 
 def test_sample_files_are_torch_save_bytes(tmp_path: Path, dtype: torch.dtype) -> None:
     """Every length gets its own layout (one- and two-byte ints in the pickle, paddings
     of every record), laid out by hand, not by torch.save."""
-    extract_files._LAYOUTS.clear()
+    extract_files.LAYOUTS.clear()
     lengths = [37, 1, 512, 200, 37, 63, 64, 65, 255, 256, 300, 1000]
     _write_both(tmp_path / "ours", tmp_path / "ref", lengths, 24, 4, dtype)
-    assert list(extract_files._LAYOUTS) == [(str(dtype), 4, 24)]  # made once, reused
-    assert isinstance(extract_files._LAYOUTS[(str(dtype), 4, 24)], extract_zip.Layout)
+    assert list(extract_files.LAYOUTS) == [(str(dtype), 4, 24)]  # made once, reused
+    assert isinstance(extract_files.LAYOUTS[(str(dtype), 4, 24)], extract_zip.Layout)
 
 
 def test_long_sequences_and_other_layer_counts(tmp_path: Path) -> None:
     """Four-byte ints in the pickle (over 65,535 tokens), and any number of layers."""
     _write_both(tmp_path / "ours", tmp_path / "ref", [70000, 3], 5, 6, torch.bfloat16)
-    assert extract_files._LAYOUTS[("torch.bfloat16", 6, 5)] is not None
+    assert extract_files.LAYOUTS[("torch.bfloat16", 6, 5)] is not None
 
 
 def test_where_torch_writes_other_bytes_torch_save_writes_them(tmp_path: Path) -> None:
@@ -88,18 +88,18 @@ def test_where_torch_writes_other_bytes_torch_save_writes_them(tmp_path: Path) -
     layout check finds that, and the files are torch.save's own (CRCs and all)."""
     import torch.utils.serialization as ser
 
-    extract_files._LAYOUTS.clear()
+    extract_files.LAYOUTS.clear()
     ser.config.save.compute_crc32 = True
     _write_both(tmp_path / "ours", tmp_path / "ref", [37, 5], 24, 4, torch.bfloat16)
-    assert extract_files._LAYOUTS == {("torch.bfloat16", 4, 24): None}
-    extract_files._LAYOUTS.clear()
+    assert extract_files.LAYOUTS == {("torch.bfloat16", 4, 24): None}
+    extract_files.LAYOUTS.clear()
 
 
 def test_templates_give_the_bytes_laid_out_per_file(tmp_path: Path) -> None:
     """A template per (length, name length), filled with each file's name, gives the bytes
     the per-file layout gave for every name (digits of any count) and length class; the
     files are torch.save's, and one template serves every name of its length."""
-    extract_files._LAYOUTS.clear()
+    extract_files.LAYOUTS.clear()
     layout = extract_zip.Layout.make(torch.bfloat16, 4, 24)
     assert layout is not None
     for n in (1, 37, 255, 256, 300, 65535, 65536):
@@ -110,7 +110,7 @@ def test_templates_give_the_bytes_laid_out_per_file(tmp_path: Path) -> None:
     assert (300, len("data_4711")) in layout._templates
     _write_both(tmp_path / "ours", tmp_path / "ref", [37, 37, 37, 5, 300], 24, 4,
                 torch.bfloat16)
-    made = extract_files._LAYOUTS[("torch.bfloat16", 4, 24)]
+    made = extract_files.LAYOUTS[("torch.bfloat16", 4, 24)]
     # data_0, data_37, data_74, data_111, data_148: data_37 and data_74 share a template
     assert sorted(made._templates) == [(5, 8), (37, 6), (37, 7), (300, 8)]
 
@@ -121,7 +121,7 @@ def test_a_stand_in_name_found_elsewhere_lays_out_each_file(tmp_path: Path,
     also occurs in other bytes ("P" in every zip signature), the check against a second
     stand-in finds it, and the file is laid out for its own name (same bytes)."""
     monkeypatch.setattr(extract_zip, "STAND_INS", ("P", "Q"))
-    extract_files._LAYOUTS.clear()
+    extract_files.LAYOUTS.clear()
     layout = extract_zip.Layout.make(torch.bfloat16, 4, 24)
     assert layout.template(37, 1) is None
     assert layout.template(37, 6) is not None  # "PPPPPP" occurs nowhere else
@@ -129,12 +129,12 @@ def test_a_stand_in_name_found_elsewhere_lays_out_each_file(tmp_path: Path,
     ours, ref = tmp_path / "d" / "x.pt", tmp_path / "ref.pt"
     rows = [torch.randn(37, 24).to(torch.bfloat16) for _ in range(4)]
     extract_files.write_sample(ours, Sample(list(range(37)), None), rows, None)
-    assert extract_files._LAYOUTS[("torch.bfloat16", 4, 24)]._templates[(37, 1)] is None
+    assert extract_files.LAYOUTS[("torch.bfloat16", 4, 24)]._templates[(37, 1)] is None
     torch.save({"input_ids": torch.arange(37), "hidden_states": rows,
                 "loss_mask": torch.ones(37, dtype=torch.int64)}, str(tmp_path / "d" / "x.tmp"))
     os.replace(tmp_path / "d" / "x.tmp", ref)
     assert ours.read_bytes() == ref.read_bytes()
-    extract_files._LAYOUTS.clear()
+    extract_files.LAYOUTS.clear()
 
 
 def test_writev_all_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
@@ -143,7 +143,7 @@ def test_writev_all_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(os, "writev", lambda fd, bufs: real(fd, [bytes(bufs[0])[:3]]))
     fd = os.open(str(tmp_path / "f"), os.O_WRONLY | os.O_CREAT)
     try:
-        extract_files._writev_all(fd, [b"abcdefgh", b"", memoryview(b"ij"), bytearray(b"k")])
+        extract_files.writev_all(fd, [b"abcdefgh", b"", memoryview(b"ij"), bytearray(b"k")])
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"abcdefghijk"

@@ -13,6 +13,7 @@ import pytest
 
 from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
 from tui import protocol as p
+from tui.protocol.stream import LinkStatus
 from tui.services.config import parse_config
 from tui.services.hostfeed import HostFeed
 from tui.state import fleet
@@ -83,7 +84,7 @@ def test_link_states_before_and_after_data() -> None:
     assert fleet.host_row("h", st, NOW + 1).link == "ok"
     stale = fleet.host_row("h", st, NOW + 10)  # 2 intervals + 1 s without a message
     assert stale.link == "stale" and stale.link_text.startswith("stale for")
-    lost = apply(st, type("S", (), {"state": "reconnecting", "attempt": 2, "error": "x"})(), NOW)
+    lost = apply(st, LinkStatus("reconnecting", 2, "x"), NOW)
     assert fleet.host_row("h", lost, NOW).link == "lost"
 
 

@@ -14,8 +14,8 @@ import pytest
 from tui.services.config import load_config
 from tui.services.hostfeed import FIRST_TAIL, HostFeed
 from tui.services.ledger import READ_CHUNK, LedgerError, fetch_summaries, read_tail
+from tui.state.events import LogOlder
 from tui.state.model import Run
-from tui.state.reducer import LogOlder
 from tui.transport import AgentApi, AgentClient, AgentRequestError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"

@@ -27,8 +27,9 @@ from tui import protocol as p
 from tui.services import actions as services
 from tui.services.config import load_config, parse_config
 from tui.state import logparse, view
+from tui.state.events import ConfigRead, CursorMoved
 from tui.state.model import AppState
-from tui.state.reducer import ConfigRead, CursorMoved, apply
+from tui.state.reducer import apply
 from tui.transport import AgentClient, LocalLink
 from tui.views.app import EagleApp, make_app
 from tui.views.screens.help import HelpScreen

@@ -97,14 +97,14 @@ def _long_failing_log() -> bytes:
 
 
 def _feed_deferred(data: bytes, size: int = 256 * 1024) -> AppState:
-    from tui.state.reducer import LogFollowed
+    from tui.state.events import LogFollowed
 
     state = apply(AppState(), LogFollowed("/x.log", "log", defer=True), 0.0)
     return feed(state, [data[i:i + size] for i in range(0, len(data), size)])
 
 
 def test_a_deferred_tail_shows_its_lines_first_and_ends_with_the_same_analysis() -> None:
-    from tui.state.reducer import ANALYSE_SLICE, AnalyseLog
+    from tui.state.events import ANALYSE_SLICE, AnalyseLog
 
     data = _long_failing_log()
     whole = feed(AppState(), [data])
@@ -123,7 +123,7 @@ def test_a_deferred_tail_shows_its_lines_first_and_ends_with_the_same_analysis()
 
 
 def test_lines_after_a_backlog_wait_their_turn_and_a_restart_drops_it() -> None:
-    from tui.state.reducer import AnalyseLog
+    from tui.state.events import AnalyseLog
 
     data = _long_failing_log()
     state = _feed_deferred(data[: len(data) // 2])
@@ -140,8 +140,8 @@ def test_lines_after_a_backlog_wait_their_turn_and_a_restart_drops_it() -> None:
 
 
 def test_older_lines_fetched_later_come_first_in_the_analysis() -> None:
+    from tui.state.events import AnalyseLog, LogFollowed, LogOlder
     from tui.state.logparse import LogAnalysis
-    from tui.state.reducer import AnalyseLog, LogFollowed, LogOlder
 
     data = _long_failing_log()
     start = data.index(b"\n", len(data) - 4000) + 1  # the first tail: the last ~4 KB, whole lines
@@ -169,7 +169,7 @@ def test_small_chunks_of_a_deferred_log_are_analysed_at_once() -> None:
 
 def test_an_action_lost_with_the_link_ends_as_the_host_says_and_only_once() -> None:
     from tui.state import view
-    from tui.state.reducer import ActionEnded, ActionStarted, ActionUnconfirmed
+    from tui.state.events import ActionEnded, ActionStarted, ActionUnconfirmed
 
     report = KillReport.parse({"run_id": "r1", "ok": True, "gpus_free": True, "elapsed": 2.0, "stages": [],
                                "remaining": [], "gpus": []})
@@ -190,7 +190,8 @@ def test_an_action_lost_with_the_link_ends_as_the_host_says_and_only_once() -> N
 
 
 def test_ended_actions_are_kept_bounded_and_notices_numbered() -> None:
-    from tui.state.reducer import ACTIONS_KEPT, ActionEnded, ActionStarted
+    from tui.state.events import ActionEnded, ActionStarted
+    from tui.state.reducer import ACTIONS_KEPT
 
     s = AppState()
     for i in range(ACTIONS_KEPT + 5):

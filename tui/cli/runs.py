@@ -30,8 +30,9 @@ from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
 from tui.state import watch as watcher
+from tui.state.events import ActionStarted, ActionUnconfirmed
 from tui.state.model import Action, AppState
-from tui.state.reducer import ActionStarted, ActionUnconfirmed, apply
+from tui.state.reducer import apply
 from tui.transport import AgentClient
 
 

@@ -80,7 +80,7 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
         if current is None:  # gone from the ledger (pruned): it ended unseen
             current = replace(last, state="lost")
         last = current
-        if current.alive or state.watch.condition == "ending":  # running, or queued in Slurm
+        if current.alive or state.watch is not None and state.watch.condition == "ending":  # running, or queued in Slurm
             continue
         result = ending(current, state.log.analysis)
         code = current.exit_code if current.exit_code is not None else current.signal

@@ -16,8 +16,9 @@ from tui import protocol as p
 from tui.protocol.ops import KillReport, LaunchReply, LaunchRequest, Outcome, PruneReport
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
+from tui.state.events import ActionEnded, ActionUnconfirmed, ConfigRead
 from tui.state.model import AppState, Run, Settings
-from tui.state.reducer import ActionEnded, ActionUnconfirmed, ConfigRead, apply
+from tui.state.reducer import apply
 from tui.state.watch import WatchState
 from tui.transport import (
     AgentApi,
@@ -165,6 +166,7 @@ def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | Non
         "processes": list(snap.get("processes") or []), "runs": list(runs),
         "gpu_source": snap.get("gpu_source"), "gpu_error": snap.get("gpu_error"),
     })
+    assert isinstance(event, p.Snapshot)  # a "snapshot" line parses as one, or raises
     return apply(state, event, time.time())
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from tui import protocol as p
 from tui import trace
@@ -21,17 +21,18 @@ from tui.services import actions as services
 from tui.services import ledger, notify
 from tui.services.config import Config
 from tui.state import view
-from tui.state.model import AppState
-from tui.state.reducer import (
+from tui.state.events import (
     AnalyseLog,
     ConfigRead,
+    Event,
     LedgerRead,
     LogFollowed,
     LogOlder,
     Notice,
     TailSize,
-    apply,
 )
+from tui.state.model import AppState
+from tui.state.reducer import apply
 from tui.state.watch import WatchState
 from tui.transport import AgentClient, AgentRequestError, TransportError
 
@@ -42,7 +43,7 @@ FIRST_TAIL = 256 * 1024  # the subscription starts here; the rest of TAIL_BYTES 
 LEDGER_EVERY = 30.0  # seconds between refreshes of past runs' summaries and the patch probe
 RETRY_S = (5.0, 10.0, 20.0, 30.0, 60.0)  # a host whose first connect failed is tried again
 
-Listener = Callable[[Any], None]
+Listener = Callable[[Event], None]
 
 
 class HostFeed:
@@ -87,7 +88,7 @@ class HostFeed:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    def apply(self, event: Any) -> None:
+    def apply(self, event: Event) -> None:
         """The reducer, then every listener."""
         self.state = apply(self.state, event, time.time())
         if isinstance(event, (p.Snapshot, p.LogData)):

@@ -16,7 +16,7 @@ from typing import Any
 from tui.protocol import hosttext
 from tui.services.config import Config
 from tui.state import logfailures, logline
-from tui.state.loganalysis import _QUIET, default_signatures
+from tui.state.loganalysis import QUIET_LEVELS, default_signatures
 
 VERSION = 1
 
@@ -50,12 +50,12 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
                         "patterns": [p.pattern for p in s.patterns]} for s in table],
         "lines": {
             "ansi": hosttext.ESCAPES.pattern,
-            "worker": logline._WORKER.pattern,
-            "foreign": logline._FOREIGN.pattern,
-            "level": logline._LEVEL.pattern,
-            "quiet": sorted(_QUIET),
-            "exception": logfailures._EXC_SHAPE.pattern,
-            "interrupt": logfailures._INTERRUPT.pattern,
-            "request_source": logfailures._REQUEST_SOURCE.pattern,
+            "worker": logline.WORKER_PREFIX.pattern,
+            "foreign": logline.FOREIGN_PREFIX.pattern,
+            "level": logline.VLLM_PREFIX.pattern,
+            "quiet": sorted(QUIET_LEVELS),
+            "exception": logfailures.EXC_SHAPE.pattern,
+            "interrupt": logfailures.INTERRUPT.pattern,
+            "request_source": logfailures.REQUEST_SOURCE.pattern,
         },
     }

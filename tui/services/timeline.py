@@ -103,7 +103,8 @@ def gpu_series(tl: Timeline) -> dict[int, list[tuple[float, list[Any]]]]:
     return out
 
 
-def _end(tl: Timeline) -> float | None:
+def end_time(tl: Timeline) -> float | None:
+    """The `t` of the run's exit line, else of its last line; None when it has no lines."""
     ends = [ln["t"] for ln in tl.lines if ln.get("e") == "exit"]
     if ends:
         return ends[-1]
@@ -151,7 +152,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
     t0 = tl.t0
     launched = _num(tl.header.get("launched_at")) or t0
     shift = (t0 - launched) if t0 is not None and launched is not None else 0.0
-    end = _end(tl)
+    end = end_time(tl)
     phases = [{"phase": str(ln.get("phase")), "t": ln["t"]} for ln in tl.lines if ln.get("e") == "phase"]
     load = next((p["t"] for p in phases if p["phase"] in _AFTER_LOAD), None)
     first = next((p["t"] for p in phases if p["phase"] in _OUTPUT), None)

@@ -22,6 +22,7 @@ from tui.protocol.hosttext import clean
 
 __all__ = [
     "MAX_PARTIAL",
+    "clean_line",
     "collapse_cr",
     "finish_lines",
     "live_segment",
@@ -68,7 +69,7 @@ def collapse_cr(text: str) -> str:
     return winner
 
 
-def _clean(raw: bytes) -> str:
+def clean_line(raw: bytes) -> str:
     """Decode one physical line and turn it into the displayed text."""
     return collapse_cr(clean(raw, cr=True))
 
@@ -82,13 +83,13 @@ def split_lines(partial: bytes, data: bytes) -> tuple[list[str], bytes]:
     end = buf.rfind(b"\n")
     if end < 0:
         if len(buf) > MAX_PARTIAL:
-            return [_clean(buf)], b""
+            return [clean_line(buf)], b""
         return [], bytes(buf)
     complete = buf[:end]
     rest = bytes(buf[end + 1 :])
-    lines = [_clean(raw) for raw in complete.split(b"\n")]
+    lines = [clean_line(raw) for raw in complete.split(b"\n")]
     if len(rest) > MAX_PARTIAL:
-        lines.append(_clean(rest))
+        lines.append(clean_line(rest))
         rest = b""
     return lines, rest
 
@@ -97,7 +98,7 @@ def finish_lines(partial: bytes) -> list[str]:
     """Lines left when the stream ends: the partial line, if it holds anything."""
     if not partial:
         return []
-    return [_clean(partial)]
+    return [clean_line(partial)]
 
 
 def live_segment(partial: bytes) -> str:

@@ -1,7 +1,7 @@
 """The log analysis's record and how one line's changes are applied to it.
 
 ``LogAnalysis`` (what the fold has learned), ``Failure`` (one recognised failure),
-the built-in signature set, and ``_Builder``, which collects the changes one line
+the built-in signature set, and ``Builder``, which collects the changes one line
 makes (phase, stage, milestones, failures, root cause) and applies them with a single
 ``replace``. The fold itself is ``tui.state.logparse.step``; the failure recognition
 it calls is ``tui.state.logfailures``.
@@ -31,9 +31,10 @@ CHAIN_GAP = 50  # lines between an exception line and the next link of its chain
 
 PHASES = ("starting", "loading", "loaded", "serving", "extracting", "training", "evaluating", "saving",
           "finished", "failed")
-_RANK = {"starting": 0, "loading": 1, "loaded": 2, "serving": 3, "extracting": 4, "training": 4,
+# A phase's place in the run's order: the fold only moves a run forward (`advance`).
+PHASE_RANK = {"starting": 0, "loading": 1, "loaded": 2, "serving": 3, "extracting": 4, "training": 4,
          "evaluating": 4, "saving": 4, "finished": 5}
-_QUIET = frozenset({"DEBUG", "INFO", "WARNING"})  # never failures at these levels
+QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})  # never failures at these levels
 
 
 @dataclass(frozen=True)
@@ -153,12 +154,13 @@ def format_span(seconds: float) -> str:
     return f"{s} s"
 
 
-_STAGES = {"capture": "graph capture", "compile": "compiling", "warm": "warm-up", "profile": "profiling"}
+# The post-load stages a line can show (graph capture, compiling, …), as the screen names them.
+STAGES = {"capture": "graph capture", "compile": "compiling", "warm": "warm-up", "profile": "profiling"}
 _TS = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _MONTH_DAYS = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 
 
-def _log_seconds(stamp: str | None) -> float | None:
+def log_seconds(stamp: str | None) -> float | None:
     """Seconds into the year of vLLM's "MM-DD HH:MM:SS" (it prints no year)."""
     m = _TS.fullmatch(stamp) if stamp else None
     if not m:
@@ -169,15 +171,20 @@ def _log_seconds(stamp: str | None) -> float | None:
     return float((((_MONTH_DAYS[mo - 1] + d - 1) * 24 + h) * 60 + mi) * 60 + sec)
 
 
-def _advance(phase: str, to: str) -> str:
+def advance(phase: str, to: str) -> str:
     """Move forward only; "failed" is left only by the extractor's own progress."""
     if phase == "failed":
         return phase
-    return to if _RANK[to] > _RANK[phase] else phase
+    return to if PHASE_RANK[to] > PHASE_RANK[phase] else phase
 
 
-class _Builder:
-    """Collects the changes one line makes, then applies them with one ``replace``."""
+class Builder:
+    """Collects the changes one line makes, then applies them with one ``replace``.
+
+    The per-line fold (``tui.state.logparse.step``) and the failure recognition
+    (``tui.state.logfailures``) both write through it: ``get``/``set`` a field of the
+    ``LogAnalysis``, ``milestone``, ``loaded``, ``stage``, ``failure``, ``requote``,
+    ``chain_link``; ``result()`` is the new record."""
 
     def __init__(self, a: LogAnalysis, t: float | None, ts: float | None) -> None:
         self.a = a
@@ -203,18 +210,18 @@ class _Builder:
     def loaded(self, line_no: int) -> None:
         if self.get("loaded_at_line") is None:
             self.set("loaded_at_line", line_no)
-        self.set("phase", _advance(self.get("phase"), "loaded"))
+        self.set("phase", advance(self.get("phase"), "loaded"))
 
     def stage(self, kind: str, line_no: int) -> None:
         """Evidence of a post-load stage: the weights are loaded, whatever the bars say."""
-        name = _STAGES[kind]
+        name = STAGES[kind]
         if self.get("phase") == "failed":
-            if _RANK.get(self.get("failed_in") or "", 9) <= _RANK["loaded"]:
+            if PHASE_RANK.get(self.get("failed_in") or "", 9) <= PHASE_RANK["loaded"]:
                 self.set("failed_in", "loaded")  # the run got that far before it died
                 if self.get("failed_stage") is None:
                     self.set("failed_stage", name)
             return
-        if _RANK[self.get("phase")] <= _RANK["loaded"]:
+        if PHASE_RANK[self.get("phase")] <= PHASE_RANK["loaded"]:
             self.loaded(line_no)
             if self.get("stage") != name:
                 self.set("stage", name)
@@ -238,7 +245,7 @@ class _Builder:
         phase = self.get("phase")
         if phase != "failed":
             if sig.serving_fatal:
-                phase = _advance(phase, "serving")
+                phase = advance(phase, "serving")
             self.set("failed_in", phase)
             self.set("failed_stage", self.get("stage") if phase == "loaded" else None)
             self.set("failed_after_s", self._since())

@@ -3,33 +3,34 @@ exception lines and exception chains (tracked per worker, since workers interlea
 and API request handlers' errors (a request's 400 is not the run's failure).
 
 The quoted root cause is the raised exception's own line: a traceback's last line, or
-the last link of a chained traceback.
+the last link of a chained traceback. ``EXC_SHAPE``, ``INTERRUPT`` and ``REQUEST_SOURCE``
+are also sent to the host's supervisor as they are (tui/services/restartpolicy.py).
 """
 
 from __future__ import annotations
 
 import re
 
-from tui.state.loganalysis import CHAIN_GAP, MAX_TB_LINES, _advance, _Builder, default_signatures
+from tui.state.loganalysis import CHAIN_GAP, MAX_TB_LINES, Builder, advance, default_signatures
 
 _EXC_LINE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::\s.*|:)?$")
 # A raised exception's line, wherever it stands: "RuntimeError: …",
 # "ray.exceptions.RayTaskError(ActorDiedError): …", "AssertionError", "Exception: …".
 # Names ending in "Warning" are not exceptions being raised.
-_EXC_SHAPE = re.compile(
+EXC_SHAPE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Timeout)|Exception)"
     r"(?:\([\w.]*\))?(?::(?:\s|$)|$)"
 )
 _TB_START = "Traceback (most recent call last)"
 # The user's interrupt (or a kill): Python's KeyboardInterrupt line, click's "Aborted!",
 # "received signal SIGINT/SIGTERM"-style lines. Not a failure; what follows is its echo.
-_INTERRUPT = re.compile(
+INTERRUPT = re.compile(
     r"(?:^KeyboardInterrupt(?::.*)?$|^Aborted!$"
     r"|(?i:\b(?:received|receiving|caught|got|trigger)\b.{0,30}(?:SIGINT|SIGTERM|signal (?:2|15)\b)))"
 )
 # Log lines of an API request handler: their errors are the request's (answered with a
 # 4xx/5xx while the server keeps serving), unless they say the engine itself is dead.
-_REQUEST_SOURCE = re.compile(r"(?:^|/)(?:serving\w*|api_router)\.py:")
+REQUEST_SOURCE = re.compile(r"(?:^|/)(?:serving\w*|api_router)\.py:")
 # Frames that only run after the load: where a traceback was when the run died.
 _STAGE_FRAME = re.compile(
     r'^\s+File ".*", line \d+, in (?:(?P<capture>capture_model|capture_one_batch_size|capture_end|capture)'
@@ -39,28 +40,28 @@ _STAGE_FRAME = re.compile(
 
 
 
-def _request_error(b: _Builder, worker: str | None, msg: str, line: str, line_no: int) -> None:
+def request_error(b: Builder, worker: str | None, msg: str, line: str, line_no: int) -> None:
     """An API request handler logged an error: requests flow, so the run is serving. The
     request's own error (a 400 for a too-long prompt, a bad argument) is not the run's
     failure; an engine that is dead is."""
     if b.get("phase") != "failed":
-        b.set("phase", _advance(b.get("phase"), "serving"))
+        b.set("phase", advance(b.get("phase"), "serving"))
     sigs = b.get("signatures") or default_signatures()
     hit = sigs.match(msg)
-    if hit and hit[0].serving_fatal and _EXC_SHAPE.match(msg):
+    if hit and hit[0].serving_fatal and EXC_SHAPE.match(msg):
         b.failure(hit[0], hit[1], line, line_no, worker)
 
 
-def note_interrupt(b: _Builder, msg: str, line_no: int) -> bool:
+def note_interrupt(b: Builder, msg: str, line_no: int) -> bool:
     """Record the user's interrupt (or a kill) if ``msg`` says one came; True if so."""
-    if not _INTERRUPT.search(msg.rstrip()):
+    if not INTERRUPT.search(msg.rstrip()):
         return False
     if b.get("interrupted_at") is None:
         b.set("interrupted_at", line_no)
     return True
 
 
-def _failures(b: _Builder, worker: str | None, key: str, msg: str, line: str, line_no: int) -> None:
+def find_failures(b: Builder, worker: str | None, key: str, msg: str, line: str, line_no: int) -> None:
     """Failure signatures, Python tracebacks and bare exception lines (tracked per
     worker, since they interleave). The quoted line is the exception that was raised."""
     sigs = b.get("signatures") or default_signatures()
@@ -128,7 +129,7 @@ def _failures(b: _Builder, worker: str | None, key: str, msg: str, line: str, li
         f = b.failure(hit[0], hit[1], line, line_no, worker)
         b.set("_tracebacks", {**tbs, key: (line_no, True, f.line_no)})
         return
-    exc = _EXC_SHAPE.match(msg)
+    exc = EXC_SHAPE.match(msg)
     if exc:
         sig, m = hit if hit else (sigs.generic, None)
         if sig is None:

@@ -22,6 +22,9 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "FOREIGN_PREFIX",
+    "VLLM_PREFIX",
+    "WORKER_PREFIX",
     "ExtractProgress",
     "LinePrefix",
     "ShardProgress",
@@ -32,13 +35,16 @@ __all__ = [
     "worker_label",
 ]
 
+# The prefix shapes below are also sent to the host's supervisor as they are
+# (tui/services/restartpolicy.py), so a line means the same there as here.
+
 # Longest slice of a line any parser looks at: keeps the per-line cost bounded, so a
 # pathological 1 GB line costs the same as a normal one.
 MAX_SCAN = 8192
 
 # "(Worker_TP0 pid=1)", "(ServeReplica:app:Deployment pid=2)", "(RayWorkerWrapper pid=3, ip=10.0.0.1)",
 # Ray's nameless "(pid=4)"; nested ones ("(EngineCore_DP0 pid=5) (Worker_TP0 pid=6)") keep the innermost.
-_WORKER = re.compile(
+WORKER_PREFIX = re.compile(
     r"\s*\((?:(?P<name>[A-Za-z][\w:.\-]*(?: [\w=\-]+)?) )?pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\) ?"
 )
 # What launchers, containers and other loggers put before (or instead of) vLLM's prefix:
@@ -46,7 +52,7 @@ _WORKER = re.compile(
 # time-only "[17:39:38 TP3]"), docker
 # compose's "vllm-1  | ", Python logging's " - name - LEVEL - ", "[Error]", "(Process)",
 # torch's "[rank0]:" and glog's "[W106 12:41:43.88 ProcessGroupNCCL.cpp:1553]".
-_FOREIGN = re.compile(
+FOREIGN_PREFIX = re.compile(
     r"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?(?: [A-Z]{2,3}\d+)*\]?"
     r"|\[\d\d:\d\d:\d\d(?: [A-Z]{2,3}\d+)+\]"  # older SGLang: "[17:39:38 TP3]"
     r"|[\w.\-]+ +\|(?= )"
@@ -61,7 +67,7 @@ _FOREIGN = re.compile(
 )
 _LEVELS = {"DEBUG": "DEBUG", "INFO": "INFO", "WARNING": "WARNING", "WARN": "WARNING", "ERROR": "ERROR",
            "CRITICAL": "CRITICAL", "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
-_LEVEL = re.compile(
+VLLM_PREFIX = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?P<date>\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
     r"\[?(?P<file>[^\s\]]{1,200}):(?P<lineno>\d+)\] ?"
@@ -106,13 +112,13 @@ def split_prefix(line: str) -> LinePrefix:
     pid = None
     foreign_level = None
     for _ in range(8):  # a bounded number of stacked prefixes
-        m = _WORKER.match(text)
+        m = WORKER_PREFIX.match(text)
         if m:
             pid = int(m.group("pid"))
             worker = worker_label(m.group("name"), pid) if m.group("name") else f"pid={pid}"
             text = text[m.end() :]
             continue
-        f = _FOREIGN.match(text)
+        f = FOREIGN_PREFIX.match(text)
         if f and f.end() > 0 and (worker is None or f.group("plevel") or f.group("blevel") or f.group("glog")
                                   or f.group("slevel") or text[:1] == "["):
             lv = f.group("plevel") or f.group("blevel") or f.group("glog") or f.group("slevel")
@@ -121,7 +127,7 @@ def split_prefix(line: str) -> LinePrefix:
             text = text[f.end() :]
             continue
         break
-    lm = _LEVEL.match(text)
+    lm = VLLM_PREFIX.match(text)
     if not lm:
         return LinePrefix(worker, pid, foreign_level, None, None, text)
     return LinePrefix(

@@ -29,22 +29,22 @@ from dataclasses import replace
 
 from tui.state.lines import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
 from tui.state.loganalysis import (
-    _QUIET,
-    _RANK,
-    _STAGES,
     MAX_LOADS,
     MAX_TIMES,
     MAX_WORKERS,
+    PHASE_RANK,
+    QUIET_LEVELS,
+    STAGES,
+    Builder,
     Failure,
     LogAnalysis,
-    _advance,
-    _Builder,
-    _log_seconds,
+    advance,
     default_signatures,
     format_span,
+    log_seconds,
     signature_errors,
 )
-from tui.state.logfailures import _REQUEST_SOURCE, _failures, _request_error, note_interrupt
+from tui.state.logfailures import REQUEST_SOURCE, find_failures, note_interrupt, request_error
 from tui.state.logline import (
     ExtractProgress,
     LinePrefix,
@@ -146,18 +146,18 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
             return LogAnalysis(signatures=analysis.signatures, phase_t=t)
         return analysis  # it quotes causes by title: never a failure of its own
     pre = split_prefix(line)
-    b = _Builder(analysis, t, _log_seconds(pre.timestamp))
+    b = Builder(analysis, t, log_seconds(pre.timestamp))
     _fold(b, pre, line, line_no, t)
     phase = b.get("phase")
     if phase != analysis.phase and phase != "failed":
         b.set("phase_t", t)
         b.set("phase_ts", b.ts)
-        if _RANK[phase] > _RANK["loaded"] and b.get("stage") is not None:
+        if PHASE_RANK[phase] > PHASE_RANK["loaded"] and b.get("stage") is not None:
             b.set("stage", None)
     return b.result()
 
 
-def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
+def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
     msg = pre.message
     key = pre.worker or ""
     if "%" in msg:
@@ -181,7 +181,7 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
             kind, label = _milestone_label(mm)
             b.milestone(kind, line_no, label)
             if kind in ("start",):
-                b.set("phase", _advance(b.get("phase"), "loading"))
+                b.set("phase", advance(b.get("phase"), "loading"))
             elif kind in ("weights", "loaded") and not _loading_elsewhere(b, pre.worker):
                 b.loaded(line_no)
             return
@@ -189,29 +189,29 @@ def _fold(b: _Builder, pre: LinePrefix, line: str, line_no: int, t: float | None
     if lm:
         if lm.group("serving"):
             if b.get("phase") != "failed":
-                b.set("phase", _advance(b.get("phase"), "serving"))
+                b.set("phase", advance(b.get("phase"), "serving"))
             b.milestone("serving", line_no, "Serving requests")
         elif lm.group("load"):  # SGLang's loader starting (vLLM says "Starting to load model")
-            b.set("phase", _advance(b.get("phase"), "loading"))
+            b.set("phase", advance(b.get("phase"), "loading"))
             b.milestone("start", line_no, "Loading weights")
         else:
             kind = str(lm.lastgroup)
             b.stage(kind, line_no)
-            b.milestone("stage:" + kind, line_no, f"Engine {_STAGES[kind]}")
-    if pre.level in _QUIET:
+            b.milestone("stage:" + kind, line_no, f"Engine {STAGES[kind]}")
+    if pre.level in QUIET_LEVELS:
         if "SIG" in msg or "signal" in msg:  # "received SIGTERM" at INFO: the run is being stopped
             note_interrupt(b, msg, line_no)
         return
-    if pre.source is not None and _REQUEST_SOURCE.search(pre.source):
-        _request_error(b, pre.worker, msg, line, line_no)
+    if pre.source is not None and REQUEST_SOURCE.search(pre.source):
+        request_error(b, pre.worker, msg, line, line_no)
         return
-    _failures(b, pre.worker, key, msg, line, line_no)
+    find_failures(b, pre.worker, key, msg, line, line_no)
 
 
 _TRAIN_PHASES = ("training", "evaluating", "saving")
 
 
-def _on_train(b: _Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
+def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
     """A training bar, metrics line or phase line: progress, loss, phase; a loss or grad
     norm that stays non-finite for a signature's ``persist`` lines is a failure."""
     old = b.get("train")
@@ -239,7 +239,7 @@ def _on_train(b: _Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: i
             b.failure(hit[0], hit[1], tp.bad_first[1], tp.bad_first[0], pre.worker)
 
 
-def _loading_elsewhere(b: _Builder, worker: str | None) -> bool:
+def _loading_elsewhere(b: Builder, worker: str | None) -> bool:
     """A worker's "weights took" line does not end the load while another worker's
     target bar is still short of its total (old Ray/V0 logs print both)."""
     if worker is None:
@@ -247,7 +247,7 @@ def _loading_elsewhere(b: _Builder, worker: str | None) -> bool:
     return any(not sp.complete and (sp.worker or "") != worker for sp in b.get("shards").values())
 
 
-def _on_shard(b: _Builder, sp: ShardProgress, line_no: int, t: float | None) -> None:
+def _on_shard(b: Builder, sp: ShardProgress, line_no: int, t: float | None) -> None:
     """A shard bar redraw: the target model's bars update progress, phase and timing;
     any other loader's bar (a drafter's, a ``pt`` checkpoint's, a re-read of the same
     checkpoint after the load finished) is kept apart in ``loads``."""
@@ -271,7 +271,7 @@ def _on_shard(b: _Builder, sp: ShardProgress, line_no: int, t: float | None) -> 
         b.set("loads", loads)
         b.milestone("load:" + lkey, line_no, f"{sp.desc}: {sp.total} (another loader)")
         if not shards:
-            b.set("phase", _advance(b.get("phase"), "loading"))
+            b.set("phase", advance(b.get("phase"), "loading"))
         return
     if prev is None and len(shards) >= MAX_WORKERS:
         del shards[next(iter(shards))]  # bounded even for a log with endless worker names
@@ -290,10 +290,10 @@ def _on_shard(b: _Builder, sp: ShardProgress, line_no: int, t: float | None) -> 
         b.milestone("shards-done:" + sp.desc, line_no, f"All {sp.total} shards loaded")
         b.loaded(line_no)
     else:
-        b.set("phase", _advance(b.get("phase"), "loading"))
+        b.set("phase", advance(b.get("phase"), "loading"))
 
 
-def _on_extract(b: _Builder, ep: ExtractProgress, line_no: int) -> None:
+def _on_extract(b: Builder, ep: ExtractProgress, line_no: int) -> None:
     """An extractor progress line. Its counts are authoritative, even after a failure."""
     prev = b.get("extract")
     if ep.skipped and prev is not None:
@@ -307,7 +307,7 @@ def _on_extract(b: _Builder, ep: ExtractProgress, line_no: int) -> None:
     else:
         b.milestone("extract-start", line_no, f"Extraction started: {ep.batches} batches")
         phase = b.get("phase")
-        b.set("phase", "extracting" if phase in ("failed", "finished") else _advance(phase, "extracting"))
+        b.set("phase", "extracting" if phase in ("failed", "finished") else advance(phase, "extracting"))
 
 
 def is_stalled(analysis: LogAnalysis, now: float, k: float = 3.0, min_s: float = 60.0) -> bool:

@@ -11,38 +11,43 @@ path (to follow it); whatever shows a log path cleans it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypedDict
 
 from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.protocol.ops import KillReport, LaunchReply
+from tui.state.advice import RunSummary
+from tui.state.loganalysis import LogAnalysis
+from tui.state.watchstate import WatchState
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
 LOG_LINES = 1000  # lines of log tail kept in memory
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     v = _num(value)
     return int(v) if v is not None else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     """A non-empty host string, sanitized; else None."""
     return clean(value, newline=False) if isinstance(value, str) and value else None
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     """A host string (possibly empty), sanitized; None when it is not a string."""
     return clean(value, newline=False) if isinstance(value, str) else None
 
 
-def _texts(values: Any) -> tuple[str, ...]:
+def _texts(values: object) -> tuple[str, ...]:
     return tuple(clean(str(v), newline=False) for v in values) if isinstance(values, (list, tuple)) else ()
 
 
@@ -72,11 +77,12 @@ class Gpu:
         return self.mem_used / self.mem_total
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], fallback_index: int) -> Gpu:
+    def from_dict(cls, d: Mapping[str, object], fallback_index: int) -> Gpu:
+        raw = d.get("processes")
         procs = tuple(
-            GpuProc(pid=int(p["pid"]), mem=_int(p.get("mem")))
-            for p in d.get("processes") or ()
-            if isinstance(p, dict) and _int(p.get("pid")) is not None
+            GpuProc(pid=pid, mem=_int(p.get("mem")))
+            for p in (raw if isinstance(raw, list) else ())
+            if isinstance(p, dict) and (pid := _int(p.get("pid"))) is not None
         )
         index = _int(d.get("index"))
         return cls(
@@ -111,9 +117,12 @@ class Proc:
     gpu_mem: int | None = None  # summed over GPUs, filled by the reducer
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Proc:
+    def from_dict(cls, d: Mapping[str, object]) -> Proc:
+        pid = _int(d.get("pid"))
+        if pid is None:
+            raise ValueError("a process record without a pid")
         return cls(
-            pid=int(d["pid"]),
+            pid=pid,
             ppid=_int(d.get("ppid")),
             pgid=_int(d.get("pgid")),
             sid=_int(d.get("sid")),
@@ -139,7 +148,7 @@ class Host:
     uptime: float | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Host:
+    def from_dict(cls, d: Mapping[str, object]) -> Host:
         load = d.get("load")
         return cls(
             hostname=_text(d.get("hostname")),
@@ -149,6 +158,14 @@ class Host:
             mem_available=_int(d.get("mem_available")),
             uptime=_num(d.get("uptime")),
         )
+
+
+class RunSpec(TypedDict):
+    """A run's argv, cwd and env exactly as the host sent them (a relaunch sends them back)."""
+
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -162,13 +179,13 @@ class Run:
     ended_at: float | None
     exit_code: int | None
     signal: str | None
-    patch_state: Any
+    patch_state: JSONValue  # the host's record of the patch applied at launch
     external: bool
     log: str | None  # raw: the path the client asks the host to follow; clean it to show it
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     # raw argv, cwd and env as the host sent them: a relaunch sends these back byte for byte
-    spec: dict[str, Any] = field(default_factory=dict, compare=False)
+    spec: RunSpec | None = field(default=None, compare=False)  # None: not from a host record
     error: str | None = None  # why it failed to start (state "failed", no process)
     log_note: str | None = None  # why an adopted run has no log file ("stdout is a pipe")
     disk_full: bool = False  # the host's disk was full when the run's end was recorded
@@ -177,11 +194,11 @@ class Run:
     slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
     nodes: str | None = None  # the node list Slurm allocated
-    pace: dict[str, Any] | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
+    pace: JSONObject | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
     # a run with a restart policy (remote/restart.py): restarts so far, every attempt's
     # record, when the pending restart starts (None unless waiting), and the last decision
     restarts: int = 0
-    attempts: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    attempts: tuple[JSONObject, ...] = field(default=(), compare=False)
     restart_at: float | None = None
     restart_note: str | None = None
     max_restarts: int | None = None
@@ -195,9 +212,8 @@ class Run:
         return self.state in ("running", "pending")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Run:
-        argv = d.get("argv")
-        env = d.get("env")
+    def from_dict(cls, d: Mapping[str, object]) -> Run:
+        argv, env, cwd, log, attempts = d.get("argv"), d.get("env"), d.get("cwd"), d.get("log"), d.get("attempts")
         return cls(
             run_id=clean(str(d.get("run_id", "?")), newline=False),
             name=clean(str(d.get("name") or ""), newline=False),
@@ -210,7 +226,7 @@ class Run:
             signal=_text(d.get("signal")),
             patch_state=clean_tree(d.get("patch_state")),
             external=bool(d.get("external")),
-            log=d.get("log") if isinstance(d.get("log"), str) else None,
+            log=log if isinstance(log, str) else None,
             cwd=_text(d.get("cwd")),
             env={clean(str(k), newline=False): clean(str(v), newline=False) for k, v in env.items()}
             if isinstance(env, dict) else {},
@@ -223,17 +239,17 @@ class Run:
             slurm_reason=_str(d.get("slurm_reason")),
             nodes=_str(d.get("nodes")),
             pace=clean_tree(d.get("pace")) if isinstance(d.get("pace"), dict) else None,
-            spec={"argv": [str(a) for a in argv] if isinstance(argv, list) else [],
-                  "cwd": d.get("cwd") if isinstance(d.get("cwd"), str) else None,
-                  "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}},
+            spec=RunSpec(argv=[str(a) for a in argv] if isinstance(argv, list) else [],
+                         cwd=cwd if isinstance(cwd, str) else None,
+                         env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}),
             restarts=_int(d.get("restarts")) or 0,
-            attempts=tuple(clean_tree(a) for a in d.get("attempts") or () if isinstance(a, dict))
-            if isinstance(d.get("attempts"), list) else (),
+            attempts=tuple(clean_tree(a) for a in attempts if isinstance(a, dict))
+            if isinstance(attempts, list) else (),
             restart_at=_num(d.get("restart_at")),
             restart_note=_str(d.get("restart_note")),
             max_restarts=_int(d.get("max_restarts")),
             expected_load_s=_num(d.get("expected_load_s")),
-            expected_load_runs=len(d["expected_load_runs"]) if isinstance(d.get("expected_load_runs"), list) else 0,
+            expected_load_runs=len(runs) if isinstance(runs := d.get("expected_load_runs"), list) else 0,
         )
 
 
@@ -257,7 +273,7 @@ class LogTail:
     first_line_no: int = 1  # line number of lines[0] in the file (since the last reset)
     partial: bytes = b""
     live: str = ""  # the current unterminated line's latest `\r` redraw
-    analysis: Any = None  # tui.state.logparse.LogAnalysis
+    analysis: LogAnalysis | None = None
     note: str | None = None  # "waiting for /x.log to appear", "log was truncated"
     generation: int = 0  # bumped each time the byte stream restarts (truncate/rotate)
     # With `defer`, a chunk of more than ANALYSE_SLICE lines (the first tail, a burst) is
@@ -281,7 +297,7 @@ class KillView:
     run_id: str
     stage: str
     alive: tuple[int, ...]
-    gpus: tuple[dict[str, Any], ...]
+    gpus: tuple[JSONObject, ...]
     elapsed: float
     report: KillReport | None = None
     error: str | None = None
@@ -356,12 +372,12 @@ class AppState:
     cursor: str | None = None  # the run the user put the Runs table's cursor on
     show_all: bool = False  # `a`: every run on the host, not only this config's
     actions: tuple[Action, ...] = ()  # newest last; ended ones are kept a while
-    summaries: dict[str, Any] = field(default_factory=dict)  # run_id -> advice.RunSummary
+    summaries: dict[str, RunSummary] = field(default_factory=dict)  # by run_id
     applied_patch: str | None = None  # "v5", "pristine", … on the host now
     version_order: tuple[str, ...] = ()
     notices: tuple[tuple[int, str, str], ...] = ()  # (serial, severity, text) to notify once
     notice_serial: int = 0
-    watch: Any = None  # tui.state.watch.WatchState: stall/hang/end detection, when enabled
+    watch: WatchState | None = None  # stall/hang/end detection (tui/state/watch.py), when enabled
 
     def live_runs(self) -> tuple[Run, ...]:
         return tuple(r for r in self.runs if r.alive)

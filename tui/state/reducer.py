@@ -5,24 +5,42 @@ cursor, the config as (re)read, and actions started and ended all arrive here as
 events; the app and the CLI hold no state of their own beside `AppState`.
 
 Pure: the caller passes the clock (`now`) so tests replay events deterministically.
-Link status events come from the transport (`tui.transport.LinkStatus`); they are
-matched by shape (`state`, `attempt`, `error`) so this module does not import it.
+The events are one closed union (`tui.state.events.Event`): the dispatch below ends in
+`assert_never`, so an event type nobody handles is a type error. The view model
+(`tui.state.view`) gives the one text the reducer writes: an action's outcome, as its
+notice.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+import sys
+from dataclasses import replace
 
 from tui import protocol as p
 from tui.protocol.hosttext import clean
 from tui.protocol.ops import KillReport, LaunchReply
-from tui.state import logparse, watch
+from tui.protocol.stream import LinkStatus
+from tui.state import logparse, view, watch
+from tui.state.events import (
+    ANALYSE_SLICE,
+    ActionEnded,
+    ActionStarted,
+    ActionUnconfirmed,
+    AnalyseLog,
+    ConfigRead,
+    CursorMoved,
+    Event,
+    LedgerRead,
+    LogFollowed,
+    LogOlder,
+    Notice,
+    ShowAll,
+    TailSize,
+)
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
     Action,
-    ActionResult,
     AppState,
     Gpu,
     Host,
@@ -31,122 +49,21 @@ from tui.state.model import (
     LogTail,
     Proc,
     Run,
-    Settings,
 )
+
+if sys.version_info >= (3, 11):
+    from typing import assert_never
+else:
+    from typing_extensions import assert_never
 
 ACTIONS_KEPT = 20  # ended actions kept in the state (the newest)
 NOTICES_KEPT = 10
 
 
-# ---- client-side events (agent messages are tui.protocol's dataclasses) -------------
-
-
-@dataclass(frozen=True)
-class ConfigRead:
-    """eagle3.toml as (re)read: its settings, or `settings.error` when it is broken."""
-
-    settings: Settings
-
-
-@dataclass(frozen=True)
-class CursorMoved:
-    """The user put the Runs table's cursor on a run (None: back to the rule's choice)."""
-
-    run_id: str | None
-
-
-@dataclass(frozen=True)
-class ShowAll:
-    on: bool
-
-
-@dataclass(frozen=True)
-class ActionStarted:
-    action_id: str
-    kind: str  # kill | launch | relaunch | push
-    run_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ActionUnconfirmed:
-    """The link dropped between the request and its reply: the outcome is asked for
-    again after the reconnect."""
-
-    action_id: str
-    error: str
-
-
-@dataclass(frozen=True)
-class ActionEnded:
-    action_id: str
-    ok: bool
-    result: ActionResult | None = None
-    error: str | None = None
-    confirmed_after_reconnect: bool = False
-
-
-@dataclass(frozen=True)
-class LedgerRead:
-    summaries: dict[str, Any] = field(default_factory=dict)
-    applied_patch: str | None = None
-    version_order: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LogFollowed:
-    """The screen now follows `path` through subscription `sub` (None: no log; `note` says why).
-    `defer`: the follower drains the log's analysis backlog (`AnalyseLog`)."""
-
-    path: str | None
-    sub: str | None
-    note: str | None = None
-    defer: bool = False
-    older: bool = False  # a LogOlder will bring the lines before the subscription's start
-
-
-@dataclass(frozen=True)
-class AnalyseLog:
-    """Fold the next `lines` of the followed log's backlog into its analysis. A feed with
-    `defer` sends these one at a time until the backlog is empty, so a big chunk (the
-    first tail of a long log, a burst) never holds the screen's loop for long."""
-
-    sub: str | None
-    lines: int = 0  # 0: ANALYSE_SLICE
-
-
-@dataclass(frozen=True)
-class TailSize:
-    """The subscription `sub` started on a file of `size` bytes (its reply): once the
-    stream reaches that offset, the first tail is all there and can be drawn at once."""
-
-    sub: str
-    size: int
-
-
-@dataclass(frozen=True)
-class LogOlder:
-    """The bytes before the subscription's first tail (fetched after the first frame),
-    ending where the tail starts; `cut`: they start mid-line. Empty: there are none."""
-
-    sub: str
-    data: bytes
-    cut: bool = False
-
-
-ANALYSE_SLICE = 400  # lines per AnalyseLog (~15 ms of logparse.step on one core)
-
-
-@dataclass(frozen=True)
-class Notice:
-    severity: str  # information | warning | error
-    text: str
-
-
-def apply(state: AppState, event: Any, now: float) -> AppState:
-    """Return the state after `event`; unknown events leave it unchanged."""
+def apply(state: AppState, event: Event, now: float) -> AppState:
+    """Return the state after `event`."""
     if isinstance(event, p.Snapshot):
-        watched: AppState = watch.update_state(_snapshot(state, event, now), now)
-        return watched
+        return watch.update_state(_snapshot(state, event, now), now)
     if isinstance(event, (p.LogData, p.LogReset)):
         if state.log.sub is not None and event.sub != state.log.sub:
             return state  # a chunk of the log followed before, still in flight
@@ -192,18 +109,14 @@ def apply(state: AppState, event: Any, now: float) -> AppState:
         return _client_event(state, event)
     if isinstance(event, (ActionStarted, ActionUnconfirmed, ActionEnded)):
         return _action_event(state, event, now)
-    if hasattr(event, "state") and hasattr(event, "attempt"):  # transport LinkStatus
-        link = Link(
-            state=str(event.state),
-            attempt=int(event.attempt),
-            error=getattr(event, "error", None),
-            last_data=state.link.last_data,
-        )
+    if isinstance(event, LinkStatus):
+        link = Link(state=event.state, attempt=event.attempt, error=event.error, last_data=state.link.last_data)
         return replace(state, link=link)
-    return state
+    assert_never(event)
 
 
-def _client_event(state: AppState, event: Any) -> AppState:
+def _client_event(state: AppState,
+                  event: ConfigRead | CursorMoved | ShowAll | LedgerRead | LogFollowed | Notice) -> AppState:
     if isinstance(event, ConfigRead):
         st = replace(state, settings=event.settings)
         if event.settings.error and event.settings.error != state.settings.error:
@@ -222,9 +135,7 @@ def _client_event(state: AppState, event: Any) -> AppState:
     return _notice(state, event.severity, event.text)
 
 
-def _action_event(state: AppState, event: Any, now: float) -> AppState:
-    from tui.state import view  # the texts of a result live in the view model
-
+def _action_event(state: AppState, event: ActionStarted | ActionUnconfirmed | ActionEnded, now: float) -> AppState:
     if isinstance(event, ActionStarted):
         return _put(state, Action(action_id=event.action_id, kind=event.kind, run_id=event.run_id, started_at=now))
     act = state.action(event.action_id)

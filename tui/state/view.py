@@ -185,7 +185,7 @@ def run_notes(state: AppState) -> dict[str, str]:
     notes = {  # a killed run's KeyboardInterrupt traceback is not its failure
         rid: s.failure_title
         for rid, s in state.summaries.items()
-        if getattr(s, "failure_title", None) and getattr(s, "outcome", None) != "killed"
+        if s.failure_title and s.outcome != "killed"
     }
     run = select_run(state)
     root = getattr(state.log.analysis, "root_cause", None)
@@ -433,7 +433,7 @@ def _action_banner(state: AppState, act: Any, now: float) -> tuple[str, str] | N
         if act.done or act.state == "unconfirmed":
             return action_text(act), "error" if act.done else ""
         if kill is not None and kill.stage:
-            mems: list[int | None] = [g.get("run_mem") for g in kill.gpus]
+            mems = [m if isinstance(m := g.get("run_mem"), int) else None for g in kill.gpus]
             held = None if not mems or None in mems else sum(m or 0 for m in mems)
             return (f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
                     f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"), ""

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import re
 import statistics
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import replace
 
+from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.state.format import duration
-from tui.state.model import Run
+from tui.state.loganalysis import LogAnalysis
+from tui.state.model import AppState, Gpu, Proc, Run
+from tui.state.watchstate import Event, Mark, WatchConfig, WatchState
 
 __all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
@@ -58,97 +59,7 @@ _UP_TO_LOADED = ("starting", "loading", "loaded", "extracting", "training", "eva
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")
 
 
-@dataclass(frozen=True)
-class WatchConfig:
-    """Thresholds; ``[watch]`` in eagle3.toml overrides them (see tui/services/config.py)."""
-
-    factor: float = 5.0  # × the median interval between progress steps
-    stall_starting_s: float = 900.0  # floors per phase; 0 = never stalled in that phase
-    stall_loading_s: float = 120.0
-    stall_loaded_s: float = 900.0  # profiling, compiling, graph capture: quiet for minutes
-    stall_serving_s: float = 0.0  # an idle server is not stalled
-    stall_extracting_s: float = 120.0
-    stall_training_s: float = 600.0  # training steps: minutes each on big models
-    stall_evaluating_s: float = 900.0
-    stall_saving_s: float = 1800.0  # a sharded checkpoint of a big model to network storage
-    hang_s: float = 600.0
-    idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
-    on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
-
-
-    def floor(self, phase: str) -> float:
-        return float(getattr(self, f"stall_{phase}_s", 0.0))
-
-    @classmethod
-    def from_mapping(cls, values: Any) -> WatchConfig:
-        """From a config section object or dict with the same field names."""
-        if values is None:
-            return cls()
-        get: Callable[[str, float], Any] = (
-            values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d))
-        kw: dict[str, Any] = {f: (float(get(f, d)) if isinstance(d, float) else str(get(f, d)))
-                              for f in cls.__dataclass_fields__ for d in (getattr(cls, f),)}
-        return cls(**kw)
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something the user should hear about; ``seq`` orders events of one watch."""
-
-    seq: int
-    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
-    run_id: str
-    at: float
-    message: str
-    detail: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.kind, "run_id": self.run_id, "time": self.at, "message": self.message,
-                **self.detail}
-
-
-@dataclass(frozen=True)
-class WatchState:
-    """What the watch remembers between looks at one run."""
-
-    config: WatchConfig = field(default_factory=WatchConfig)
-    run_id: str | None = None
-    phase: str | None = None
-    steps: tuple[float, ...] = ()  # times of progress steps in the current phase
-    last_step_t: float | None = None
-    last_step: str | None = None  # "shard 37/64", "batch 3/16", "log line 1234"
-    mark: tuple[Any, ...] = ()  # what counted as progress at the last step
-    idle_since: float | None = None
-    condition: str = "ok"  # "ok" | "stalled" | "hung" | "ending" | "ended"
-    events: tuple[Event, ...] = ()
-    seq: int = 0
-    _once: frozenset[str] = frozenset()
-    seeded: bool = False  # the pace so far came from the host; the next look continues it
-    idle_what: str | None = None  # "CPU" | "CPU or GPU": hung by the host's record of activity
-    gpus_seen: bool = True  # the snapshot had GPUs to judge (else only the processes were)
-
-    def stalled_for(self, now: float) -> float | None:
-        return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
-
-    def describe(self, now: float) -> str | None:
-        """ "no progress for 14 min (last: shard 37/64 at 03:12)" while stalled or hung."""
-        if self.condition == "hung" and self.idle_what and self.idle_since is not None:
-            return f"no {self.idle_what} activity for {_span(now - self.idle_since)} (after the load)"
-        if self.condition not in ("stalled", "hung") or self.last_step_t is None:
-            return None
-        span = _span(now - self.last_step_t)
-        clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
-        what = ("processes asleep and GPUs idle, " if self.gpus_seen else "processes asleep, ") \
-            if self.condition == "hung" else ""
-        return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
-
-
-def _span(seconds: float) -> str:
-    gap = max(0, int(seconds))
-    return f"{gap // 60} min" if gap >= 60 else f"{gap} s"
-
-
-def _progress(phase: str, analysis: Any, lines: int) -> tuple[tuple[Any, ...], str]:
+def _progress(phase: str, analysis: LogAnalysis | None, lines: int) -> tuple[Mark, str]:
     """What counts as a step in this phase, and its label."""
     shard = getattr(analysis, "shard", None)
     ex = getattr(analysis, "extract", None)
@@ -172,11 +83,11 @@ def _waiting_only(tail: Sequence[str]) -> bool:
 
 def observe(
     ws: WatchState | None,
-    run: Any,
-    analysis: Any,
+    run: Run,
+    analysis: LogAnalysis | None,
     lines: int,
-    procs: Sequence[Any],
-    gpus: Sequence[Any],
+    procs: Sequence[Proc],
+    gpus: Sequence[Gpu],
     now: float,
     new_lines: Sequence[str] = (),
 ) -> WatchState:
@@ -194,7 +105,7 @@ def observe(
     if ws.run_id != run.run_id or ws.last_step_t is None and ws.condition == "ok":
         # a run seen for the first time: forget the old one's pace, keep the events; one
         # that had already ended is history, not news
-        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, _once=ws._once,
+        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, once=ws.once,
                         condition="ended" if run.state in _ENDED else "ok")
         ws = seed(ws, run)
     if ws.condition == "ended":
@@ -203,7 +114,7 @@ def observe(
         ws = _emit(ws, _attempt_events(run), run.run_id, now)
         return replace(ws, condition="ending")  # the log's last lines may still be on their way
     phase = getattr(analysis, "phase", None) or ws.phase or "starting"
-    events: list[tuple[str, str, dict[str, Any]]] = []
+    events: list[tuple[str, str, JSONObject]] = []
 
     # failures the log already shows, and the run's end
     root = getattr(analysis, "root_cause", None)
@@ -212,13 +123,13 @@ def observe(
     events.extend(_attempt_events(run))
     if root is not None and bool(getattr(run, "attempts", None)) and run.state not in _ENDED:
         root = None  # the host decides whether this attempt's failure ends the run: its record says
-    if root is not None:
+    if root is not None and analysis is not None:  # (a root cause comes from the analysis)
         summary = analysis.failure_summary() or "failed"
         events.append(("failed", f"{summary}: {root.title}", {"cause": root.line.strip(), "id": root.id,
                                                                "phase": getattr(analysis, "failed_in", None)}))
     if run.state in _ENDED:
         kind = ending(run, analysis)
-        detail = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
+        detail: JSONObject = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
         if kind == "failed" and root is None:
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
@@ -243,7 +154,7 @@ def observe(
         ws = replace(ws, steps=(ws.steps + (now,))[-MAX_STEPS:], last_step_t=now, last_step=label, mark=mark)
         if ws.condition == "stalled":
             events.append(("resumed", f"progress again: {label}", {}))
-            ws = replace(ws, condition="ok", _once=ws._once - {"stalled"})
+            ws = replace(ws, condition="ok", once=ws.once - {"stalled"})
     elif ws.last_step_t is None:
         ws = replace(ws, last_step_t=now, last_step=label, mark=mark, steps=(now,))
 
@@ -262,7 +173,7 @@ def observe(
         # (an idle_since the host gave survives a look whose log analysis still lags)
         ws = replace(ws, idle_since=None)
         if ws.condition == "hung":
-            ws = replace(ws, condition="ok", _once=ws._once - {"hung"})
+            ws = replace(ws, condition="ok", once=ws.once - {"hung"})
 
     idle_s = now - ws.idle_since if ws.idle_since is not None else None
     if idle_s is not None and cfg.hang_s > 0 and idle_s >= cfg.hang_s:
@@ -278,7 +189,7 @@ def observe(
     return _emit(ws, events, run.run_id, now)
 
 
-def _step_text(progress: Any) -> str:
+def _step_text(progress: JSONValue) -> str:
     """ "batch 1,203/4,000" from an attempt's progress (the host's pace step)."""
     step = progress.get("step") if isinstance(progress, dict) else None
     if not isinstance(step, str) or not step:
@@ -286,9 +197,10 @@ def _step_text(progress: Any) -> str:
     return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", step)
 
 
-def attempt_cause(attempt: dict[str, Any]) -> str:
+def attempt_cause(attempt: JSONObject) -> str:
     """ "NCCL collective timed out at batch 1,203/4,000" for one attempt of a run."""
-    cause = attempt.get("cause") if isinstance(attempt.get("cause"), dict) else None
+    cause = attempt.get("cause")
+    cause = cause if isinstance(cause, dict) else None
     if attempt.get("hung"):
         what = "hung"
     elif cause:
@@ -301,10 +213,10 @@ def attempt_cause(attempt: dict[str, Any]) -> str:
     return f"{what} at {step}" if step else what
 
 
-def _attempt_events(run: Any) -> list[tuple[str, str, dict[str, Any]]]:
+def _attempt_events(run: Run) -> list[tuple[str, str, JSONObject]]:
     """The host's restart decisions (remote/restart.py), one event per ended attempt that
     was restarted, and one when it gave up; each carries the attempt."""
-    out: list[tuple[str, str, dict[str, Any]]] = []
+    out: list[tuple[str, str, JSONObject]] = []
     for a in getattr(run, "attempts", ()) or ():
         n, why = a.get("n"), str(a.get("why") or "")
         if a.get("ended_at") is None:
@@ -318,7 +230,7 @@ def _attempt_events(run: Any) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def seed(ws: WatchState, run: Any) -> WatchState:
+def seed(ws: WatchState, run: Run) -> WatchState:
     """``ws`` (fresh for ``run``) with the pace the host recorded for it, if any."""
     pace = getattr(run, "pace", None)
     if not isinstance(pace, dict) or getattr(run, "state", None) != "running":
@@ -341,23 +253,24 @@ def seed(ws: WatchState, run: Any) -> WatchState:
                    last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
 
-def assess(run: Any, config: WatchConfig | None, now: float, procs: Sequence[Any] = (),
-           gpus: Sequence[Any] = ()) -> WatchState | None:
+def assess(run: Run, config: WatchConfig | None, now: float, procs: Sequence[Proc] = (),
+           gpus: Sequence[Gpu] = ()) -> WatchState | None:
     """One look at a live run from the host's pace alone (no log analysis, no history of
     our own): a ``WatchState`` whose ``condition``/``describe`` say whether it is
     stalled, or hung by the host's ``idle_since``; None for a run that is not live or
     has no pace."""
-    if getattr(run, "state", None) != "running" or not isinstance(getattr(run, "pace", None), dict):
+    pace = run.pace
+    if run.state != "running" or not isinstance(pace, dict):
         return None
     if getattr(run, "restart_at", None) is not None:
         return None  # waiting for the host's restart: neither stalled nor hung
     ws = seed(WatchState(config=config or WatchConfig(), run_id=run.run_id), run)
     if not ws.seeded:
         return None
-    return _host_hang(observe(ws, run, None, 0, procs, gpus, now), run.pace, now)
+    return _host_hang(observe(ws, run, None, 0, procs, gpus, now), pace, now)
 
 
-def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
+def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
     """``ws`` hung when the host saw no CPU (and no GPU, where it can see them) activity
     for ``hang_s`` after the load (remote/pace.py's ``idle_since``)."""
     since = pace.get("idle_since")
@@ -369,7 +282,7 @@ def _host_hang(ws: WatchState, pace: dict[str, Any], now: float) -> WatchState:
     return replace(ws, condition="hung", idle_since=float(since), idle_what=what)
 
 
-def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any] | None:
+def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObject | None:
     """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
     ``{"condition": "ok" | "stalled" | "hung", "message", "last_step", "last_step_at", "source"}``,
     or None for a run that is not live or has no pace."""
@@ -381,9 +294,10 @@ def judge(record: dict[str, Any], config: WatchConfig | None, now: float) -> dic
             "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
-def annotate(snapshot: dict[str, Any], config: WatchConfig | None, now: float) -> dict[str, Any]:
+def annotate(snapshot: JSONObject, config: WatchConfig | None, now: float) -> JSONObject:
     """The snapshot with each live, paced run carrying its ``judge`` as ``watch``."""
-    for r in snapshot.get("runs") or []:
+    runs = snapshot.get("runs")
+    for r in runs if isinstance(runs, list) else []:
         if isinstance(r, dict) and (seen := judge(r, config, now)) is not None:
             r["watch"] = seen
     return snapshot
@@ -403,7 +317,7 @@ _INTERRUPT_CODES = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
 _INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM")
 
 
-def ending(run: Any, analysis: Any) -> str:
+def ending(run: Run, analysis: LogAnalysis | None) -> str:
     """finished | failed | killed | lost for an ended run. A run the user interrupted
     (Ctrl-C's KeyboardInterrupt, exit 130/143, SIGINT/SIGTERM) is killed, not failed,
     unless the log shows a real failure first."""
@@ -419,7 +333,7 @@ def ending(run: Any, analysis: Any) -> str:
     return "failed"
 
 
-def end_text(kind: str, run: Any) -> str:
+def end_text(kind: str, run: Run) -> str:
     """What an ended run's event says beyond its kind (the kind is its title: "run …
     finished"), e.g. "exit 0 after 00:16", "interrupted (exit 130) after 1:02:03"."""
     how = f"by {run.signal}" if run.signal else f"exit {run.exit_code}" if run.exit_code is not None else ""
@@ -433,10 +347,10 @@ def end_text(kind: str, run: Any) -> str:
     return how or kind
 
 
-def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id: str, now: float) -> WatchState:
+def _emit(ws: WatchState, events: list[tuple[str, str, JSONObject]], run_id: str, now: float) -> WatchState:
     """Append the events not sent yet (one "failed" per run; a stall per episode)."""
     out = list(ws.events)
-    once = set(ws._once)
+    once = set(ws.once)
     seq = ws.seq
     for kind, message, detail in events:
         key = kind if kind in ("stalled", "hung") else f"{kind}:{run_id}"
@@ -449,19 +363,19 @@ def _emit(ws: WatchState, events: list[tuple[str, str, dict[str, Any]]], run_id:
         out.append(Event(seq=seq, kind=kind, run_id=run_id, at=now, message=message, detail=detail))
     if seq == ws.seq:
         return ws
-    return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, _once=frozenset(once))
+    return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, once=frozenset(once))
 
 
-def update_state(state: Any, now: float) -> Any:
+def update_state(state: AppState, now: float) -> AppState:
     """The reducer's hook: watch the run whose log the screen follows (AppState in, out).
 
     A state without a ``watch`` (None) is returned as it is, so watching is opt-in.
     """
-    ws = getattr(state, "watch", None)
+    ws = state.watch
     if ws is None:
         return state
     log = state.log
-    if getattr(log, "backlog", ()):
+    if log.backlog:
         return state  # the log's analysis is still catching up: look at the next snapshot
     run = next((r for r in state.runs if r.log and r.log == log.path), None) or state.run(ws.run_id)
     if run is None:

@@ -6,8 +6,10 @@ Nothing above this package knows which link it has: build one with
 
 from __future__ import annotations
 
+from tui.protocol.stream import LinkStatus
+
 from .api import AgentApi
-from .client import AgentClient, AgentRequestError, Event, LinkStatus
+from .client import AgentClient, AgentRequestError, Event
 from .errors import (
     AgentStartFailed,
     AuthFailed,

@@ -28,11 +28,11 @@ from tui.protocol import (
     Message,
     ProtocolError,
     Result,
-    Snapshot,
     encode_request,
     parse_line,
 )
 from tui.protocol.ops import Subscribed
+from tui.protocol.stream import AgentEvent, LinkStatus
 
 from .api import AgentApi, ProgressCallback
 from .errors import AgentStartFailed, LinkLost, TransportError
@@ -42,25 +42,15 @@ from .local import AgentStream, Link
 MAX_NOISE_LINES = 50
 
 
-@dataclass(frozen=True)
-class LinkStatus:
-    """The link's state, as an event: connecting | connected | reconnecting | failed | closed."""
-
-    state: str
-    attempt: int = 0
-    error: str | None = None
-    since: float = 0.0  # time.time() when the link was last known good (0: never)
-
-
 class AgentRequestError(Exception):
     """The agent answered a request with ok: false; str() is its one-line error."""
 
 
-Event = Hello | Snapshot | LogData | LogReset | KillProgress | AgentError | LinkStatus
+Event = AgentEvent  # the stream's events (tui.protocol.stream)
 
 
 class _End:
-    """The end of the event stream, as a queue item."""
+    """The end of the event stream: the client failed or was closed."""
 
 
 _END = _End()

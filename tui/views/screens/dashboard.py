@@ -28,8 +28,8 @@ from tui import protocol as p
 from tui import trace
 from tui.services.hostfeed import HostFeed
 from tui.state import history, logparse, view
+from tui.state.events import AnalyseLog, CursorMoved, Event, LogFollowed, LogOlder, Notice, TailSize
 from tui.state.model import AppState, Run
-from tui.state.reducer import AnalyseLog, CursorMoved, LogFollowed, LogOlder, Notice, TailSize
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
@@ -166,11 +166,11 @@ class DashboardScreen(DashboardActions, Screen[None]):
         if self._launch_on_connect:
             self._launch_worker(None)
 
-    def _apply(self, event: Any) -> None:
+    def _apply(self, event: Event) -> None:
         """The one route: the reducer (the feed), then the widgets (`_on_feed_event`)."""
         self.feed.apply(event)
 
-    def _on_feed_event(self, event: Any) -> None:
+    def _on_feed_event(self, event: Event) -> None:
         """After each event: the widgets, then any new notifications."""
         if isinstance(event, p.Hello):
             self._stale_shown = False
@@ -184,7 +184,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self.notify(ev.message, title=f"run {ev.run_id} {ev.kind}", timeout=15,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
 
-    def _render_event(self, event: Any) -> None:
+    def _render_event(self, event: Event) -> None:
         if isinstance(event, (p.LogData, p.LogReset, LogFollowed, TailSize, LogOlder)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
             if not self._progress_due:  # the phase follows the log, once per frame too

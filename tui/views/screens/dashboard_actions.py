@@ -16,9 +16,16 @@ from textual import work
 from tui.protocol.ops import KillReport, LaunchReply
 from tui.services import actions as services
 from tui.state import view
+from tui.state.events import (
+    ActionEnded,
+    ActionStarted,
+    ConfigRead,
+    CursorMoved,
+    Event,
+    ShowAll,
+)
 from tui.state.logindex import RootCause
 from tui.state.model import PushResult, Run
-from tui.state.reducer import ActionEnded, ActionStarted, ConfigRead, CursorMoved, ShowAll
 from tui.transport import AgentRequestError, TransportError
 from tui.views.readonly import refused
 from tui.views.screens.confirm import ConfirmScreen
@@ -50,7 +57,7 @@ class DashboardActions(_Base):
         @property
         def client(self) -> AgentClient: ...
 
-        def _apply(self, event: Any) -> None: ...
+        def _apply(self, event: Event) -> None: ...
         def _run(self) -> Run | None: ...
 
     DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs", "timeline")

@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Input, Static
 
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
+from tui.state.events import Event
 from tui.views.readonly import ModeFooter
 from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
@@ -98,7 +99,7 @@ class FleetScreen(Screen[None]):
         self._repaint()
         self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
 
-    def _changed(self, feed: HostFeed, event: Any) -> None:
+    def _changed(self, feed: HostFeed, event: Event) -> None:
         # any host's failed, finished, stalled or hung run: told once, whatever is on screen
         for ev in feed.notifier(lambda seq: terminal_write(self.app, seq)).send_new(feed.state.watch):
             self.notify(ev.message, title=f"{feed.target}: run {ev.run_id} {ev.kind}", timeout=15,

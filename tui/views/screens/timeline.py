@@ -100,7 +100,7 @@ class TimelineScreen(Screen[None]):
             yield Footer()
             return
         s = tls.summary(tl, self.run)
-        end = max(1.0, tls._end(tl) or 1.0)
+        end = max(1.0, tls.end_time(tl) or 1.0)
         yield Static(self._head(s, end), id="head")
         with VerticalScroll():
             series = tls.gpu_series(tl)
