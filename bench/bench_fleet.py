@@ -17,6 +17,17 @@ host) with a 1 s snapshot interval and prints:
 4. growth 8 -> 64: each figure at the largest size over the smallest.
 
 The load average is printed before and after (the machine is shared).
+
+    python bench/bench_fleet.py --fake-hosts 256 [--seconds 30] [--limit 16] [--interval S]
+
+`--fake-hosts N` measures the client alone: N fake hosts (bench/fleet_fake.py, a
+separate process: one asyncssh server per host on loopback, the agent's start, upload
+and protocol, replaying snapshots recorded from the real agent with 8 stand-in GPUs)
+and the fleet app headless in this process at a 160x50 terminal, with the default
+config (its snapshot interval) unless --interval is given. It prints the first full
+frame, the client's CPU over --seconds of steady state, its peak RSS, the load average
+with each figure, and as its last line
+`fleet-fake: hosts N first_frame_s X cpu_pct Y rss_mb Z`.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import asyncio
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,22 +77,32 @@ def agent_cpu(marker: str) -> tuple[int, float]:
     return n, total
 
 
+def rss_mb() -> tuple[float, float]:
+    """(now, peak) resident memory of this process in MB."""
+    with open("/proc/self/status") as f:
+        now = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return now / 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, seconds: float,
-                  limit: int) -> dict[str, float]:
+                  limit: int, interval: float | None = 1.0, fake: bool = False) -> dict[str, float]:
     from tui.services.config import parse_config
     from tui.transport import AgentClient
     from tui.transport.ssh import SshLink
     from tui.views.app import make_fleet_app
 
-    cfg = parse_config("[host]\ninterval = 1.0\n")
-    clients = {
-        a: AgentClient(SshLink(a, ssh_config=ssh_config, python=sys.executable, cache_dir=str(cache),
-                               runs_dir=str(cache / "runs"), connect_timeout=30))
-        for a in aliases[:n]
-    }
+    cfg = parse_config(f"[host]\ninterval = {interval}\n" if interval else "")
+    if fake:  # as `eagle3-tui connect` makes them: the host's own python3, its home's cache
+        clients = {a: AgentClient(SshLink(a, ssh_config=ssh_config, connect_timeout=30)) for a in aliases[:n]}
+    else:
+        clients = {
+            a: AgentClient(SshLink(a, ssh_config=ssh_config, python=sys.executable, cache_dir=str(cache),
+                                   runs_dir=str(cache / "runs"), connect_timeout=30))
+            for a in aliases[:n]
+        }
     app = make_fleet_app(clients, cfg, limit)
     t0 = time.monotonic()
-    async with app.run_test(size=(160, n + 8)) as pilot:
+    async with app.run_test(size=(160, 50) if fake else (160, n + 8)) as pilot:
         screen = app.screen
         while getattr(screen, "first_full_frame", None) is None:
             if time.monotonic() - t0 > 300:
@@ -98,10 +120,48 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
         c1, w1 = self_cpu(), time.monotonic()
         agents, a1 = agent_cpu(marker)
         frames = screen.frames
+        rss_now, rss_peak = rss_mb()
         await asyncio.gather(*(c.close() for c in clients.values()))
     wall = w1 - w0
     return {"first": first, "client": 100 * (c1 - c0) / wall, "agent": 100 * (a1 - a0) / wall / n,
-            "agents": agents, "frames": frames}
+            "agents": agents, "frames": frames, "rss": rss_now, "rss_peak": rss_peak}
+
+
+def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> None:
+    """The client alone against N fake hosts in a separate process (bench/fleet_fake.py)."""
+    root = Path(tempfile.mkdtemp(prefix="eagle3-fleet-fake-"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_fake.py"), "serve", "--hosts", str(n),
+                               "--dir", str(root), "--stdin-eof-stops"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline().decode()
+        if not line.startswith("ready"):
+            raise SystemExit(f"fake hosts did not start: {line!r}")
+        aliases = (root / "hosts").read_text().split()
+        ssh_config = root / "ssh_config"
+        print(f"{n} fake hosts (bench/fleet_fake.py, pid {server.pid}), one asyncssh server each on 127.0.0.1; "
+              f"snapshot interval {interval or 'of the default config'}; at most {limit} connecting at once; "
+              f"{seconds:g} s steady; cpus {os.cpu_count()}")
+        asyncio.run(measure(1, aliases, ssh_config, root, 1.0, limit, interval, fake=True))  # the one upload
+        load0 = loadavg()
+        r = asyncio.run(measure(n, aliases, ssh_config, root, seconds, limit, interval, fake=True))
+        load1 = loadavg()
+        print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'RSS MB (peak)':>13}  "
+              f"{'frames':>6}  load average before / after")
+        print(f"{n:>5}  {r['first']:>18.2f}  {r['client']:>12.1f}  {r['rss']:>6.0f} ({r['rss_peak']:.0f})  "
+              f"{r['frames']:>6}  {load0} / {load1}")
+        print(f"fleet-fake: hosts {n} first_frame_s {r['first']:.2f} cpu_pct {r['client']:.1f} "
+              f"rss_mb {r['rss_peak']:.0f}", flush=True)
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:
@@ -110,7 +170,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--sshds", type=int, default=2)
     ap.add_argument("--limit", type=int, default=16, help="connections in flight at once")
+    ap.add_argument("--fake-hosts", type=int, metavar="N", help="the client alone, against N fake hosts")
+    ap.add_argument("--interval", type=float, help="with --fake-hosts: [host] interval (default: the config's)")
     args = ap.parse_args()
+    if args.fake_hosts:
+        fake_main(args.fake_hosts, args.seconds, args.limit, args.interval)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
 
     from tests.fleet_hosts import FleetHosts
