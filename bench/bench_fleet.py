@@ -20,7 +20,7 @@ The load average is printed before and after (the machine is shared).
 
     python bench/bench_fleet.py --fake-hosts 256 [--seconds 30] [--limit 16] [--interval S]
 
-`--fake-hosts N` measures the client alone: N fake hosts (bench/fleet_fake.py, a
+`--fake-hosts N` measures the client alone: N fake hosts (tests/fleet_fake.py, a
 separate process: one asyncssh server per host on loopback, the agent's start, upload
 and protocol, replaying snapshots recorded from the real agent with 8 stand-in GPUs)
 and the fleet app headless in this process at a 160x50 terminal, with the default
@@ -101,7 +101,8 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
             for a in aliases[:n]
         }
     app = make_fleet_app(clients, cfg, limit)
-    t0 = time.monotonic()
+    spy = profile(os.environ.get("FLEET_PROFILE_CONNECT"), 600) if n > 1 else None
+    t0, cpu0 = time.monotonic(), self_cpu()
     async with app.run_test(size=(160, 50) if fake else (160, n + 8)) as pilot:
         screen = app.screen
         while getattr(screen, "first_full_frame", None) is None:
@@ -109,29 +110,48 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
                 raise SystemExit(f"{n} hosts: no full frame within 300 s")
             await pilot.pause(0.02)
         first = screen.first_full_frame - t0
+        connect_cpu = self_cpu() - cpu0
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait()
         bad = [r.host for r in screen.rows if r.link != "ok"]
         if bad:
             raise SystemExit(f"{n} hosts: not ok: {bad}")
         await pilot.pause(2.0)  # past the connect burst
         marker = str(cache / "agent-")
         _, a0 = agent_cpu(marker)
+        spy = profile(os.environ.get("FLEET_PROFILE_STEADY"), seconds) if n > 1 else None
+        seqs0 = sum(max(0, f.state.seq) for f in screen.feeds.values())
         c0, w0 = self_cpu(), time.monotonic()
         await pilot.pause(seconds)
         c1, w1 = self_cpu(), time.monotonic()
+        seqs1 = sum(max(0, f.state.seq) for f in screen.feeds.values())
+        interval = next(iter(screen.feeds.values())).cfg.host.interval
         agents, a1 = agent_cpu(marker)
         frames = screen.frames
         rss_now, rss_peak = rss_mb()
         await asyncio.gather(*(c.close() for c in clients.values()))
     wall = w1 - w0
     return {"first": first, "client": 100 * (c1 - c0) / wall, "agent": 100 * (a1 - a0) / wall / n,
-            "agents": agents, "frames": frames, "rss": rss_now, "rss_peak": rss_peak}
+            "agents": agents, "frames": frames, "rss": rss_now, "rss_peak": rss_peak,
+            "snaps": (seqs1 - seqs0) / wall, "interval": interval, "connect_cpu": connect_cpu}
+
+
+def profile(out: str | None, seconds: float) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling this process into `out` (raw stacks) for `seconds`, when asked
+    (FLEET_PROFILE_CONNECT / FLEET_PROFILE_STEADY=FILE; PY_SPY names the binary)."""
+    if not out:
+        return None
+    spy = os.environ.get("PY_SPY", "py-spy")
+    return subprocess.Popen([spy, "record", "--pid", str(os.getpid()), "--rate", "50", "--format", "raw",
+                             "--duration", str(int(seconds)), "-o", out], stdout=subprocess.DEVNULL)
 
 
 def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> None:
-    """The client alone against N fake hosts in a separate process (bench/fleet_fake.py)."""
+    """The client alone against N fake hosts in a separate process (tests/fleet_fake.py)."""
     root = Path(tempfile.mkdtemp(prefix="eagle3-fleet-fake-"))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fleet_fake.py"), "serve", "--hosts", str(n),
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleet_fake.py"), "serve", "--hosts", str(n),
                                "--dir", str(root), "--stdin-eof-stops"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     try:
@@ -141,7 +161,7 @@ def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> Non
             raise SystemExit(f"fake hosts did not start: {line!r}")
         aliases = (root / "hosts").read_text().split()
         ssh_config = root / "ssh_config"
-        print(f"{n} fake hosts (bench/fleet_fake.py, pid {server.pid}), one asyncssh server each on 127.0.0.1; "
+        print(f"{n} fake hosts (tests/fleet_fake.py, pid {server.pid}), one asyncssh server each on 127.0.0.1; "
               f"snapshot interval {interval or 'of the default config'}; at most {limit} connecting at once; "
               f"{seconds:g} s steady; cpus {os.cpu_count()}")
         asyncio.run(measure(1, aliases, ssh_config, root, 1.0, limit, interval, fake=True))  # the one upload
@@ -149,9 +169,11 @@ def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> Non
         r = asyncio.run(measure(n, aliases, ssh_config, root, seconds, limit, interval, fake=True))
         load1 = loadavg()
         print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'RSS MB (peak)':>13}  "
-              f"{'frames':>6}  load average before / after")
+              f"{'interval s':>10}  {'snapshots/s':>11}  {'repaints':>8}  {'CPU s to first frame':>20}  "
+              f"load average before / after")
         print(f"{n:>5}  {r['first']:>18.2f}  {r['client']:>12.1f}  {r['rss']:>6.0f} ({r['rss_peak']:.0f})  "
-              f"{r['frames']:>6}  {load0} / {load1}")
+              f"{r['interval']:>10g}  {r['snaps']:>11.1f}  {r['frames']:>8}  {r['connect_cpu']:>20.1f}  "
+              f"{load0} / {load1}")
         print(f"fleet-fake: hosts {n} first_frame_s {r['first']:.2f} cpu_pct {r['client']:.1f} "
               f"rss_mb {r['rss_peak']:.0f}", flush=True)
     finally:

@@ -1,11 +1,14 @@
 """Fake fleet hosts: N SSH servers (asyncssh) on loopback that speak the agent protocol.
 
-    python bench/fleet_fake.py serve --hosts 256 --dir DIR   # `ready N` on stdout, then serves
-    python bench/fleet_fake.py record                         # re-records FIXTURE from the real agent
+    python tests/fleet_fake.py serve --hosts 256 --dir DIR   # `ready N` on stdout, then serves
+    python tests/fleet_fake.py record                         # re-records FIXTURE from the real agent
 
 `serve` listens on one loopback port per host, so every host is its own SSH connection,
-and writes DIR/ssh_config (`Host f000` … with its port, user, key and known_hosts) for
-`eagle3-tui -F DIR/ssh_config connect --hosts-file DIR/hosts`. Each host answers the
+and writes DIR/hosts (one target a line: `f000@127.0.0.1:PORT`, the user names the
+host) and DIR/ssh_config (one `Host 127.0.0.1` block: key and known_hosts), for
+`eagle3-tui -F DIR/ssh_config connect --hosts-file DIR/hosts`. One small block, as a
+real fleet's `Host gpu-*` would be: a config of 256 blocks costs the client a parse
+of all of them per host (asyncssh), a cost of the loopback set-up, not of a fleet. Each host answers the
 client the way a host with the real agent does:
 
 - the start command (`sh -c …`, tui/transport/hostpython.py): the interpreter line and
@@ -30,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import copy
 import json
 import os
 import random
@@ -43,7 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-FIXTURE = ROOT / "bench" / "fixtures" / "fleet_snapshots.json"
+FIXTURE = ROOT / "tests" / "fixtures" / "fleet_snapshots.json"
 CHUNK = 256 * 1024  # remote/follow.py's chunk of log data
 READ_RANGE_MAX = 4 * 1024 * 1024
 
@@ -307,7 +309,9 @@ def write_keys(out: Path) -> tuple[Any, Any]:
     return host_key, client_key
 
 
-async def serve(n: int, out: Path, fixture: dict[str, Any], watch_stdin: bool = False) -> None:
+async def start(n: int, out: Path, fixture: dict[str, Any], shapes: list[str] | None = None) -> list[Any]:
+    """N fake hosts listening (host i on `shapes[i]`, else the i-th shape in turn); DIR
+    gets the client key, known_hosts, ssh_config and hosts files. Returns the servers."""
     import asyncssh
 
     out.mkdir(parents=True, exist_ok=True)
@@ -316,9 +320,9 @@ async def serve(n: int, out: Path, fixture: dict[str, Any], watch_stdin: bool = 
     host_key, client_key = write_keys(out)
     authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
     host_pub = host_key.export_public_key().decode().split()
-    servers, blocks, known, names = [], [], [], []
+    servers, known, names = [], [], []
     for i in range(n):
-        data = HostData(fixture, i)
+        data = HostData(fixture, i, shapes[i] if shapes else None)
 
         def factory(process: Any, data: HostData = data) -> Any:
             return session(data, home, process)
@@ -329,16 +333,18 @@ async def serve(n: int, out: Path, fixture: dict[str, Any], watch_stdin: bool = 
             sftp_factory=lambda chan: asyncssh.SFTPServer(chan, chroot=str(home).encode()))
         port = server.sockets[0].getsockname()[1]
         servers.append(server)
-        name = f"f{i:03d}"
-        names.append(name)
-        blocks.append(f"Host {name}\n    HostName 127.0.0.1\n    Port {port}\n    User fake\n"
-                      f"    IdentityFile {out / 'client_key'}\n    IdentitiesOnly yes\n"
-                      f"    UserKnownHostsFile {out / 'known_hosts'}\n    StrictHostKeyChecking yes\n"
-                      f"    BatchMode yes\n")
+        names.append(f"f{i:03d}@127.0.0.1:{port}")
         known.append(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
     (out / "known_hosts").write_text("".join(known))
-    (out / "ssh_config").write_text("\n".join(blocks))
+    (out / "ssh_config").write_text(
+        f"Host 127.0.0.1\n    IdentityFile {out / 'client_key'}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {out / 'known_hosts'}\n    StrictHostKeyChecking yes\n    BatchMode yes\n")
     (out / "hosts").write_text("".join(f"{h}\n" for h in names))
+    return servers
+
+
+async def serve(n: int, out: Path, fixture: dict[str, Any], watch_stdin: bool = False) -> None:
+    servers = await start(n, out, fixture)
     print(f"ready {n}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -435,7 +441,7 @@ def record(out: Path) -> None:
         snap("half", tmp / "runs-train")
         agent.call("kill", {"run_id": rec["run_id"], "graces": [1, 1], "gpu_wait": 0}, timeout=30)
     files = {p: base64.b64encode(Path(p).read_bytes()).decode() for p in logs}
-    doc = {"recorded": "bench/fleet_fake.py record: the real agent (remote/agent.py) on this machine "
+    doc = {"recorded": "tests/fleet_fake.py record: the real agent (remote/agent.py) on this machine "
                        "with a stand-in nvidia-smi of 8 H200 cards",
            "hello": hello, "shapes": shapes, "files": files}
     text = json.dumps(doc, indent=1, sort_keys=True).replace(str(tmp), "/home/eagle")
