@@ -140,7 +140,9 @@ class SshLink:
     ) -> asyncssh.SSHClientConnection:
         host, port = opts.host, opts.port
         try:
-            return await asyncssh.connect(**kw)
+            # The SSH config as `_resolve` read it (config=None: not parsed again; a
+            # fleet's config of 256 Host blocks made this a third of a fleet's start).
+            return await asyncssh.connect(**{**kw, "config": None}, options=opts)
         except asyncssh.HostKeyNotVerifiable:
             raise
         except asyncssh.PermissionDenied:
