@@ -223,3 +223,11 @@ def test_state_groups_free_sort_filter_and_summary() -> None:
     assert fleet.arrange(rows, "host", text="[b]") == []  # no markup, no regex: plain words
     assert fleet.summary(rows) == "7 hosts · 17/40 GPUs busy · 2 failures · 1 unreachable · 1 connecting"
     assert fleet.summary(rows[:1]) == "1 host · 0/8 GPUs busy · 0 failures · 0 unreachable"
+
+
+def test_refresh_scales_with_the_fleet() -> None:
+    # each host's snapshots: [host] interval up to 10 hosts, 6 s past 100, a line between
+    assert [fleet.snapshot_interval(n, 1.0) for n in (1, 10, 55, 100, 256)] == [1.0, 1.0, 3.5, 6.0, 6.0]
+    assert fleet.snapshot_interval(256, 10.0) == 10.0  # never faster than the host's own
+    # repaints: 0.1 s up to 10 hosts, 2 s past 100
+    assert [fleet.repaint_period(n) for n in (2, 10, 100, 300)] == [0.1, 0.1, 2.0, 2.0]
