@@ -6,12 +6,13 @@ Each host is an SSH config alias (`HostName 127.0.0.1`, its own port) onto one o
 `--sshds` real OpenSSH servers on loopback (tests/sshd.py, tests/fleet_hosts.py), so
 every host is its own SSH connection and its own agent process. For each size the
 fleet app runs headless in this process (Textual's `run_test`, 160 columns, a row per
-host) with a 1 s snapshot interval and prints:
+host) with `[host] interval = 1` (the fleet's own pace follows its size:
+tui/state/fleet.py `snapshot_interval`) and prints:
 
 1. first full frame: seconds from start until no row says "connecting" any more
    (every host connected, configured and shown with its first snapshot);
 2. client CPU: this process's CPU time (user+sys, every thread: asyncssh, the reducer,
-   Textual's compositor) over --seconds of steady 1 Hz snapshots, in % of one core;
+   Textual's compositor) over --seconds of steady snapshots, in % of one core;
 3. agent CPU per host: the agents' own utime+stime from /proc over the same window,
    summed and divided by the number of hosts (sshd's own cost is left out);
 4. growth 8 -> 64: each figure at the largest size over the smallest.
@@ -24,7 +25,7 @@ The load average is printed before and after (the machine is shared).
 separate process: one asyncssh server per host on loopback, the agent's start, upload
 and protocol, replaying snapshots recorded from the real agent with 8 stand-in GPUs)
 and the fleet app headless in this process at a 160x50 terminal, with the default
-config (its snapshot interval) unless --interval is given. It prints the first full
+config (the fleet's pace by its size) unless --interval sets `[fleet] interval`. It prints the first full
 frame, the client's CPU over --seconds of steady state, its peak RSS, the load average
 with each figure, and as its last line
 `fleet-fake: hosts N first_frame_s X cpu_pct Y rss_mb Z`.
@@ -91,7 +92,8 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
     from tui.transport.ssh import SshLink
     from tui.views.app import make_fleet_app
 
-    cfg = parse_config(f"[host]\ninterval = {interval}\n" if interval else "")
+    section = "fleet" if fake else "host"  # fake: --interval forces the fleet's pace
+    cfg = parse_config(f"[{section}]\ninterval = {interval}\n" if interval else "")
     if fake:  # as `eagle3-tui connect` makes them: the host's own python3, its home's cache
         clients = {a: AgentClient(SshLink(a, ssh_config=ssh_config, connect_timeout=30)) for a in aliases[:n]}
     else:
@@ -193,7 +195,7 @@ def main() -> None:
     ap.add_argument("--sshds", type=int, default=2)
     ap.add_argument("--limit", type=int, default=16, help="connections in flight at once")
     ap.add_argument("--fake-hosts", type=int, metavar="N", help="the client alone, against N fake hosts")
-    ap.add_argument("--interval", type=float, help="with --fake-hosts: [host] interval (default: the config's)")
+    ap.add_argument("--interval", type=float, help="with --fake-hosts: [fleet] interval (default: by the fleet's size)")
     args = ap.parse_args()
     if args.fake_hosts:
         fake_main(args.fake_hosts, args.seconds, args.limit, args.interval)
@@ -213,8 +215,11 @@ def main() -> None:
         ssh_config = hosts.write()
         cache = root / "cache"
         print(f"load average before: {loadavg()}  (cpus: {os.cpu_count()})")
-        print(f"{max(sizes)} aliases onto {len(servers)} sshd(s) on 127.0.0.1; {args.seconds:g} s at 1 Hz "
-              f"per size; at most {args.limit} connecting at once")
+        from tui.state.fleet import snapshot_interval
+
+        paces = ", ".join(f"{snapshot_interval(n, 1.0):g} s at {n}" for n in sizes)
+        print(f"{max(sizes)} aliases onto {len(servers)} sshd(s) on 127.0.0.1; {args.seconds:g} s per size; "
+              f"[host] interval 1 s, the fleet's pace by its size ({paces}); at most {args.limit} connecting at once")
         asyncio.run(measure(1, hosts.aliases, ssh_config, cache, 1.0, args.limit))  # uploads the agent once
         print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'agent CPU %/host':>16}  {'frames':>6}")
         results: dict[int, dict[str, float]] = {}

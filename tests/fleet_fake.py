@@ -70,6 +70,9 @@ class HostData:
         self.files = {p: base64.b64decode(b) for p, b in fixture["files"].items()}
         self.inodes = {p: 1000 + n for n, p in enumerate(sorted(self.files))}
         self.shift = time.time() - float(self.template["time"])  # recorded times, moved to now
+        # each host its own run ids, as remote/launch.py makes them (the launch time moved to now)
+        self.ids = {r["run_id"]: time.strftime("%Y%m%d-%H%M%S", time.gmtime(r["launched_at"] + self.shift))
+                    + "-%04x" % (i % 0x10000) for r in self.template["runs"] if r.get("launched_at")}
         self.rng = random.Random(i)
         self.seq = 0
 
@@ -95,13 +98,17 @@ class HostData:
                 g["power"] = round(g["power"] * r.uniform(0.97, 1.03), 2)
             gpus.append(g)
         runs = [self._moved(run) for run in t["runs"]]
-        procs = [dict(p, cpu=round(p["cpu"] * r.uniform(0.9, 1.1), 1)) if isinstance(p.get("cpu"), (int, float))
-                 else p for p in t["processes"]]
+        procs = []
+        for p in t["processes"]:
+            p = dict(p, run_id=self.ids.get(p["run_id"], p["run_id"])) if p.get("run_id") else dict(p)
+            if isinstance(p.get("cpu"), (int, float)):
+                p["cpu"] = round(p["cpu"] * r.uniform(0.9, 1.1), 1)
+            procs.append(p)
         return {"seq": self.seq, "time": time.time(), "host": host, "gpu_source": t["gpu_source"],
                 "gpu_error": t["gpu_error"], "gpus": gpus, "processes": procs, "runs": runs}
 
     def _moved(self, run: dict[str, Any]) -> dict[str, Any]:
-        run = dict(run)
+        run = dict(run, run_id=self.ids.get(run["run_id"], run["run_id"]))
         for key in ("launched_at", "ended_at", "started_at"):
             if isinstance(run.get(key), (int, float)):
                 run[key] = run[key] + self.shift
