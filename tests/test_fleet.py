@@ -231,3 +231,32 @@ def test_refresh_scales_with_the_fleet() -> None:
     assert fleet.snapshot_interval(256, 10.0) == 10.0  # never faster than the host's own
     # repaints: 0.1 s up to 10 hosts, 2 s past 100
     assert [fleet.repaint_period(n) for n in (2, 10, 100, 300)] == [0.1, 0.1, 2.0, 2.0]
+
+
+@pytest.mark.ssh
+async def test_a_host_connects_with_one_read_of_the_ssh_config(
+    fleet_hosts: FleetHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every host of a fleet reads the whole SSH config (asyncssh parses it per host):
+    # once per connect, not a second time inside asyncssh.connect; the alias still
+    # resolves through it (its port, user, key and known_hosts).
+    import asyncssh.config
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    parses: list[str] = []
+    real_parse = asyncssh.config.SSHConfig.parse
+
+    def counted(self: Any, path: Any) -> None:
+        parses.append(str(path))
+        real_parse(self, path)
+
+    monkeypatch.setattr(asyncssh.config.SSHConfig, "parse", counted)
+    client = AgentClient(SshLink("h01", ssh_config=fleet_hosts.ssh_config, python=sys.executable,
+                                 cache_dir=str(tmp_path / "cache"), runs_dir=str(tmp_path / "runs")),
+                         reconnect=False)
+    try:
+        hello = await client.start()
+    finally:
+        await client.close()
+    assert hello.hostname
+    assert parses == [str(fleet_hosts.ssh_config)]

@@ -141,7 +141,7 @@ class SshLink:
         host, port = opts.host, opts.port
         try:
             # The SSH config as `_resolve` read it (config=None: not parsed again; a
-            # fleet's config of 256 Host blocks made this a third of a fleet's start).
+            # fleet's config of 256 Host blocks made the two parses a quarter of its start).
             return await asyncssh.connect(**{**kw, "config": None}, options=opts)
         except asyncssh.HostKeyNotVerifiable:
             raise
