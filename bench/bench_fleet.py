@@ -78,6 +78,18 @@ def agent_cpu(marker: str) -> tuple[int, float]:
     return n, total
 
 
+def proc_cpu(pid: int | None) -> float:
+    """utime+stime seconds of process `pid` (0.0 when None or gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def rss_mb() -> tuple[float, float]:
     """(now, peak) resident memory of this process in MB."""
     with open("/proc/self/status") as f:
@@ -86,7 +98,8 @@ def rss_mb() -> tuple[float, float]:
 
 
 async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, seconds: float,
-                  limit: int, interval: float | None = 1.0, fake: bool = False) -> dict[str, float]:
+                  limit: int, interval: float | None = 1.0, fake: bool = False,
+                  server_pid: int | None = None) -> dict[str, float]:
     from tui.services.config import parse_config
     from tui.transport import AgentClient
     from tui.transport.ssh import SshLink
@@ -104,7 +117,7 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
         }
     app = make_fleet_app(clients, cfg, limit)
     spy = profile(os.environ.get("FLEET_PROFILE_CONNECT"), 600) if n > 1 else None
-    t0, cpu0 = time.monotonic(), self_cpu()
+    t0, cpu0, server0 = time.monotonic(), self_cpu(), proc_cpu(server_pid)
     async with app.run_test(size=(160, 50) if fake else (160, n + 8)) as pilot:
         screen = app.screen
         while getattr(screen, "first_full_frame", None) is None:
@@ -113,6 +126,7 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
             await pilot.pause(0.02)
         first = screen.first_full_frame - t0
         connect_cpu = self_cpu() - cpu0
+        server_cpu = proc_cpu(server_pid) - server0
         if spy is not None:
             spy.send_signal(2)
             spy.wait()
@@ -136,7 +150,8 @@ async def measure(n: int, aliases: list[str], ssh_config: Path, cache: Path, sec
     wall = w1 - w0
     return {"first": first, "client": 100 * (c1 - c0) / wall, "agent": 100 * (a1 - a0) / wall / n,
             "agents": agents, "frames": frames, "rss": rss_now, "rss_peak": rss_peak,
-            "snaps": (seqs1 - seqs0) / wall, "interval": interval, "connect_cpu": connect_cpu}
+            "snaps": (seqs1 - seqs0) / wall, "interval": interval, "connect_cpu": connect_cpu,
+            "server_cpu": server_cpu}
 
 
 def profile(out: str | None, seconds: float) -> subprocess.Popen[bytes] | None:
@@ -168,7 +183,8 @@ def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> Non
               f"{seconds:g} s steady; cpus {os.cpu_count()}")
         asyncio.run(measure(1, aliases, ssh_config, root, 1.0, limit, interval, fake=True))  # the one upload
         load0 = loadavg()
-        r = asyncio.run(measure(n, aliases, ssh_config, root, seconds, limit, interval, fake=True))
+        r = asyncio.run(measure(n, aliases, ssh_config, root, seconds, limit, interval, fake=True,
+                                server_pid=server.pid))
         load1 = loadavg()
         print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'RSS MB (peak)':>13}  "
               f"{'interval s':>10}  {'snapshots/s':>11}  {'repaints':>8}  {'CPU s to first frame':>20}  "
@@ -176,6 +192,8 @@ def fake_main(n: int, seconds: float, limit: int, interval: float | None) -> Non
         print(f"{n:>5}  {r['first']:>18.2f}  {r['client']:>12.1f}  {r['rss']:>6.0f} ({r['rss_peak']:.0f})  "
               f"{r['interval']:>10g}  {r['snaps']:>11.1f}  {r['frames']:>8}  {r['connect_cpu']:>20.1f}  "
               f"{load0} / {load1}")
+        print(f"to the first frame the client used {r['connect_cpu']:.1f} CPU s and the fake hosts' process "
+              f"{r['server_cpu']:.1f} CPU s, on {os.cpu_count()} cores")
         print(f"fleet-fake: hosts {n} first_frame_s {r['first']:.2f} cpu_pct {r['client']:.1f} "
               f"rss_mb {r['rss_peak']:.0f}", flush=True)
     finally:
