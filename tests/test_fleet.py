@@ -260,3 +260,41 @@ async def test_a_host_connects_with_one_read_of_the_ssh_config(
         await client.close()
     assert hello.hostname
     assert parses == [str(fleet_hosts.ssh_config)]
+
+
+@pytest.mark.ssh
+async def test_hosts_share_one_reading_of_known_hosts_until_it_changes(
+    fleet_hosts: FleetHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet's hosts read the known_hosts file once between them (not every key decoded
+    # again per connect), and a change to the file is honoured at the next connect: a key
+    # taken out of it is no longer trusted.
+    import asyncssh
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    reads: list[Any] = []
+    real_read = asyncssh.read_known_hosts
+
+    def counted(files: Any) -> Any:
+        reads.append(files)
+        return real_read(files)
+
+    monkeypatch.setattr(asyncssh, "read_known_hosts", counted)
+
+    def client(alias: str) -> AgentClient:
+        return AgentClient(SshLink(alias, ssh_config=fleet_hosts.ssh_config, python=sys.executable,
+                                   cache_dir=str(tmp_path / "cache"), runs_dir=str(tmp_path / "runs")),
+                           reconnect=False)
+
+    for alias in ("h01", "h02", "h03"):
+        c = client(alias)
+        try:
+            await c.start()
+        finally:
+            await c.close()
+    assert len(reads) == 1
+    fleet_hosts.known_hosts.write_text("")  # the user removes the host's key
+    c = client("h01")
+    with pytest.raises(HostKeyUnknown):
+        await c.start()
+    await c.close()
