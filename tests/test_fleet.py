@@ -257,3 +257,78 @@ def test_state_groups_free_sort_filter_and_summary() -> None:
     assert fleet.arrange(rows, "host", text="[b]") == []  # no markup, no regex: plain words
     assert fleet.summary(rows) == "7 hosts · 17/40 GPUs busy · 2 failures · 1 unreachable · 1 connecting"
     assert fleet.summary(rows[:1]) == "1 host · 0/8 GPUs busy · 0 failures · 0 unreachable"
+
+
+def test_refresh_scales_with_the_fleet() -> None:
+    # each host's snapshots: [host] interval up to 10 hosts, 6 s past 100, a line between
+    assert [fleet.snapshot_interval(n, 1.0) for n in (1, 10, 55, 100, 256)] == [1.0, 1.0, 3.5, 6.0, 6.0]
+    assert fleet.snapshot_interval(256, 10.0) == 10.0  # never faster than the host's own
+    # repaints: 0.1 s up to 10 hosts, 2 s past 100
+    assert [fleet.repaint_period(n) for n in (2, 10, 100, 300)] == [0.1, 0.1, 2.0, 2.0]
+
+
+@pytest.mark.ssh
+async def test_a_host_connects_with_one_read_of_the_ssh_config(
+    fleet_hosts: FleetHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every host of a fleet reads the whole SSH config (asyncssh parses it per host):
+    # once per connect, not a second time inside asyncssh.connect; the alias still
+    # resolves through it (its port, user, key and known_hosts).
+    import asyncssh.config
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    parses: list[str] = []
+    real_parse = asyncssh.config.SSHConfig.parse
+
+    def counted(self: Any, path: Any) -> None:
+        parses.append(str(path))
+        real_parse(self, path)
+
+    monkeypatch.setattr(asyncssh.config.SSHConfig, "parse", counted)
+    client = AgentClient(SshLink("h01", ssh_config=fleet_hosts.ssh_config, python=sys.executable,
+                                 cache_dir=str(tmp_path / "cache"), runs_dir=str(tmp_path / "runs")),
+                         reconnect=False)
+    try:
+        hello = await client.start()
+    finally:
+        await client.close()
+    assert hello.hostname
+    assert parses == [str(fleet_hosts.ssh_config)]
+
+
+@pytest.mark.ssh
+async def test_hosts_share_one_reading_of_known_hosts_until_it_changes(
+    fleet_hosts: FleetHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet's hosts read the known_hosts file once between them (not every key decoded
+    # again per connect), and a change to the file is honoured at the next connect: a key
+    # taken out of it is no longer trusted.
+    import asyncssh
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    reads: list[Any] = []
+    real_read = asyncssh.read_known_hosts
+
+    def counted(files: Any) -> Any:
+        reads.append(files)
+        return real_read(files)
+
+    monkeypatch.setattr(asyncssh, "read_known_hosts", counted)
+
+    def client(alias: str) -> AgentClient:
+        return AgentClient(SshLink(alias, ssh_config=fleet_hosts.ssh_config, python=sys.executable,
+                                   cache_dir=str(tmp_path / "cache"), runs_dir=str(tmp_path / "runs")),
+                           reconnect=False)
+
+    for alias in ("h01", "h02", "h03"):
+        c = client(alias)
+        try:
+            await c.start()
+        finally:
+            await c.close()
+    assert len(reads) == 1
+    fleet_hosts.known_hosts.write_text("")  # the user removes the host's key
+    c = client("h01")
+    with pytest.raises(HostKeyUnknown):
+        await c.start()
+    await c.close()

@@ -89,6 +89,41 @@ async def test_fleet_rows_sort_and_enter_esc(fleet_hosts: FleetHosts, tmp_path: 
         await pilot.press("q")
 
 
+async def test_the_fleet_refreshes_at_its_pace_and_the_host_on_screen_at_the_dashboards(
+        fleet_hosts: FleetHosts, tmp_path: Path) -> None:
+    # [fleet] interval for every row; the host opened with enter at [host] interval (its
+    # agent configured again: snapshots come faster), and back to the fleet's on esc
+    cfg = parse_config(config_text(tmp_path) + "[fleet]\ninterval = 3.0\n")
+    clients = {h: new_client(h, cfg, ssh_config=str(fleet_hosts.ssh_config)) for h in ("h01", "h02")}
+    app = make_fleet_app(clients, cfg, limit=2)
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        await until(pilot, lambda: screen.first_full_frame is not None, "every row settled")
+        feed = screen.feeds["h01"]
+        assert {f.cfg.host.interval for f in screen.feeds.values()} == {3.0}
+        assert feed.state.settings.interval == 3.0  # "stale" is judged at the same pace
+
+        async def snapshots_in(seconds: float) -> int:
+            seq = feed.state.seq
+            await pilot.pause(seconds)
+            return feed.state.seq - seq
+
+        table = screen.query_one("#fleet")
+        table.move_cursor(row=[r.host for r in screen.rows].index("h01"))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen), "h01's dashboard")
+        await until(pilot, lambda: feed.cfg.host.interval == 0.5, "h01 at [host] interval")
+        assert feed.state.settings.interval == 0.5 and screen.feeds["h02"].cfg.host.interval == 3.0
+        await pilot.pause(0.6)  # the agent's clock restarts at configure
+        assert await snapshots_in(3.0) >= 4  # every 0.5 s (a loaded machine may lose some)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen and feed.cfg.host.interval == 3.0, "h01 at the fleet's pace")
+        await pilot.pause(0.6)
+        assert await snapshots_in(3.0) <= 2
+        await pilot.press("q")
+
+
 def e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, env=checkout.env())

@@ -138,6 +138,8 @@ class FleetConfig:
     hosts_file: Text | None = _key(None)  # one target per line (# comments); relative to eagle3.toml
     connect_limit: Annotated[int, Strict(), Field(ge=1, le=1024)] = _key(
         16, "a whole number from 1 to 1024 (connections in flight at once)")
+    # seconds between each host's snapshots on the fleet screen; None: by the fleet's size
+    interval: Seconds("interval") | None = _key(None, "a number of seconds")  # type: ignore[valid-type]
 
 
 SECTIONS: dict[str, type] = {"host": HostConfig, "run": RunConfig, "patches": PatchesConfig,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from typing import Awaitable, Callable, TypeVar
 
 from tui import protocol as p
@@ -173,6 +174,17 @@ class HostFeed:
                 self.retry_at = None
                 self.client = self.client.fresh()
         await self.follow()
+
+    async def set_interval(self, interval: float) -> None:
+        """Snapshots every `interval` seconds from now on (the fleet's pace, or the
+        dashboard's for the host on screen); liveness follows the same interval."""
+        if interval == self.cfg.host.interval:
+            return
+        self.cfg = replace(self.cfg, host=replace(self.cfg.host, interval=interval))
+        self.apply(ConfigRead(services.settings_of(self.cfg)))
+        if self.started:
+            with contextlib.suppress(TransportError, AgentRequestError):
+                await services.configure(self.client, self.cfg)
 
     def reread_ledger_soon(self) -> None:
         """Re-read past runs' summaries and the applied patch on the next snapshot."""

@@ -7,7 +7,8 @@ runs with the selected run's phase and progress, failures and stalls. `sort_rows
 orders them by one of `SORT_KEYS` (the fleet's `s` key cycles through them), grouped
 by `host_state` (failed, unreachable, stalled, running, idle, connecting) unless the
 `g` key turns grouping off; `matches` is the `/` filter and `summary` the line above
-the table.
+the table. `snapshot_interval` and `repaint_period` scale the fleet's refresh with its
+size (as all-smi does: 6 s between a host's snapshots past 100 hosts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,33 @@ STATES = ("failed", "unreachable", "stalled", "running", "idle", "connecting")
 # Link kinds in the order a "link" sort puts them: the hosts that need a look first.
 _LINK_ORDER = {"error": 0, "lost": 1, "stale": 2, "connecting": 3, "ok": 4}
 _FAILED = ("failed", "lost")
+SMALL_FLEET, BIG_FLEET = 10, 100  # hosts: the refresh rules' two ends, straight between
+
+
+def by_size(hosts: int, small: float, big: float) -> float:
+    """`small` up to SMALL_FLEET hosts, `big` from BIG_FLEET, a straight line between."""
+    share = min(1.0, max(0.0, (hosts - SMALL_FLEET) / (BIG_FLEET - SMALL_FLEET)))
+    return round(small + (big - small) * share, 2)
+
+
+BIG_FLEET_INTERVAL = 6.0  # s between a host's snapshots past BIG_FLEET hosts (all-smi's)
+
+
+def snapshot_interval(hosts: int, host_interval: float) -> float:
+    """Seconds between one host's snapshots on the fleet screen (`[fleet] interval`
+    unset): `[host] interval` up to 10 hosts, 6 s past 100 (never faster than
+    `[host] interval`). The host opened from the fleet gets `[host] interval` while it
+    is on screen. A run that starts and ends within one interval is seen ended: its
+    row counts the failure, but it is history to the watch (no bell, no hook)."""
+    return max(host_interval, by_size(hosts, host_interval, BIG_FLEET_INTERVAL))
+
+
+def repaint_period(hosts: int) -> float:
+    """Seconds over which the fleet screen gathers hosts' events into one repaint:
+    0.1 s up to 10 hosts, 2 s past 100. A repaint that changes any cell redraws every
+    visible row (Textual's DataTable drops its whole render cache): at 256 hosts that
+    was two thirds of the client's steady CPU."""
+    return by_size(hosts, 0.1, 2.0)
 
 
 @dataclass(frozen=True)

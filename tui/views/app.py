@@ -131,7 +131,13 @@ def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False
 def make_fleet_app(clients: dict[str, AgentClient], cfg: Config, limit: int,
                    read_only: bool = False) -> EagleApp:
     """The fleet screen over one client per host, at most `limit` connecting at once."""
+    from dataclasses import replace
+
+    from tui.state import fleet
     from tui.views.screens.fleet import FLEET_TAIL_BYTES, FleetScreen
 
-    feeds = {host: HostFeed(c, cfg, host, tail_bytes=FLEET_TAIL_BYTES) for host, c in clients.items()}
-    return EagleApp(FleetScreen(feeds, limit), read_only)
+    # each host's snapshots at the fleet's pace ([fleet] interval, else by its size)
+    interval = cfg.fleet.interval or fleet.snapshot_interval(len(clients), cfg.host.interval)
+    fleet_cfg = replace(cfg, host=replace(cfg.host, interval=interval))
+    feeds = {host: HostFeed(c, fleet_cfg, host, tail_bytes=FLEET_TAIL_BYTES) for host, c in clients.items()}
+    return EagleApp(FleetScreen(feeds, limit, host_interval=cfg.host.interval), read_only)

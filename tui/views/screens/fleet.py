@@ -7,6 +7,11 @@ host under the cursor in its dashboard (the same feed: no second connection), `e
 comes back; `s` cycles the sort column, `g` turns grouping by state (failed first)
 off and on, `/` filters by host name, state or run (enter keeps the filter, esc
 clears it). The line at the top sums the fleet up. Rows come from `tui.state.fleet`.
+
+A big fleet costs the client per event: hosts' events are gathered into one repaint
+per `fleet.repaint_period` (0.1 s up to 10 hosts, 2 s past 100), a host's cells are
+rebuilt only when its row changed, and the host opened with enter gets the
+dashboard's `[host] interval` while it is on screen (the fleet's own is slower).
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from tui.views.readonly import ModeFooter
 from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
 
-REPAINT_S = 0.1  # events of many hosts are coalesced into one repaint this soon after
 FLEET_TAIL_BYTES = 256 * 1024  # each host's log tail at first (a dashboard alone reads 4 MiB)
 LINK_STYLE = {"ok": "green", "connecting": "dim", "stale": "yellow", "lost": "bold red", "error": "red"}
 
@@ -64,10 +68,16 @@ class FleetScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    def __init__(self, feeds: dict[str, HostFeed], limit: int) -> None:
+    def __init__(self, feeds: dict[str, HostFeed], limit: int, host_interval: float | None = None) -> None:
+        """`host_interval`: the snapshot interval of the host opened from the fleet (the
+        dashboard's), None to keep the fleet's."""
         super().__init__()
         self.feeds = feeds
         self.limit = limit
+        self.host_interval = host_interval
+        self.repaint_s = fleet.repaint_period(len(feeds))
+        self._opened: tuple[HostFeed, float] | None = None  # the host in its dashboard, its fleet interval
+        self._cells_of: dict[str, tuple[fleet.HostRow, tuple[Any, ...]]] = {}
         self.sort_key = "host"
         self.group = True  # failed, unreachable, stalled, running, idle, connecting
         self.filter_text = ""
@@ -97,7 +107,7 @@ class FleetScreen(Screen[None]):
         box.can_focus = False  # until `/`: the rows take the keys
         self.query_one(FleetTable).focus()
         self._repaint()
-        self.set_interval(1.0, self._repaint)  # ages: "stale for N s"
+        self.set_interval(max(1.0, self.repaint_s), self._tick)  # ages: "stale for N s"
 
     def _changed(self, feed: HostFeed, event: Event) -> None:
         # any host's failed, finished, stalled or hung run: told once, whatever is on screen
@@ -106,7 +116,11 @@ class FleetScreen(Screen[None]):
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
         if not self._due:  # one repaint for a burst of events from many hosts
             self._due = True
-            self.set_timer(REPAINT_S, self._repaint)
+            self.set_timer(self.repaint_s, self._repaint)
+
+    def _tick(self) -> None:
+        if not self._due:  # else the hosts' own repaint is on its way
+            self._repaint()
 
     def _repaint(self) -> None:
         self._due = False
@@ -115,7 +129,7 @@ class FleetScreen(Screen[None]):
         self.all_rows = rows
         self.rows = fleet.arrange(rows, self.sort_key, self.group, self.filter_text)
         table = self.query_one(FleetTable)
-        table.sync({r.host: self._cells(r) for r in self.rows})
+        table.sync({r.host: self._cached_cells(r) for r in self.rows})
         how = f"sorted by {self.sort_key} (s)" + (", grouped by state (g)" if self.group else "")
         if self.filter_text.strip():
             how = f"{len(self.rows)} shown of filter {self.filter_text.strip()!r} (/) · " + how
@@ -124,6 +138,15 @@ class FleetScreen(Screen[None]):
         settled = all(r.link == "error" or (r.link != "connecting" and r.gpus_total is not None) for r in rows)
         if self.first_full_frame is None and settled:  # every host shown with its first snapshot
             self.first_full_frame = time.monotonic()
+
+    def _cached_cells(self, row: fleet.HostRow) -> tuple[Any, ...]:
+        """The row's cells, built again only when the row changed."""
+        cached = self._cells_of.get(row.host)
+        if cached is not None and cached[0] == row:
+            return cached[1]
+        cells = self._cells(row)
+        self._cells_of[row.host] = (row, cells)
+        return cells
 
     @staticmethod
     def _cells(row: fleet.HostRow) -> tuple[Any, ...]:
@@ -190,4 +213,13 @@ class FleetScreen(Screen[None]):
         if not feed.started:
             self.notify(f"{host}: still connecting", severity="warning")
             return
+        if self.host_interval is not None:  # the host on screen at the dashboard's pace
+            self._opened = (feed, feed.cfg.host.interval)
+            self.run_worker(feed.set_interval(self.host_interval), group="interval")
         self.app.push_screen(DashboardScreen(feed, attached=True))
+
+    def on_screen_resume(self) -> None:
+        """Back from a host's dashboard: that host at the fleet's pace again."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            self.run_worker(opened[0].set_interval(opened[1]), group="interval")
