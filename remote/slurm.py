@@ -111,7 +111,9 @@ def _script(run_dir: str, python: str) -> str:
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
         "import sys",
         "sys.path.insert(0, %r)" % here,
-        "import shim",
+        "import os, shim",
+        "if os.path.exists(%r):  # killed while this job waited to restart the run" % os.path.join(run_dir, "killed.json"),
+        "    sys.exit(0)",
         "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
         "",
     ])
@@ -121,7 +123,8 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
            opts: Any, patch_state: Any = None, log: str | None = None,
            python: str = sys.executable, restart: Any = None) -> dict:
     """Write the batch script and submit it with ``sbatch --parsable``; the run record.
-    ``restart``: the restart policy; the job's shim restarts within its allocation."""
+    ``restart``: the restart policy; the job's supervisor resubmits the run as a new job
+    (``resubmit``)."""
     rundir.validate(name, argv, cwd, env, patch_state)
     opts = check_options(opts)
     if log is not None and not isinstance(log, str):
@@ -167,6 +170,42 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
                                   {"job_id": job, "submitted_at": time.time(), "sbatch": sbatch})
         _SQUEUE.clear()
         return record(run_dir)
+
+
+def resubmit(run_dir: str, wait: float) -> str:
+    """Submit the run's batch script again, as a new job that starts no sooner than
+    ``wait`` seconds from now (``sbatch --begin``): a restart of a Slurm run, called by
+    the restart supervisor inside the job that failed (restart.py). The wait is spent
+    in the queue, not holding the failed job's nodes. ``slurm.json`` then names the new
+    job (the run's record follows it) and lists every job of the run. The new job id."""
+    path = os.path.join(run_dir, SLURM_FILE)
+    info = rundir.read_json(path)
+    if not isinstance(info, dict) or not isinstance(info.get("sbatch"), list) or not info["sbatch"]:
+        raise RunnerError("%s has no sbatch command to resubmit" % path)
+    sbatch = [a for a in info["sbatch"] if not str(a).startswith("--begin=")]
+    sbatch.insert(len(sbatch) - 1, "--begin=now+%d" % max(0, int(wait + 0.999)))  # before the script
+    # The failed job's own Slurm variables, GPUs and run marker stay out of the new job's
+    # environment: it gets its own from Slurm and the shim.
+    env = {k: v for k, v in os.environ.items()
+           if k == "SLURM_CONF" or not (k.startswith(("SLURM_", "SBATCH_")) or k in
+                                        ("CUDA_VISIBLE_DEVICES", shim.RUN_ENV))}
+    try:
+        done = subprocess.run(sbatch, capture_output=True, text=True, timeout=TIMEOUT,
+                              stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError("sbatch failed: %s" % e) from None
+    job = done.stdout.strip().split(";")[0]
+    if done.returncode != 0 or not job.isdigit():
+        raise RunnerError("sbatch failed: %s" % _line(done.stderr or done.stdout))
+    jobs = [str(j) for j in info.get("jobs") or [info.get("job_id")] if j]
+    atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch,
+                                     jobs=jobs + [job]))
+    return job
+
+
+def cancel(job: str) -> None:
+    """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
+    _run(["scancel", job])
 
 
 # ---------------------------------------------------------------- state
@@ -219,7 +258,7 @@ def squeue(fresh: bool = False) -> dict[str, dict]:
         jobs[str(j.get("job_id"))] = {"state": _state_name(j.get("job_state")),
                                       "reason": j.get("state_reason"), "nodes": j.get("nodes") or None,
                                       "exit_code": code, "signal": sig}
-    _SQUEUE.update(at=now, jobs=jobs)
+    _SQUEUE.update(at=now, wall=time.time(), jobs=jobs)
     return jobs
 
 
@@ -294,6 +333,13 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         rec["slurm_note"] = squeue_error
         return rec
     found = jobs.get(job)
+    submitted = info.get("submitted_at")
+    if (found is None and isinstance(submitted, (int, float)) and "wall" in _SQUEUE
+            and submitted >= _SQUEUE["wall"] - 1):
+        try:  # submitted after that reading (a restart's new job): ask again
+            found = squeue(fresh=True).get(job)
+        except RunnerError:
+            pass
     if found is None:  # gone from squeue (after MinJobAge): accounting, if there is any
         found = sacct(job)
         if found is None:
@@ -306,6 +352,10 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
                    nodes=found["nodes"])
         if st in PENDING:
             rec["state"] = "pending"
+            tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
+            at = tried.get("restart_at") if isinstance(tried, dict) else None
+            if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
+                rec["restart_at"] = at  # a restart resubmitted as this job, waiting to begin
         elif st in ACTIVE:
             rec["state"] = "running"
         elif killed or st == "CANCELLED":
@@ -434,6 +484,15 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         end = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < end and active():
             time.sleep(0.2)
+    newer = str((rundir.read_json(os.path.join(run_dir, SLURM_FILE)) or {}).get("job_id") or "")
+    if newer and newer != job:  # the run restarted as a new job meanwhile: that one goes too
+        job = newer
+        if active():
+            stages.append({"signal": "scancel", "at": elapsed(), "job_id": job})
+            _run(["scancel", job])
+            end = time.monotonic() + CANCEL_WAIT
+            while time.monotonic() < end and active():
+                time.sleep(0.2)
     remaining: list[int] = []
     if finder is not None:  # anything of the run Slurm did not track (escaped the job)
         finder.scan()
@@ -461,7 +520,9 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
               "stages": stages, "remaining": remaining, "gpus": gpus, "gpus_free": gpus_free,
               "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
               "elapsed": elapsed()}
-    if rec["state"] == "pending":
+    if rec["state"] == "pending" and rec.get("restart_at") is not None:
+        result["note"] = "job %s was waiting to restart the run: cancelled, nothing starts later" % job
+    elif rec["state"] == "pending":
         result["note"] = "job %s was still pending: no process of it ever ran" % job
     elif not here and rec.get("nodes"):
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())

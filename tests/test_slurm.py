@@ -200,6 +200,73 @@ def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> 
     assert failed and failed[0]["state"] == "failed" and "sbatch failed" in failed[0]["error"]
 
 
+# ---------------------------------------------------------------- restarts as new jobs
+
+JOB = str(REPO / "tests" / "jobs" / "resumable_job.py")
+
+
+def launch_restartable(a: AgentProc, name: str, mode: str, toml: str, n: int = 6) -> tuple[dict, Path]:
+    """The resumable job (tests/jobs/resumable_job.py) submitted with a restart policy
+    compiled from eagle3.toml, as the client sends it."""
+    from tui.services.config import parse_config
+    from tui.services.restartpolicy import compile_policy
+
+    out = a.tmp / ("out-" + name)  # type: ignore[attr-defined]
+    sched = {"kind": "slurm", "partition": "debug", "gpus": 1, "time": "10", "sbatch_args": []}
+    rec = a.call("launch", {"name": name, "argv": [sys.executable, JOB, str(out), str(n), mode],
+                            "cwd": str(a.tmp), "env": {}, "scheduler": sched,  # type: ignore[attr-defined]
+                            "restart": compile_policy(parse_config(toml))})
+    return rec, out
+
+
+def waiting(a: AgentProc, run_id: str) -> Callable[[], dict | None]:
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec.get("restart_at") is not None else None
+    return check
+
+
+def test_a_transient_failure_resubmits_the_job(agent: AgentProc) -> None:
+    toml = '[run]\nrestart = "on-failure"\nrestart_delay = 4\ngraces = [0.5, 0.5]\n'
+    rec, out = launch_restartable(agent, "resubmit", "transient1", toml)
+    first = rec["job_id"]
+    wait = wait_for(waiting(agent, rec["run_id"]), 60, "the run to wait for its restart")
+    # The failed job ended; the restart is a new job, queued until the delay is over.
+    assert wait["state"] == "pending" and wait["job_id"] != first, wait
+    assert wait["slurm_state"] == "PENDING" and wait["slurm_reason"] == "BeginTime", wait
+    assert wait["restarts"] == 1 and wait["attempts"][0]["job_id"] == first
+    shown = view.run_row(Run.from_dict(wait), "", time.time())
+    assert shown.state == "waiting" and "; waiting to restart in " in shown.note, shown
+    say("restart: job %s died (%s); the run waits: %s %s"
+        % (first, wait["attempts"][0]["cause"]["title"], shown.state, shown.note))
+    done = wait_for(in_state(agent, rec["run_id"], "exited"), 90, "the resubmitted job to finish")
+    assert (done["exit_code"], done["restarts"], done["slurm_state"]) == (0, 1, "COMPLETED"), done
+    assert done["job_id"] == wait["job_id"] and done["restart_at"] is None
+    assert [(a["job_id"], a["restarted"]) for a in done["attempts"]] == [(first, True), (wait["job_id"], False)]
+    assert done["attempts"][0]["cause"]["id"] == "nccl-timeout" and done["attempts"][1]["why"] == "finished"
+    writes = (out / "writes.log").read_text().split()
+    assert sorted(writes, key=int) == [str(i) for i in range(1, 7)]  # every sample exactly once
+    log = Path(done["log"]).read_text()
+    assert "[eagle3-tui] attempt 2/4 starts (Slurm job %s)" % wait["job_id"] in log, log
+    shown = view.run_row(Run.from_dict(done), "", time.time())
+    say("restarted: run %s %s: %s" % (done["run_id"], shown.state, shown.note))
+
+
+def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
+    toml = '[run]\nrestart = "on-failure"\nrestart_delay = 600\n'
+    rec, out = launch_restartable(agent, "killwait", "always", toml)
+    wait = wait_for(waiting(agent, rec["run_id"]), 60, "the run to wait for its restart")
+    assert wait["restart_at"] > time.time() + 500 and wait["job_id"] != rec["job_id"]
+    report = agent.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
+    assert report["ok"] and [s["signal"] for s in report["stages"]] == ["scancel"], report
+    assert report["job_id"] == wait["job_id"] and "waiting to restart" in report["note"], report
+    gone = wait_for(in_state(agent, rec["run_id"], "killed"), 20, "the cancelled restart")
+    assert gone["slurm_state"] == "CANCELLED" and gone["restart_at"] is None
+    time.sleep(2)
+    assert (out / "attempts").read_text() == "1"  # nothing started later
+    say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(report)))
+
+
 # ---------------------------------------------------------------- the CLI on `local`
 
 

@@ -85,7 +85,7 @@ def state_label(run: Run) -> str:
     live run whose host supervisor waits to restart it is "waiting"."""
     if run.state == "lost" and run.disk_full:
         return "disk full"
-    if run.state == "running" and run.restart_at is not None:
+    if run.alive and run.restart_at is not None:  # a Slurm run waits as its next job, pending
         return "waiting"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
 
