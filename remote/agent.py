@@ -47,6 +47,7 @@ from actions import ACTION_OPS, read_outcomes, record_outcome, valid_id  # noqa:
 from fileops import COMPILE_SCRIPT, RESOLVE_SCRIPT, file_read, file_write, read_range, run_python  # noqa: E402
 from follow import Inotify, Sub  # noqa: E402
 from gpus import Gpus, host_info  # noqa: E402
+from nodeagent import Follower  # noqa: E402
 from pace import attach as attach_pace  # noqa: E402
 from proctable import ProcTable  # noqa: E402
 from wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none  # noqa: E402
@@ -82,6 +83,7 @@ class Agent:
 
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.slurm, self.runner_error = load_runner()
+        self.nodes = Follower(self)  # a followed Slurm run's node; serves op follow_job
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
         self.cli_runs_dir = user_path_or_none(runs_dir)
         self.runs_dir = self.cli_runs_dir
@@ -174,9 +176,9 @@ class Agent:
             emit({"type": "error", "message": "runs: %s" % runs_error})
         self.runs_error = runs_error
         self.seq += 1
-        return {"seq": self.seq, "time": time.time(), "host": host_info(),
-                "gpu_source": self.gpus.source, "gpu_error": gpu_error, "gpus": gpus,
-                "processes": procs, "runs": runs}
+        return self.nodes.view({"seq": self.seq, "time": time.time(), "host": host_info(),
+                                "gpu_source": self.gpus.source, "gpu_error": gpu_error,
+                                "gpus": gpus, "processes": procs, "runs": runs}, self.slurm, self.interval)
 
     def send_snapshot(self) -> None:
         msg: Dict[str, Any] = {"type": "snapshot"}
@@ -399,7 +401,7 @@ class Agent:
         run_id = arg(args, "run_id", str)
         slurm_run = (self.slurm is not None and not run_id.startswith("ext-")
                      and self.slurm.is_slurm_run(self._runs_dir(), run_id))
-        how = {} if slurm_run else {"match": self.match}  # scancel, or signals to processes
+        how = {"node": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
         return (self.slurm if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),

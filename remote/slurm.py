@@ -203,6 +203,19 @@ def resubmit(run_dir: str, wait: float) -> str:
     return job
 
 
+def first_node(nodes: str) -> str:
+    """The first host of a Slurm node list ("gpu[3-4],gpu7" -> "gpu3"), by
+    ``scontrol show hostnames``; a plain name as it is."""
+    if "[" not in nodes and "," not in nodes:
+        return nodes
+    try:
+        done = _run(["scontrol", "show", "hostnames", nodes])
+    except RunnerError:
+        return nodes.split(",")[0]
+    names = done.stdout.split() if done.returncode == 0 else []
+    return names[0] if names else nodes.split(",")[0]
+
+
 def cancel(job: str) -> None:
     """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
     _run(["scancel", job])
@@ -431,11 +444,14 @@ def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
 
 
 def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float = 30.0,
-         gpu_query: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
+         gpu_query: Any = None, progress: Callable[[dict], None] | None = None,
+         node: Any = None) -> dict:
     """``scancel --signal=TERM --full``, wait the grace, plain ``scancel``, wait for the
     job to leave Slurm's active states; then SIGKILL whatever of the run is still on
     this node and wait until no GPU lists a process of it (the same proof as a local
-    kill). Nodes other than this host get no proof here: `gpus_free` is None there."""
+    kill). ``node``: the agent inside the job on its node (remote/nodeagent.py); the
+    proof is then read there, from the last snapshot it sent before its step ended.
+    Other nodes get no proof: `gpus_free` is None there."""
     run_dir = rundir.trusted_run_dir(runs_dir, run_id)
     if not is_slurm(run_dir):
         raise RunnerError("run %s is not a Slurm run" % run_id)
@@ -444,11 +460,14 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     rec = record(run_dir, squeue(fresh=True))
     job = rec["job_id"]
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
-    here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
+    on_node = node is not None and rec["state"] == "running" and node.wait_ready(5.0)
+    if on_node:
+        gpu_query = node.gpus
+    here = not on_node and isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
     finder = killer._Finder(run_id, manifest if here else None, None) if here else None
     if finder is not None:
         finder.scan()
-    before = killer._gpu_read(gpu_query) if here else None
+    before = killer._gpu_read(gpu_query) if here or on_node else None
     stages: list[dict] = []
 
     def elapsed() -> float:
@@ -502,18 +521,20 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         while finder.alive() and time.monotonic() < end:
             time.sleep(0.1)
         remaining = finder.alive()
-    pids = set(finder.tracked) if finder else set()
-    latest = killer._gpu_read(gpu_query) if here else None
+    pids = set(finder.tracked) if finder else set(node.run_pids) if on_node else set()
+    latest = killer._gpu_read(gpu_query) if here or on_node else None
     if latest is not None and pids and not remaining:
         report("waiting_gpu")
         end = time.monotonic() + max(0.0, float(gpu_wait))
         while any(killer._run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
-            if time.monotonic() >= end:
+            if time.monotonic() >= end or (on_node and node.ended.is_set()):
                 break
             time.sleep(0.25)
             latest = killer._gpu_read(gpu_query) or latest
     gpus = killer._gpu_report(before, latest, pids)
     gpus_free = None if latest is None else not any(g["run_pids"] for g in gpus)
+    if on_node and gpus_free is False and node.ended.is_set():
+        gpus_free = None  # its step ended (Slurm's SIGKILL) before it saw the memory go
     still = active()
     final = record(run_dir, squeue(fresh=True))
     result = {"run_id": run_id, "job_id": job, "ok": not remaining and not still and gpus_free is not False,
@@ -524,6 +545,10 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         result["note"] = "job %s was waiting to restart the run: cancelled, nothing starts later" % job
     elif rec["state"] == "pending":
         result["note"] = "job %s was still pending: no process of it ever ran" % job
+    elif on_node and gpus_free is None:
+        result["note"] = "the agent on %s ended before the run's GPU memory was seen freed" % node.node
+    elif on_node:
+        result["note"] = "GPU proof read through %s" % node.step()
     elif not here and rec.get("nodes"):
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
     report("done")

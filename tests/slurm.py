@@ -6,6 +6,12 @@ SlurmdUser are whoever runs the tests), with a faked GRES of two GPUs (`Count=` 
 gres.conf: no device files). Commands talk to it through `SLURM_CONF` (`cluster.env`).
 Accounting is off (no slurmdbd), so `sacct` fails here and the code falls back.
 
+The node's GPU, a stand-in: `NODE_SMI`, an `nvidia-smi` on PATH only inside jobs (Slurm's
+TaskProlog puts its directory first on every task's PATH, as a GPU node has the real one
+and a login node none). Its GPU's name carries the job and step ids it ran under, so a
+reading that came through `srun --overlap` says so; processes started with HOLDS_GPU=1
+in their environment hold 1 GiB on it while they live (read from /proc).
+
 `missing()` names the Debian packages that are not installed ("" when all are): the
 tier fails with that line rather than skipping.
 """
@@ -18,9 +24,26 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+NODE_SMI = """#!{python}
+import os, sys
+arg = sys.argv[1]
+if arg.startswith("--query-gpu="):
+    print("0, Stand-in GPU job %s step %s, GPU-node-0, 0, 81920, 0, 30, 50.0, 700.0"
+          % (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")))
+elif arg.startswith("--query-compute-apps="):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
+            state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
+            print("GPU-node-0, %s, 1024" % pid)
+"""
 LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
 PACKAGES = {"slurm-wlm": ("slurmctld", "slurmd", "sbatch", "squeue", "scancel"), "munge": ("munged",)}
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin")
@@ -88,6 +111,7 @@ MinJobAge=600
 KillWait=3
 InactiveLimit=0
 GresTypes=gpu
+TaskProlog={d}/taskprolog
 SlurmctldLogFile={d}/log/slurmctld.log
 SlurmdLogFile={d}/log/slurmd.log
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:2 State=UNKNOWN
@@ -140,6 +164,12 @@ class Cluster:
                   "--seed-file", str(d / "munge.seed"), "--force", "--foreground"]
         self._spawn([a for a in munged if a], "munged")
         self._wait(lambda: (d / "munge.sock").exists(), 10, "munged's socket")
+        nodebin = d / "nodebin"  # the node's nvidia-smi: on PATH inside jobs only
+        nodebin.mkdir(exist_ok=True)
+        (nodebin / "nvidia-smi").write_text(NODE_SMI.format(python=sys.executable))
+        (nodebin / "nvidia-smi").chmod(0o755)
+        (d / "taskprolog").write_text('#!/bin/sh\necho "export PATH=%s:$PATH"\n' % nodebin)
+        (d / "taskprolog").chmod(0o755)
         ctld_port, d_port = _free_ports(2)
         self.conf.write_text(CONF.format(node=self.node, ctld_port=ctld_port, d_port=d_port,
                                          user=getpass.getuser(), d=d,

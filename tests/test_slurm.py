@@ -5,7 +5,10 @@ scancel escalation and the GPU-free proof, a failed job's exit code, resubmissio
 One stand-in: the GPU. Off the GPU machine a fake `nvidia-smi` (the agent's second GPU
 source) reports that every process started with HOLDS_GPU=1 in its environment holds
 1 GiB on GPU 0 while it lives, read from /proc, so the proof sees real processes go.
-Slurm's own GPUs are faked by gres.conf. Packages missing: the tier fails with one line.
+Slurm's own GPUs are faked by gres.conf. The job's node has its own stand-in
+(tests/slurm.py NODE_SMI, on PATH inside jobs only), so a reading through the node
+agent's `srun --overlap` step is told from the login agent's. Packages missing: the tier
+fails with one line.
 """
 
 from __future__ import annotations
@@ -267,6 +270,80 @@ def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
     say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(report)))
 
 
+# ---------------------------------------------------------------- the job's node
+
+@pytest.fixture()
+def login_agent(slurm_cluster: Cluster, tmp_path: Path):
+    """The agent as on a login node: no GPU of its own (nvidia-smi is not on its PATH;
+    jobs get the node's stand-in through TaskProlog, tests/slurm.py)."""
+    env = dict(slurm_cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi")
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        yield a
+
+
+def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent: AgentProc) -> None:
+    a = login_agent
+    login = a.call("snapshot")
+    assert login["gpus"] == [] and login["gpu_error"] == "nvidia-smi not found", login
+    rec = launch(a, "onnode", SLEEPER, gpus=1)
+    run = wait_for(in_state(a, rec["run_id"], "running"), 30, "the job to run")
+    wait_for(lambda: Path(run["log"]).exists() and Path(run["log"]).read_text().startswith("up") or None,
+             20, "the run's first line")
+    a.call("follow_job", {"run_id": rec["run_id"]})
+
+    def on_node() -> dict | None:
+        snap = a.call("snapshot")
+        return snap if snap.get("gpus") and (snap.get("node") or {}).get("error") is None else None
+
+    snap = wait_for(on_node, 30, "the node agent's GPUs")
+    node = snap["node"]
+    (gpu,) = snap["gpus"]
+    # The reading came through the srun step: the stand-in is on PATH only inside the
+    # job, and names the job and step it ran under; the hello of the step says the same.
+    assert gpu["name"] == "Stand-in GPU job %s step 0" % rec["job_id"], gpu
+    assert node["via"] == "srun step %s.0 on e3node" % rec["job_id"], node
+    assert snap["gpu_source"] == "nvidia-smi via srun step %s.0 on e3node" % rec["job_id"]
+    mine = [p for p in snap["processes"] if p["run_id"] == rec["run_id"]]
+    assert run["pid"] in [p["pid"] for p in mine], snap["processes"]
+    held = {p["pid"]: p["mem"] for p in gpu["processes"]}  # (other tests' runs may hold it too)
+    assert held.get(run["pid"]) == GIB, gpu
+    say("node: job %s's GPU through %s: %s, %d MiB held by pid %d of the run"
+        % (rec["job_id"], node["via"], gpu["name"], held[run["pid"]] >> 20, run["pid"]))
+    report = a.call("kill", {"run_id": rec["run_id"], "graces": [5, 5], "gpu_wait": 10}, timeout=120)
+    assert report["ok"] and report["gpus_free"] is True, report
+    assert report["note"] == "GPU proof read through srun step %s.0 on e3node" % rec["job_id"], report
+    (g,) = report["gpus"]
+    assert g["run_mem_before"] == GIB and g["run_mem"] == 0 and g["freed"] == GIB, report
+    say("kill on the node: %s; GPU 0 held %d MiB by the run before, %d after (%s)"
+        % (view.kill_verdict(report), g["run_mem_before"] >> 20, g["run_mem"] >> 20, report["note"]))
+    wait_for(in_state(a, rec["run_id"], "killed"), 20, "the killed job")
+    snap = a.call("snapshot")  # the run ended: back to the login node's own view
+    assert "node" not in snap and snap["gpus"] == [], snap
+
+
+def test_a_node_agent_that_cannot_start_says_why_in_one_line(login_agent: AgentProc) -> None:
+    a = login_agent
+    rec = launch(a, "nossh", SLEEPER, gpus=1)
+    wait_for(in_state(a, rec["run_id"], "running"), 30, "the job to run")
+    marks = a.mark()
+    a.call("follow_job", {"run_id": rec["run_id"], "how": "ssh"})  # e3node is no ssh host here
+
+    def said() -> dict | None:
+        a.call("snapshot")
+        return next((m for m in a.messages[marks:] if m.get("type") == "error"
+                     and "no agent on e3node" in m.get("message", "")), None)
+
+    err = wait_for(said, 30, "the node agent's failure")
+    assert "\n" not in err["message"] and err["message"].endswith(
+        "; GPUs and processes are this login node's"), err
+    snap = a.call("snapshot")
+    assert snap["node"]["error"] and snap["gpus"] == [] and snap["gpu_error"] == "nvidia-smi not found"
+    say("node agent refused: " + err["message"])
+    a.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
+
+
 # ---------------------------------------------------------------- the CLI on `local`
 
 
@@ -384,6 +461,27 @@ async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
             await pilot.pause(0.02)
         body = str(app.screen.query_one("#body").render())
         assert "Slurm job 12: scancel --signal=TERM, then plain scancel after 20 s." in body, body
+    # The selected running job is followed to its node, once; the pending one never is.
+    follows = [args for op, args in client.requests if op == "follow_job"]
+    assert follows == [{"run_id": SLURM_RUN["run_id"], "how": "srun"}], follows
+
+
+async def test_dashboard_shows_the_jobs_node_gpus() -> None:
+    """The agent's snapshot while it follows the job (the shape the tier's
+    test_the_jobs_node_through_srun_overlap… reads from the real agent): the GPU box
+    names where its GPUs come from."""
+    from tests.replay import ReplayClient, snapshot
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+
+    client = ReplayClient([snapshot(2, runs=[SLURM_RUN], gpu_source="nvml via srun step 12.0 on gpu-node7")])
+    app = make_app(client, parse_config('[run]\nname = "kimi"\nscheduler = "slurm"\n'), "login1")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.state.seq != 0:
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        title = str(app.query_one("#gpu-box").border_title)
+        assert title == "GPUs (2, nvml via srun step 12.0 on gpu-node7)", title
 
 
 def test_slurm_keys_without_the_slurm_scheduler_are_a_warning() -> None:
