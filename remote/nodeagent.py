@@ -210,8 +210,12 @@ class Follower:
         want = self.want
         run = next((r for r in snap["runs"] if want and r.get("run_id") == want[0]), None) or {}
         job, nodes = run.get("job_id"), run.get("nodes")
-        if want is None or run.get("state") != "running" or not job or not nodes:
+        if want is None or run.get("state") != "running":
             self.stop()
+            return snap
+        if not job or not nodes:  # squeue did not answer this time: keep what runs
+            if self.node is not None:
+                self.node.merge(snap)
             return snap
         node = slurm.first_node(nodes) if slurm is not None else nodes
         if self.node is None or (self.node.job, self.node.node) != (job, node):

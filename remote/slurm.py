@@ -298,9 +298,15 @@ def sacct(job: str) -> dict | None:
     for j in jobs:
         if str(j.get("job_id")) == job:
             code, sig = _exit(j.get("exit_code"))
-            return {"state": _state_name(j.get("state")), "reason": (j.get("state") or {}).get("reason")
+            state = _state_name(j.get("state"))
+            if state == "FAILED" and code == 0 and sig is None:
+                code = None  # 22.05's sacct --json says SUCCESS / 0 for a failed batch job
+            times = j.get("time") if isinstance(j.get("time"), dict) else {}
+            end = times.get("end")
+            return {"state": state, "reason": (j.get("state") or {}).get("reason")
                     if isinstance(j.get("state"), dict) else None,
-                    "nodes": j.get("nodes") or None, "exit_code": code, "signal": sig}
+                    "nodes": j.get("nodes") or None, "exit_code": code, "signal": sig,
+                    "elapsed": times.get("elapsed"), "ended_at": end if isinstance(end, int) and end > 0 else None}
     return None
 
 
@@ -368,7 +374,9 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
             tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
             at = tried.get("restart_at") if isinstance(tried, dict) else None
             if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
-                rec["restart_at"] = at  # a restart resubmitted as this job, waiting to begin
+                # a restart resubmitted as this job, waiting to begin; the attempts as read here
+                rec.update(restart_at=at, restarts=tried.get("restarts") or 0, attempts=tried.get("attempts"),
+                           restart_note=tried.get("note"), max_restarts=tried.get("max_restarts"))
         elif st in ACTIVE:
             rec["state"] = "running"
         elif killed or st == "CANCELLED":
@@ -378,7 +386,7 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         if rec["state"] in ("exited", "killed") and rec["exit_code"] is None and rec["signal"] is None:
             rec["exit_code"], rec["signal"] = found["exit_code"], found["signal"]
         if rec["state"] in ("exited", "killed") and rec["ended_at"] is None:
-            rec["ended_at"] = time.time()  # Slurm's end time is not in every version's JSON
+            rec["ended_at"] = found.get("ended_at") or time.time()  # sacct's end, where it has one
     elif rec["state"] == "pending":  # never started and Slurm forgot it
         rec["state"] = "killed" if killed else "lost"
     return rec

@@ -344,6 +344,37 @@ def test_a_node_agent_that_cannot_start_says_why_in_one_line(login_agent: AgentP
     a.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
 
 
+# ---------------------------------------------------------------- Slurm's own record
+
+def test_sacct_keeps_the_jobs_record_after_squeue_forgot_it(slurm_accounting: Cluster, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    env = dict(slurm_accounting.env, EAGLE3_TUI_GPU_SOURCE="none")
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        rec = launch(a, "acct", "import sys, time\nprint('boom', flush=True)\ntime.sleep(2)\nsys.exit(3)\n",
+                     gpus=1)
+        wait_for(in_state(a, rec["run_id"], "exited"), 60, "the failing job to end")
+    job, run_dir = rec["job_id"], str(tmp_path / "runs" / rec["run_id"])
+    monkeypatch.setenv("SLURM_CONF", slurm_accounting.env["SLURM_CONF"])
+    monkeypatch.setattr(slurm, "_SQUEUE", {})  # this process's readings of the other cluster
+    monkeypatch.setattr(slurm, "_NO_ACCOUNTING", [])
+    wait_for(lambda: job not in slurm.squeue(fresh=True) or None, 60, "squeue to forget the job (MinJobAge)")
+    acct = wait_for(lambda: slurm.sacct(job), 30, "slurmdbd to have the job")
+    # Slurm 22.05's sacct --json gives this failed batch job's exit_code as SUCCESS / 0:
+    # taken as unknown; the run dir's exit record has the 3.
+    assert (acct["state"], acct["exit_code"], acct["nodes"]) == ("FAILED", None, "e3node"), acct
+    assert isinstance(acct["elapsed"], int) and acct["elapsed"] >= 2, acct
+    assert isinstance(acct["ended_at"], int) and abs(acct["ended_at"] - time.time()) < 600, acct
+    forgotten = slurm.record(run_dir)
+    assert (forgotten["state"], forgotten["exit_code"], forgotten["slurm_state"]) == ("exited", 3, "FAILED")
+    assert forgotten["nodes"] == "e3node" and forgotten["slurm_note"] is None, forgotten
+    shown = view.run_row(Run.from_dict(forgotten), "", time.time())
+    say("sacct after squeue forgot job %s: %s, elapsed %d s, on %s (slurmdbd + MariaDB)"
+        % (job, acct["state"], acct["elapsed"], acct["nodes"]))
+    say("the run's record from sacct: %s %s" % (shown.state, shown.job))
+
+
 # ---------------------------------------------------------------- the CLI on `local`
 
 
