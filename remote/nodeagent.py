@@ -130,11 +130,20 @@ class NodeAgent:
         return "%s to %s" % (self.how, self.node)
 
     def gpus(self) -> Optional[List[Dict[str, Any]]]:
-        """The node's GPUs as its latest snapshot had them (kill's proof), or None."""
+        """The node's GPUs as its latest snapshot had them (kill's proof), or None when
+        that reading failed: an empty list from a failed nvidia-smi proves nothing."""
         with self.lock:
             snap = self.latest
         gpus = snap.get("gpus") if isinstance(snap, dict) else None
-        return gpus if isinstance(gpus, list) and snap.get("gpu_source") else None
+        ok = isinstance(gpus, list) and snap.get("gpu_source") and not snap.get("gpu_error")
+        return gpus if ok else None
+
+    def reading(self, timeout: float) -> Optional[List[Dict[str, Any]]]:
+        """A good GPU reading from the node: the latest, else the next within `timeout`."""
+        end = time.monotonic() + timeout
+        while self.gpus() is None and not self.ended.is_set() and time.monotonic() < end:
+            time.sleep(0.1)
+        return self.gpus()
 
     def merge(self, snap: Dict[str, Any]) -> None:
         """Show the node in a login agent's snapshot: its GPUs and the job's processes in

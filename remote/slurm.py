@@ -475,7 +475,7 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     finder = killer._Finder(run_id, manifest if here else None, None) if here else None
     if finder is not None:
         finder.scan()
-    before = killer._gpu_read(gpu_query) if here or on_node else None
+    before = node.reading(5.0) if on_node else killer._gpu_read(gpu_query) if here else None
     stages: list[dict] = []
 
     def elapsed() -> float:
@@ -530,7 +530,7 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
             time.sleep(0.1)
         remaining = finder.alive()
     pids = set(finder.tracked) if finder else set(node.run_pids) if on_node else set()
-    latest = killer._gpu_read(gpu_query) if here or on_node else None
+    latest = node.reading(gpu_wait) if on_node else killer._gpu_read(gpu_query) if here else None
     if latest is not None and pids and not remaining:
         report("waiting_gpu")
         end = time.monotonic() + max(0.0, float(gpu_wait))

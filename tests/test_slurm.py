@@ -13,6 +13,7 @@ fails with one line.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -108,6 +109,14 @@ def in_state(a: AgentProc, run_id: str, state: str) -> Callable[[], dict | None]
     return check
 
 
+def with_pid(a: AgentProc, run_id: str) -> Callable[[], dict | None]:
+    """The run's record once the shim's manifest gave it its pid."""
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec.get("pid") is not None else None
+    return check
+
+
 def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     first = launch(agent, "first", STUBBORN)
     assert first["scheduler"] == "slurm" and first["job_id"].isdigit()
@@ -130,6 +139,7 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     say("running: " + view.slurm_label(Run.from_dict(a)))
     wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up") or None,
              20, "the run's first line")
+    a = wait_for(with_pid(agent, first["run_id"]), 20, "the run's manifest")  # RUNNING may come first
     snap = agent.call("snapshot")
     held = [p for g in snap["gpus"] for p in g["processes"]]
     assert any(p["pid"] == a["pid"] and p["mem"] == GIB for p in held), held
@@ -281,6 +291,9 @@ def login_agent(slurm_cluster: Cluster, tmp_path: Path):
         a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
         a.tmp = tmp_path  # type: ignore[attr-defined]
         yield a
+    # a failed test's job must not hold the node's GPUs for the tests after it
+    subprocess.run(["scancel", "--user", getpass.getuser()], env=slurm_cluster.env, capture_output=True,
+                   timeout=30, check=False)
 
 
 def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent: AgentProc) -> None:
@@ -291,6 +304,7 @@ def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent
     run = wait_for(in_state(a, rec["run_id"], "running"), 30, "the job to run")
     wait_for(lambda: Path(run["log"]).exists() and Path(run["log"]).read_text().startswith("up") or None,
              20, "the run's first line")
+    run = wait_for(with_pid(a, rec["run_id"]), 20, "the run's manifest")  # RUNNING may come first
     a.call("follow_job", {"run_id": rec["run_id"]})
 
     def on_node() -> dict | None:
@@ -314,10 +328,13 @@ def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent
     report = a.call("kill", {"run_id": rec["run_id"], "graces": [5, 5], "gpu_wait": 10}, timeout=120)
     assert report["ok"] and report["gpus_free"] is True, report
     assert report["note"] == "GPU proof read through srun step %s.0 on e3node" % rec["job_id"], report
+    assert len(report["gpus"]) == 1, report
     (g,) = report["gpus"]
     assert g["run_mem_before"] == GIB and g["run_mem"] == 0 and g["freed"] == GIB, report
-    say("kill on the node: %s; GPU 0 held %d MiB by the run before, %d after (%s)"
-        % (view.kill_verdict(report), g["run_mem_before"] >> 20, g["run_mem"] >> 20, report["note"]))
+    verdict = view.kill_verdict(report)  # what the banner and `eagle3-tui kill` say
+    assert verdict.endswith("(GPU proof read through srun step %s.0 on e3node)" % rec["job_id"]), verdict
+    say("kill on the node: %s; GPU 0 held %d MiB by the run before, %d after"
+        % (verdict, g["run_mem_before"] >> 20, g["run_mem"] >> 20))
     wait_for(in_state(a, rec["run_id"], "killed"), 20, "the killed job")
     snap = a.call("snapshot")  # the run ended: back to the login node's own view
     assert "node" not in snap and snap["gpus"] == [], snap

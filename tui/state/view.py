@@ -283,10 +283,11 @@ def link_text(state: AppState, now: float) -> tuple[str, str]:
 def kill_verdict(report: dict[str, Any]) -> str:
     free = report.get("gpus_free")
     took = f"{report.get('elapsed') or 0:.1f} s"
+    note = report.get("note")  # e.g. where the proof was read: a Slurm job's node
     return {
-        True: f"GPUs free after {took}",
-        False: f"GPUs NOT free after {took}",
-        None: f"done in {took} (" + (report.get("note") or "no GPU source to check memory") + ")",
+        True: f"GPUs free after {took}" + (f" ({note})" if note else ""),
+        False: f"GPUs NOT free after {took}" + (f" ({note})" if note else ""),
+        None: f"done in {took} (" + (note or "no GPU source to check memory") + ")",
     }[free]
 
 
