@@ -262,6 +262,7 @@ def main(run_id: str) -> int:
             super().__init__(None)
             self.runner = self.killer = self.slurm = None
             self.runner_error = "a job step's agent runs nothing"
+            self.read_ok = False  # the latest GPU reading worked
 
         def hello(self) -> Dict[str, Any]:
             return dict(super().hello(), slurm_step=step_env())
@@ -269,12 +270,13 @@ def main(run_id: str) -> int:
         def snapshot(self) -> Dict[str, Any]:
             snap = super().snapshot()
             pids.update(p["pid"] for p in snap["processes"] if p.get("run_id") == run_id)
+            self.read_ok = not snap.get("gpu_error")  # a failed GPU reading is no proof
             return snap
 
         def send_snapshot(self) -> None:
             super().send_snapshot()
             left = [p for p in self.last_procs or [] if p.get("pid") in pids]  # alive or on a GPU
-            if ending and (not left or time.monotonic() - ending[0] > END_S):
+            if ending and ((not left and self.read_ok) or time.monotonic() - ending[0] > END_S):
                 wire.CLIENT_GONE.set()  # that snapshot was the last: the loop winds down
 
         def on_signal(self, num: int, frame: Any) -> None:

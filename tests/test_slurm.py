@@ -46,7 +46,7 @@ elif arg.startswith("--query-compute-apps="):
         try:
             env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
             state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+        except (OSError, IndexError):  # gone meanwhile
             continue
         if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
             print("GPU-standin-0, %s, 1024" % pid)
