@@ -46,6 +46,7 @@ from remote import fileops, journal
 from remote.actions import ACTION_OPS, read_outcomes, record_outcome, valid_id
 from remote.follow import Inotify, Sub
 from remote.gpus import Gpus, host_info
+from remote.nodeagent import Follower
 from remote.pace import attach as attach_pace
 from remote.proctable import ProcTable
 from remote.wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none
@@ -74,12 +75,12 @@ class Agent:
     except workers, which only call runner/GPUs and `emit()`."""
 
     LONG_OPS = ("launch", "kill", "resolve_module", "py_compile", "prune")
-    # Long ops that change the host: the agent outlives its client until they finish,
-    # so a kill always completes its escalation and a launch its manifest.
+    # Long ops that change the host: the agent outlives its client until they finish.
     FINISH_ON_EOF = ("launch", "kill")
 
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.slurm, self.runner_error = load_runner()
+        self.nodes = Follower(self)  # a followed Slurm run's node
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
         self.cli_runs_dir = user_path_or_none(runs_dir)
         self.runs_dir = self.cli_runs_dir
@@ -172,9 +173,9 @@ class Agent:
             emit({"type": "error", "message": "runs: %s" % runs_error})
         self.runs_error = runs_error
         self.seq += 1
-        return {"seq": self.seq, "time": time.time(), "host": host_info(),
-                "gpu_source": self.gpus.source, "gpu_error": gpu_error, "gpus": gpus,
-                "processes": procs, "runs": runs}
+        return self.nodes.view({"seq": self.seq, "time": time.time(), "host": host_info(),
+                                "gpu_source": self.gpus.source, "gpu_error": gpu_error,
+                                "gpus": gpus, "processes": procs, "runs": runs}, self.slurm, self.interval)
 
     def send_snapshot(self) -> None:
         msg: Dict[str, Any] = {"type": "snapshot"}
@@ -374,6 +375,9 @@ class Agent:
         warnings: List[str] = []
         return {"runs": self._runs(procs, warnings), "warnings": warnings}
 
+    def op_follow_job(self, args: Dict[str, Any], rid: int) -> Any:
+        return self.nodes.follow_job(args)
+
     def op_prune(self, args: Dict[str, Any], rid: int) -> Any:
         runner = self._need_runner()
         older, keep = arg(args, "older_than", (int, float), None), arg(args, "keep", int, None)
@@ -397,7 +401,7 @@ class Agent:
         run_id = arg(args, "run_id", str)
         slurm_run = (self.slurm is not None and not run_id.startswith("ext-")
                      and self.slurm.is_slurm_run(self._runs_dir(), run_id))
-        how = {} if slurm_run else {"match": self.match}  # scancel, or signals to processes
+        how = {"node": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
         return (self.slurm if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),

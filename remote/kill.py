@@ -257,20 +257,24 @@ Report = Callable[[str, "list[dict] | None"], None]
 
 
 def wait_for_gpus(finder: RunFinder | None, before: list[dict] | None, gpu_query: GpuQuery | None,
-                  gpu_wait: float, report: Report) -> dict:
+                  gpu_wait: float, report: Report, pids: Iterable[int] = (),
+                  first: list[dict] | None = None, stop: Callable[[], bool] | None = None) -> dict:
     """The kill's tail, local and Slurm alike, once the signals are sent: when every
     process of the run is gone, wait up to `gpu_wait` s until no GPU lists one of them
     (`waiting_gpu` progress meanwhile). ``{"remaining", "gpus", "gpus_free"}``:
-    gpus_free is None without a GPU reading (`gpu_query` None: no proof here)."""
+    gpus_free is None without a GPU reading (`gpu_query` None: no proof here).
+    Without a finder (the run is on another node), `pids` are the run's processes
+    there and `first` the reading already taken there; `stop()` true ends the wait
+    early (the node's agent is gone)."""
     remaining = finder.alive() if finder else []
-    pids = set(finder.tracked) if finder else set()
-    latest = gpu_read(gpu_query)
+    pids = set(finder.tracked) if finder else set(pids)
+    latest = first if first is not None else gpu_read(gpu_query)
     if latest is not None and pids and not remaining:
         report("waiting_gpu", _gpu_report(before, latest, pids))
         last_report = time.monotonic()
         deadline = last_report + max(0.0, gpu_wait)
         while any(_run_mem(g, pids)[1] for g in latest if isinstance(g, dict)):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (stop is not None and stop()):
                 break
             time.sleep(0.25)
             latest = gpu_read(gpu_query) or latest

@@ -274,15 +274,27 @@ class Supervisor:
         self.stop_sig: int | None = None
         self.wake = threading.Event()
         self.child: subprocess.Popen | None = None
+        # A Slurm run restarts as a new job (slurm.resubmit), which carries on the attempts
+        # of the jobs before it; elsewhere attempts restart in this process.
+        sched = req.get("scheduler")
+        self.job = (os.environ.get("SLURM_JOB_ID") or None
+                    if isinstance(sched, dict) and sched.get("kind") == "slurm" else None)
+        if self.job is not None:
+            before = (load(run_dir) or {}).get("attempts")
+            self.attempts = [a for a in before if isinstance(a, dict)] if isinstance(before, list) else []
+            for a in self.attempts:
+                if a.get("ended_at") is None:  # its job died under it (a node lost, a requeue)
+                    a.update(ended_at=time.time(), restarted=False, why="its Slurm job ended under it")
 
     def on_signal(self, num: int, _frame: Any) -> None:
         """A kill (it signals the attempt's processes itself): never start another."""
         self.stop_sig = self.stop_sig or num
         self.wake.set()
 
-    def save(self, restart_at: float | None = None, note: str | None = None) -> None:
+    def save(self, restart_at: float | None = None, note: str | None = None,
+             next_job: str | None = None) -> None:
         rec = {"restarts": sum(1 for a in self.attempts if a.get("restarted")),
-               "attempts": self.attempts, "restart_at": restart_at, "note": note,
+               "attempts": self.attempts, "restart_at": restart_at, "note": note, "next_job": next_job,
                "max_restarts": self.policy.get("max_restarts"), "on_hang": self.policy.get("on_hang"),
                "policy": self.policy.get("restart")}
         try:
@@ -350,6 +362,8 @@ class Supervisor:
         start, inode = self._log_pos()
         started = time.time()
         rec: dict[str, Any] = {"n": n, "started_at": started, "log_offset": start}
+        if self.job is not None:
+            rec["job_id"] = self.job
         self.attempts.append(rec)
         self.save()
         try:
@@ -386,6 +400,32 @@ class Supervisor:
         rec["cause"] = None if code == 0 and not hung else self._cause(start)
         return rec
 
+    def resubmit(self, n: int, rec: dict, why: str, wait: float) -> None:
+        """Restart a Slurm run as a new job that begins after ``wait`` (slurm.resubmit);
+        the job this supervisor runs in then ends. A kill that came meanwhile cancels the
+        new job (the kill itself also cancels whatever job slurm.json names by then)."""
+        slurm = _slurm()
+        try:
+            job = slurm.resubmit(self.run_dir, wait)
+        except Exception as e:  # sbatch refused or is missing: the run ends here, saying why
+            text = " ".join(str(e).split()) or type(e).__name__
+            rec.update(restarted=False, restart_at=None, why="not restarted: %s" % text)
+            self.save(note=rec["why"])
+            self.say("%d ended (%s): %s" % (n, _how(rec), rec["why"]))
+            return
+        rec["next_job"] = job
+        if self.stop_sig is None:
+            self.save(restart_at=rec["restart_at"], note=why, next_job=job)
+            self.say("%d ended (%s): %s in %s, as Slurm job %s" % (n, _how(rec), why, _span(wait), job))
+        if self.stop_sig is not None:  # killed while submitting: the new job never runs
+            try:
+                slurm.cancel(job)
+            except Exception:
+                pass  # the kill cancels it too
+            rec.update(restarted=False, restart_at=None, why="killed while waiting to restart")
+            self.save(note=rec["why"])
+            self.say("%d: killed while waiting to restart; Slurm job %s cancelled" % (n, job))
+
     def _cause(self, start: int) -> dict | None:
         try:
             with open(self.log, "rb") as f:
@@ -399,7 +439,9 @@ class Supervisor:
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self.on_signal)
-        n, code = 1, 1
+        n, code = len(self.attempts) + 1, 1
+        if n > 1:  # a Slurm run's next job: the attempts before it ran in earlier jobs
+            self.say("%d/%d starts (Slurm job %s)" % (n, int(self.policy.get("max_restarts", 3)) + 1, self.job))
         while True:
             rec = self.attempt(n)
             restart, why = decide(self.policy, self.attempts, rec, rec["ended_at"])
@@ -417,6 +459,9 @@ class Supervisor:
             wait = delay(self.policy, sum(1 for a in self.attempts if a.get("restarted")))
             at = time.time() + wait
             rec["restart_at"] = at
+            if self.job is not None:  # a Slurm run: a new job begins after the wait; this one ends
+                self.resubmit(n, rec, why, wait)
+                break
             self.save(restart_at=at, note=why)
             self.say("%d ended (%s): %s in %s" % (n, _how(rec), why, _span(wait)))
             self.wake.wait(wait)
@@ -456,6 +501,20 @@ def _signum(name: Any) -> int:
         return int(signal.Signals[str(name)])
     except KeyError:
         return int(signal.SIGKILL)
+
+
+def resubmitted(run_dir: str) -> bool:
+    """Whether a Slurm run goes on as a new job (``Supervisor.resubmit``): the job that
+    ends now is not the run's end, so its shim records no exit."""
+    rec = load(run_dir) or {}
+    return bool(rec.get("next_job")) and rec.get("restart_at") is not None
+
+
+def _slurm() -> Any:
+    """remote/slurm.py, imported only when a Slurm run restarts."""
+    from remote import slurm
+
+    return slurm
 
 
 def load(run_dir: str) -> dict | None:

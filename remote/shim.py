@@ -234,6 +234,16 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     elif status is not None:
         code = os.WEXITSTATUS(status)
     ended = time.time()
+    if not detach and restart.resubmitted(run_dir):
+        # A Slurm run restarted as a new job (restart.py): this job's end is not the run's.
+        if recorder is not None:
+            recorder.event(ended, "resubmitted", code=code, signal=sig_name)
+            recorder.close()
+        if reserve is not None:  # the next job's shim reserves its own
+            os.close(reserve)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
+        return code if code is not None else 128 + (os.WTERMSIG(status) if status is not None else 0)
     if recorder is not None:
         recorder.event(ended, "exit", code=code, signal=sig_name)
         recorder.close()

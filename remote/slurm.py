@@ -103,6 +103,9 @@ def _script(run_dir: str, python: str) -> str:
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
         "import sys",
         "sys.path.insert(0, %r)" % above,
+        "import os",
+        "if os.path.exists(%r):  # killed while this job waited to restart the run" % os.path.join(run_dir, "killed.json"),
+        "    sys.exit(0)",
         "from remote import shim",
         "sys.exit(shim.supervise(%r, detach=False))" % run_dir,
         "",
@@ -113,7 +116,8 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
            opts: Any, patch_state: Any = None, log: str | None = None,
            python: str = sys.executable, restart: Any = None) -> dict:
     """Write the batch script and submit it with ``sbatch --parsable``; the run record.
-    ``restart``: the restart policy; the job's shim restarts within its allocation."""
+    ``restart``: the restart policy; the job's supervisor resubmits the run as a new job
+    (``resubmit``)."""
     rundir.validate(name, argv, cwd, env, patch_state)
     opts = check_options(opts)
     if log is not None and not isinstance(log, str):
@@ -159,6 +163,55 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
                                   {"job_id": job, "submitted_at": time.time(), "sbatch": sbatch})
         _SQUEUE.clear()
         return record(run_dir)
+
+
+def resubmit(run_dir: str, wait: float) -> str:
+    """Submit the run's batch script again, as a new job that starts no sooner than
+    ``wait`` seconds from now (``sbatch --begin``): a restart of a Slurm run, called by
+    the restart supervisor inside the job that failed (restart.py). The wait is spent
+    in the queue, not holding the failed job's nodes. ``slurm.json`` then names the new
+    job (the run's record follows it) and lists every job of the run. The new job id."""
+    path = os.path.join(run_dir, SLURM_FILE)
+    info = rundir.read_json(path)
+    if not isinstance(info, dict) or not isinstance(info.get("sbatch"), list) or not info["sbatch"]:
+        raise RunnerError("%s has no sbatch command to resubmit" % path)
+    sbatch = [a for a in info["sbatch"] if not str(a).startswith("--begin=")]
+    sbatch.insert(len(sbatch) - 1, "--begin=now+%d" % max(0, int(wait + 0.999)))  # before the script
+    # The failed job's own Slurm variables, GPUs and run marker stay out of the new job's
+    # environment: it gets its own from Slurm and the shim.
+    env = {k: v for k, v in os.environ.items()
+           if k == "SLURM_CONF" or not (k.startswith(("SLURM_", "SBATCH_")) or k in
+                                        ("CUDA_VISIBLE_DEVICES", shim.RUN_ENV))}
+    try:
+        done = subprocess.run(sbatch, capture_output=True, text=True, timeout=TIMEOUT,
+                              stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RunnerError("sbatch failed: %s" % e) from None
+    job = done.stdout.strip().split(";")[0]
+    if done.returncode != 0 or not job.isdigit():
+        raise RunnerError("sbatch failed: %s" % _line(done.stderr or done.stdout))
+    jobs = [str(j) for j in info.get("jobs") or [info.get("job_id")] if j]
+    atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch,
+                                     jobs=jobs + [job]))
+    return job
+
+
+def first_node(nodes: str) -> str:
+    """The first host of a Slurm node list ("gpu[3-4],gpu7" -> "gpu3"), by
+    ``scontrol show hostnames``; a plain name as it is."""
+    if "[" not in nodes and "," not in nodes:
+        return nodes
+    try:
+        done = _run(["scontrol", "show", "hostnames", nodes])
+    except RunnerError:
+        return nodes.split(",")[0]
+    names = done.stdout.split() if done.returncode == 0 else []
+    return names[0] if names else nodes.split(",")[0]
+
+
+def cancel(job: str) -> None:
+    """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
+    _run(["scancel", job])
 
 
 # ---------------------------------------------------------------- state
@@ -211,7 +264,7 @@ def squeue(fresh: bool = False) -> dict[str, dict]:
         jobs[str(j.get("job_id"))] = {"state": _state_name(j.get("job_state")),
                                       "reason": j.get("state_reason"), "nodes": j.get("nodes") or None,
                                       "exit_code": code, "signal": sig}
-    _SQUEUE.update(at=now, jobs=jobs)
+    _SQUEUE.update(at=now, wall=time.time(), jobs=jobs)
     return jobs
 
 
@@ -238,9 +291,15 @@ def sacct(job: str) -> dict | None:
     for j in jobs:
         if str(j.get("job_id")) == job:
             code, sig = _exit(j.get("exit_code"))
-            return {"state": _state_name(j.get("state")), "reason": (j.get("state") or {}).get("reason")
+            state = _state_name(j.get("state"))
+            if state == "FAILED" and code == 0 and sig is None:
+                code = None  # 22.05's sacct --json says SUCCESS / 0 for a failed batch job
+            times = j.get("time") if isinstance(j.get("time"), dict) else {}
+            end = times.get("end")
+            return {"state": state, "reason": (j.get("state") or {}).get("reason")
                     if isinstance(j.get("state"), dict) else None,
-                    "nodes": j.get("nodes") or None, "exit_code": code, "signal": sig}
+                    "nodes": j.get("nodes") or None, "exit_code": code, "signal": sig,
+                    "elapsed": times.get("elapsed"), "ended_at": end if isinstance(end, int) and end > 0 else None}
     return None
 
 
@@ -284,6 +343,13 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         rec["slurm_note"] = squeue_error
         return rec
     found = jobs.get(job)
+    submitted = info.get("submitted_at")
+    if (found is None and isinstance(submitted, (int, float)) and "wall" in _SQUEUE
+            and submitted >= _SQUEUE["wall"] - 1):
+        try:  # submitted after that reading (a restart's new job): ask again
+            found = squeue(fresh=True).get(job)
+        except RunnerError:
+            pass
     if found is None:  # gone from squeue (after MinJobAge): accounting, if there is any
         found = sacct(job)
         if found is None:
@@ -296,6 +362,12 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
                    nodes=found["nodes"])
         if st in PENDING:
             rec["state"] = "pending"
+            tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
+            at = tried.get("restart_at") if isinstance(tried, dict) else None
+            if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
+                # a restart resubmitted as this job, waiting to begin; the attempts as read here
+                rec.update(restart_at=at, restarts=tried.get("restarts") or 0, attempts=tried.get("attempts"),
+                           restart_note=tried.get("note"), max_restarts=tried.get("max_restarts"))
         elif st in ACTIVE:
             rec["state"] = "running"
         elif killed or st == "CANCELLED":
@@ -305,7 +377,7 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         if rec["state"] in ("exited", "killed") and rec["exit_code"] is None and rec["signal"] is None:
             rec["exit_code"], rec["signal"] = found["exit_code"], found["signal"]
         if rec["state"] in ("exited", "killed") and rec["ended_at"] is None:
-            rec["ended_at"] = time.time()  # Slurm's end time is not in every version's JSON
+            rec["ended_at"] = found.get("ended_at") or time.time()  # sacct's end, where it has one
     elif rec["state"] == "pending":  # never started and Slurm forgot it
         rec["state"] = "killed" if killed else "lost"
     return rec
@@ -371,11 +443,14 @@ def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
 
 
 def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float = 30.0,
-         gpu_query: Any = None, progress: Callable[[dict], None] | None = None) -> dict:
+         gpu_query: Any = None, progress: Callable[[dict], None] | None = None,
+         node: Any = None) -> dict:
     """``scancel --signal=TERM --full``, wait the grace, plain ``scancel``, wait for the
     job to leave Slurm's active states; then SIGKILL whatever of the run is still on
     this node and wait until no GPU lists a process of it (the same proof as a local
-    kill). Nodes other than this host get no proof here: `gpus_free` is None there."""
+    kill). ``node``: the agent inside the job on its node (remote/nodeagent.py); the
+    proof is then read there, from the last snapshot it sent before its step ended.
+    Other nodes get no proof: `gpus_free` is None there."""
     run_dir = rundir.trusted_run_dir(runs_dir, run_id)
     if not is_slurm(run_dir):
         raise RunnerError("run %s is not a Slurm run" % run_id)
@@ -384,11 +459,14 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     rec = record(run_dir, squeue(fresh=True))
     job = rec["job_id"]
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
-    here = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
+    on_node = node is not None and rec["state"] == "running" and node.wait_ready(5.0)
+    if on_node:
+        gpu_query = node.gpus
+    here = not on_node and isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
     finder = killer.RunFinder(run_id, manifest if here else None, None) if here else None
     if finder is not None:
         finder.scan()
-    before = killer.gpu_read(gpu_query) if here else None
+    before = node.reading(5.0) if on_node else killer.gpu_read(gpu_query) if here else None
     stages: list[dict] = []
 
     def elapsed() -> float:
@@ -424,6 +502,15 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         end = time.monotonic() + CANCEL_WAIT
         while time.monotonic() < end and active():
             time.sleep(0.2)
+    newer = str((rundir.read_json(os.path.join(run_dir, SLURM_FILE)) or {}).get("job_id") or "")
+    if newer and newer != job:  # the run restarted as a new job meanwhile: that one goes too
+        job = newer
+        if active():
+            stages.append({"signal": "scancel", "at": elapsed(), "job_id": job})
+            _run(["scancel", job])
+            end = time.monotonic() + CANCEL_WAIT
+            while time.monotonic() < end and active():
+                time.sleep(0.2)
     if finder is not None:  # anything of the run Slurm did not track (escaped the job)
         finder.scan()
         for pid in finder.alive():
@@ -431,7 +518,13 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
         end = time.monotonic() + killer.KILL_WAIT
         while finder.alive() and time.monotonic() < end:
             time.sleep(0.1)
-    freed = killer.wait_for_gpus(finder, before, gpu_query if here else None, float(gpu_wait), report)
+    if on_node:
+        freed = killer.wait_for_gpus(None, before, gpu_query, float(gpu_wait), report, pids=node.run_pids,
+                                     first=node.reading(gpu_wait), stop=node.ended.is_set)
+        if freed["gpus_free"] is False and node.ended.is_set():
+            freed["gpus_free"] = None  # its step ended (Slurm's SIGKILL) before it saw the memory go
+    else:
+        freed = killer.wait_for_gpus(finder, before, gpu_query if here else None, float(gpu_wait), report)
     still = active()
     final = record(run_dir, squeue(fresh=True))
     result = {"run_id": run_id, "job_id": job,
@@ -439,8 +532,14 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
               "stages": stages, **freed,
               "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
               "elapsed": elapsed()}
-    if rec["state"] == "pending":
+    if rec["state"] == "pending" and rec.get("restart_at") is not None:
+        result["note"] = "job %s was waiting to restart the run: cancelled, nothing starts later" % job
+    elif rec["state"] == "pending":
         result["note"] = "job %s was still pending: no process of it ever ran" % job
+    elif on_node and freed["gpus_free"] is None:
+        result["note"] = "the agent on %s ended before the run's GPU memory was seen freed" % node.node
+    elif on_node:
+        result["note"] = "GPU proof read through %s" % node.step()
     elif not here and rec.get("nodes"):
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
     report("done")

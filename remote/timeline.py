@@ -22,7 +22,8 @@ Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
   ``awake`` (the run's CPU and GPUs stood still after its load; pace's ``idle_since``),
   ``attempts`` (the restart supervisor's ``restarts``, ``note``, ``restart_at``, the
   last attempt's ``n`` and ``cause``), ``exit`` (``code``, ``signal``: a kill shows
-  as the run's signal).
+  as the run's signal), ``resubmitted`` (a Slurm run's job ended and the run goes on as
+  a new job: ``code``, ``signal`` of the job that ended).
 
 Sampling: progress and GPUs at most every ``SAMPLE_S`` seconds (the shim's tick is 5 s),
 a phase change or an event at once. Bounded: past ``THIN_AT`` bytes samples come every

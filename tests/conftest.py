@@ -101,6 +101,17 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def slurm_accounting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second real single-node cluster, with Slurm's accounting: its own MariaDB and
+    slurmdbd on loopback (tests/slurm.py); fails with one line when they are missing."""
+    why = slurm_missing(accounting=True)
+    if why:
+        pytest.fail(why, pytrace=False)
+    with Cluster(tmp_path_factory.mktemp("slurmdbd"), accounting=True) as cluster:
+        yield cluster
+
+
 def _counts(terminalreporter: pytest.TerminalReporter) -> dict[bool, Counter[str]]:
     """Outcomes by test, split into architecture checks (marker `arch`) and the rest."""
     counts: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}

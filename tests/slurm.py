@@ -4,7 +4,18 @@
 slurmctld + slurmd on 127.0.0.1 with free ports, as the current user (SlurmUser and
 SlurmdUser are whoever runs the tests), with a faked GRES of two GPUs (`Count=` in
 gres.conf: no device files). Commands talk to it through `SLURM_CONF` (`cluster.env`).
-Accounting is off (no slurmdbd), so `sacct` fails here and the code falls back.
+Accounting is off (no slurmdbd), so `sacct` fails here and the code falls back;
+`Cluster(tmp, accounting=True)` adds Slurm's accounting: its own MariaDB server (a
+data dir in the temp dir, on 127.0.0.1 and a socket there) and slurmdbd on 127.0.0.1,
+the cluster, an account and the user registered with sacctmgr, and a MinJobAge of a
+few seconds so squeue forgets ended jobs and sacct is the only record
+(`ACCOUNTING_PACKAGES`: Debian's slurmdbd and mariadb-server).
+
+The node's GPU, a stand-in: `NODE_SMI`, an `nvidia-smi` on PATH only inside jobs (Slurm's
+TaskProlog puts its directory first on every task's PATH, as a GPU node has the real one
+and a login node none). Its GPU's name carries the job and step ids it ran under, so a
+reading that came through `srun --overlap` says so; processes started with HOLDS_GPU=1
+in their environment hold 1 GiB on it while they live (read from /proc).
 
 `missing()` names the Debian packages that are not installed ("" when all are): the
 tier fails with that line rather than skipping.
@@ -18,11 +29,30 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+NODE_SMI = """#!{python}
+import os, sys
+arg = sys.argv[1]
+if arg.startswith("--query-gpu="):
+    print("0, Stand-in GPU job %s step %s, GPU-node-0, 0, 81920, 0, 30, 50.0, 700.0"
+          % (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")))
+elif arg.startswith("--query-compute-apps="):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
+            state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
+            print("GPU-node-0, %s, 1024" % pid)
+"""
 LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
 PACKAGES = {"slurm-wlm": ("slurmctld", "slurmd", "sbatch", "squeue", "scancel"), "munge": ("munged",)}
+ACCOUNTING_PACKAGES = {"slurmdbd": ("slurmdbd", "sacct", "sacctmgr"),
+                       "mariadb-server": ("mariadbd", "mariadb-install-db", "mariadb")}
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin")
 
 
@@ -31,9 +61,10 @@ def _which(name: str) -> str | None:
         (os.path.join(d, name) for d in SBIN if os.access(os.path.join(d, name), os.X_OK)), None)
 
 
-def missing() -> str:
+def missing(accounting: bool = False) -> str:
     """'' when every program is installed, else one line saying what to install."""
-    need = [pkg for pkg, progs in PACKAGES.items() if not all(_which(p) for p in progs)]
+    packages = dict(PACKAGES, **(ACCOUNTING_PACKAGES if accounting else {}))
+    need = [pkg for pkg, progs in packages.items() if not all(_which(p) for p in progs)]
     if not need:
         return ""
     return ("the Slurm tier needs the Debian packages %s: sudo apt-get install %s (tests/run "
@@ -88,6 +119,7 @@ MinJobAge=600
 KillWait=3
 InactiveLimit=0
 GresTypes=gpu
+TaskProlog={d}/taskprolog
 SlurmctldLogFile={d}/log/slurmctld.log
 SlurmdLogFile={d}/log/slurmd.log
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:2 State=UNKNOWN
@@ -102,8 +134,9 @@ class ClusterError(RuntimeError):
 class Cluster:
     """slurmctld + slurmd + munged in `tmp`; use as a context manager."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, accounting: bool = False) -> None:
         self.dir = Path(tmp)
+        self.accounting = accounting
         self.node = "e3node"
         self.procs: list[subprocess.Popen] = []
         self.conf = self.dir / "slurm.conf"
@@ -125,7 +158,7 @@ class Cluster:
         return "\n".join(parts)
 
     def start(self) -> Cluster:
-        why = missing()
+        why = missing(self.accounting)
         if why:
             raise ClusterError(why)
         d = self.dir
@@ -140,10 +173,26 @@ class Cluster:
                   "--seed-file", str(d / "munge.seed"), "--force", "--foreground"]
         self._spawn([a for a in munged if a], "munged")
         self._wait(lambda: (d / "munge.sock").exists(), 10, "munged's socket")
+        nodebin = d / "nodebin"  # the node's nvidia-smi: on PATH inside jobs only
+        nodebin.mkdir(exist_ok=True)
+        (nodebin / "nvidia-smi").write_text(NODE_SMI.format(python=sys.executable))
+        (nodebin / "nvidia-smi").chmod(0o755)
+        (d / "taskprolog").write_text('#!/bin/sh\necho "export PATH=%s:$PATH"\n' % nodebin)
+        (d / "taskprolog").chmod(0o755)
         ctld_port, d_port = _free_ports(2)
-        self.conf.write_text(CONF.format(node=self.node, ctld_port=ctld_port, d_port=d_port,
-                                         user=getpass.getuser(), d=d,
-                                         host=socket.gethostname().split(".")[0], cpus=os.cpu_count() or 1))
+        conf = CONF.format(node=self.node, ctld_port=ctld_port, d_port=d_port, user=getpass.getuser(),
+                           d=d, host=socket.gethostname().split(".")[0], cpus=os.cpu_count() or 1)
+        if self.accounting:
+            dbd_port = self._accounting()
+            conf = conf.replace("AccountingStorageType=accounting_storage/none\n",
+                                "AccountingStorageType=accounting_storage/slurmdbd\n"
+                                "AccountingStorageHost=127.0.0.1\nAccountingStoragePort=%d\n"
+                                # the munge socket for slurmdbd connections (slurm.conf(5))
+                                "AccountingStoragePass=%s/munge.sock\n" % (dbd_port, d))
+            conf = conf.replace("MinJobAge=600", "MinJobAge=5")
+        self.conf.write_text(conf)
+        if self.accounting:
+            self._register()
         # Two fake GPUs: gres/gpu wants one device file per GPU (Count= alone registers 0).
         (d / "gres.conf").write_text("".join("NodeName=%s Name=gpu File=%s\n" % (self.node, dev)
                                              for dev in ("/dev/null", "/dev/zero")))
@@ -151,6 +200,48 @@ class Cluster:
         self._spawn([_which("slurmd") or "slurmd", "-D", "-N", self.node, "-f", str(self.conf)], "d")
         self._wait(self._idle, 30, "the node to come up idle")
         return self
+
+    def _accounting(self) -> int:
+        """MariaDB and slurmdbd, before slurmctld; the port slurmdbd listens on."""
+        d, user = self.dir, getpass.getuser()
+        db_port, dbd_port = _free_ports(2)
+        sock = d / "mysql.sock"
+        init = subprocess.run([_which("mariadb-install-db") or "mariadb-install-db", "--no-defaults",
+                               "--datadir=%s" % (d / "db"), "--user=%s" % user, "--skip-test-db",
+                               "--auth-root-authentication-method=socket"],
+                              env=self.env, capture_output=True, text=True, timeout=120)
+        if init.returncode != 0:
+            raise ClusterError("mariadb-install-db failed: %s" % (init.stderr or init.stdout)[-500:])
+        self._spawn([_which("mariadbd") or "mariadbd", "--no-defaults", "--datadir=%s" % (d / "db"),
+                     "--socket=%s" % sock, "--port=%d" % db_port, "--bind-address=127.0.0.1",
+                     "--user=%s" % user, "--pid-file=%s" % (d / "mariadb.pid"),
+                     "--log-error=%s" % (d / "log" / "mariadb.log")], "mariadbd")
+        self._wait(sock.exists, 60, "MariaDB's socket")
+        sql = ("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'e3test';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
+        self._wait(lambda: subprocess.run([_which("mariadb") or "mariadb", "--no-defaults", "-S", str(sock),
+                                           "-u", user, "-e", sql], capture_output=True, timeout=30,
+                                          env=self.env).returncode == 0, 60, "MariaDB to take the user")
+        dbd_conf = d / "slurmdbd.conf"  # beside slurm.conf, where slurmdbd looks (SLURM_CONF)
+        dbd_conf.write_text(
+            "AuthType=auth/munge\nAuthInfo=socket=%s/munge.sock\nDbdAddr=127.0.0.1\nDbdHost=localhost\n"
+            "DbdPort=%d\nSlurmUser=%s\nStorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\n"
+            "StoragePort=%d\nStorageUser=slurm\nStoragePass=e3test\nStorageLoc=slurm_acct_db\n"
+            "PidFile=%s/slurmdbd.pid\nLogFile=%s/log/slurmdbd.log\n" % (d, dbd_port, user, db_port, d, d))
+        dbd_conf.chmod(0o600)
+        self._spawn([_which("slurmdbd") or "slurmdbd", "-D"], "slurmdbd")
+        return dbd_port
+
+    def _register(self) -> None:
+        """The cluster, an account and this user in slurmdbd (sacctmgr), before slurmctld."""
+        user = getpass.getuser()
+        for args in (["add", "cluster", "e3test"], ["add", "account", "e3", "cluster=e3test"],
+                     ["add", "user", user, "account=e3", "cluster=e3test"]):
+            def done(args: list[str] = args) -> bool:
+                r = subprocess.run([_which("sacctmgr") or "sacctmgr", "-i", *args], env=self.env,
+                                   capture_output=True, text=True, timeout=30)
+                return r.returncode == 0 or "already exist" in (r.stdout + r.stderr).lower()
+            self._wait(done, 60, "sacctmgr " + " ".join(args))
 
     def _idle(self) -> bool:
         for p in self.procs:

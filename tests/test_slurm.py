@@ -5,11 +5,15 @@ scancel escalation and the GPU-free proof, a failed job's exit code, resubmissio
 One stand-in: the GPU. Off the GPU machine a fake `nvidia-smi` (the agent's second GPU
 source) reports that every process started with HOLDS_GPU=1 in its environment holds
 1 GiB on GPU 0 while it lives, read from /proc, so the proof sees real processes go.
-Slurm's own GPUs are faked by gres.conf. Packages missing: the tier fails with one line.
+Slurm's own GPUs are faked by gres.conf. The job's node has its own stand-in
+(tests/slurm.py NODE_SMI, on PATH inside jobs only), so a reading through the node
+agent's `srun --overlap` step is told from the login agent's. Packages missing: the tier
+fails with one line.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -43,7 +47,7 @@ elif arg.startswith("--query-compute-apps="):
         try:
             env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
             state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+        except (OSError, IndexError):  # gone meanwhile
             continue
         if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
             print("GPU-standin-0, %s, 1024" % pid)
@@ -106,6 +110,14 @@ def in_state(a: AgentProc, run_id: str, state: str) -> Callable[[], dict | None]
     return check
 
 
+def with_pid(a: AgentProc, run_id: str) -> Callable[[], dict | None]:
+    """The run's record once the shim's manifest gave it its pid."""
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec.get("pid") is not None else None
+    return check
+
+
 def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     first = launch(agent, "first", STUBBORN)
     assert first["scheduler"] == "slurm" and first["job_id"].isdigit()
@@ -128,6 +140,7 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     say("running: " + view.slurm_label(Run.from_dict(a)))
     wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up") or None,
              20, "the run's first line")
+    a = wait_for(with_pid(agent, first["run_id"]), 20, "the run's manifest")  # RUNNING may come first
     snap = agent.call("snapshot")
     held = [p for g in snap["gpus"] for p in g["processes"]]
     assert any(p["pid"] == a["pid"] and p["mem"] == GIB for p in held), held
@@ -199,6 +212,185 @@ def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> 
     assert "\n" not in str(err.value)
     failed = [r for r in agent.call("runs")["runs"] if r["name"] == "nowhere"]
     assert failed and failed[0]["state"] == "failed" and "sbatch failed" in failed[0]["error"]
+
+
+# ---------------------------------------------------------------- restarts as new jobs
+
+JOB = str(REPO / "tests" / "jobs" / "resumable_job.py")
+
+
+def launch_restartable(a: AgentProc, name: str, mode: str, toml: str, n: int = 6) -> tuple[dict, Path]:
+    """The resumable job (tests/jobs/resumable_job.py) submitted with a restart policy
+    compiled from eagle3.toml, as the client sends it."""
+    from tui.services.config import parse_config
+    from tui.services.restartpolicy import compile_policy
+
+    out = a.tmp / ("out-" + name)  # type: ignore[attr-defined]
+    sched = {"kind": "slurm", "partition": "debug", "gpus": 1, "time": "10", "sbatch_args": []}
+    rec = a.call("launch", {"name": name, "argv": [sys.executable, JOB, str(out), str(n), mode],
+                            "cwd": str(a.tmp), "env": {}, "scheduler": sched,  # type: ignore[attr-defined]
+                            "restart": compile_policy(parse_config(toml))})
+    return rec, out
+
+
+def waiting(a: AgentProc, run_id: str) -> Callable[[], dict | None]:
+    def check() -> dict | None:
+        rec = run_of(a, run_id)
+        return rec if rec.get("restart_at") is not None else None
+    return check
+
+
+def test_a_transient_failure_resubmits_the_job(agent: AgentProc) -> None:
+    toml = '[run]\nrestart = "on-failure"\nrestart_delay = 4\ngraces = [0.5, 0.5]\n'
+    rec, out = launch_restartable(agent, "resubmit", "transient1", toml)
+    first = rec["job_id"]
+    wait = wait_for(waiting(agent, rec["run_id"]), 60, "the run to wait for its restart")
+    # The failed job ended; the restart is a new job, queued until the delay is over.
+    assert wait["state"] == "pending" and wait["job_id"] != first, wait
+    assert wait["slurm_state"] == "PENDING" and wait["slurm_reason"] == "BeginTime", wait
+    assert wait["restarts"] == 1 and wait["attempts"][0]["job_id"] == first
+    shown = view.run_row(Run.from_dict(wait), "", time.time())
+    assert shown.state == "waiting" and "; waiting to restart in " in shown.note, shown
+    say("restart: job %s died (%s); the run waits: %s %s"
+        % (first, wait["attempts"][0]["cause"]["title"], shown.state, shown.note))
+    done = wait_for(in_state(agent, rec["run_id"], "exited"), 90, "the resubmitted job to finish")
+    assert (done["exit_code"], done["restarts"], done["slurm_state"]) == (0, 1, "COMPLETED"), done
+    assert done["job_id"] == wait["job_id"] and done["restart_at"] is None
+    assert [(a["job_id"], a["restarted"]) for a in done["attempts"]] == [(first, True), (wait["job_id"], False)]
+    assert done["attempts"][0]["cause"]["id"] == "nccl-timeout" and done["attempts"][1]["why"] == "finished"
+    writes = (out / "writes.log").read_text().split()
+    assert sorted(writes, key=int) == [str(i) for i in range(1, 7)]  # every sample exactly once
+    log = Path(done["log"]).read_text()
+    assert "[eagle3-tui] attempt 2/4 starts (Slurm job %s)" % wait["job_id"] in log, log
+    shown = view.run_row(Run.from_dict(done), "", time.time())
+    say("restarted: run %s %s: %s" % (done["run_id"], shown.state, shown.note))
+
+
+def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
+    toml = '[run]\nrestart = "on-failure"\nrestart_delay = 600\n'
+    rec, out = launch_restartable(agent, "killwait", "always", toml)
+    wait = wait_for(waiting(agent, rec["run_id"]), 60, "the run to wait for its restart")
+    assert wait["restart_at"] > time.time() + 500 and wait["job_id"] != rec["job_id"]
+    report = agent.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
+    assert report["ok"] and [s["signal"] for s in report["stages"]] == ["scancel"], report
+    assert report["job_id"] == wait["job_id"] and "waiting to restart" in report["note"], report
+    gone = wait_for(in_state(agent, rec["run_id"], "killed"), 20, "the cancelled restart")
+    assert gone["slurm_state"] == "CANCELLED" and gone["restart_at"] is None
+    time.sleep(2)
+    assert (out / "attempts").read_text() == "1"  # nothing started later
+    say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(report)))
+
+
+# ---------------------------------------------------------------- the job's node
+
+@pytest.fixture()
+def login_agent(slurm_cluster: Cluster, tmp_path: Path):
+    """The agent as on a login node: no GPU of its own (nvidia-smi is not on its PATH;
+    jobs get the node's stand-in through TaskProlog, tests/slurm.py)."""
+    env = dict(slurm_cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi")
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        yield a
+    # a failed test's job must not hold the node's GPUs for the tests after it
+    subprocess.run(["scancel", "--user", getpass.getuser()], env=slurm_cluster.env, capture_output=True,
+                   timeout=30, check=False)
+
+
+def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent: AgentProc) -> None:
+    a = login_agent
+    login = a.call("snapshot")
+    assert login["gpus"] == [] and login["gpu_error"] == "nvidia-smi not found", login
+    rec = launch(a, "onnode", SLEEPER, gpus=1)
+    run = wait_for(in_state(a, rec["run_id"], "running"), 30, "the job to run")
+    wait_for(lambda: Path(run["log"]).exists() and Path(run["log"]).read_text().startswith("up") or None,
+             20, "the run's first line")
+    run = wait_for(with_pid(a, rec["run_id"]), 20, "the run's manifest")  # RUNNING may come first
+    a.call("follow_job", {"run_id": rec["run_id"]})
+
+    def on_node() -> dict | None:
+        snap = a.call("snapshot")
+        return snap if snap.get("gpus") and (snap.get("node") or {}).get("error") is None else None
+
+    snap = wait_for(on_node, 30, "the node agent's GPUs")
+    node = snap["node"]
+    (gpu,) = snap["gpus"]
+    # The reading came through the srun step: the stand-in is on PATH only inside the
+    # job, and names the job and step it ran under; the hello of the step says the same.
+    assert gpu["name"] == "Stand-in GPU job %s step 0" % rec["job_id"], gpu
+    assert node["via"] == "srun step %s.0 on e3node" % rec["job_id"], node
+    assert snap["gpu_source"] == "nvidia-smi via srun step %s.0 on e3node" % rec["job_id"]
+    mine = [p for p in snap["processes"] if p["run_id"] == rec["run_id"]]
+    assert run["pid"] in [p["pid"] for p in mine], snap["processes"]
+    held = {p["pid"]: p["mem"] for p in gpu["processes"]}  # (other tests' runs may hold it too)
+    assert held.get(run["pid"]) == GIB, gpu
+    say("node: job %s's GPU through %s: %s, %d MiB held by pid %d of the run"
+        % (rec["job_id"], node["via"], gpu["name"], held[run["pid"]] >> 20, run["pid"]))
+    report = a.call("kill", {"run_id": rec["run_id"], "graces": [5, 5], "gpu_wait": 10}, timeout=120)
+    assert report["ok"] and report["gpus_free"] is True, report
+    assert report["note"] == "GPU proof read through srun step %s.0 on e3node" % rec["job_id"], report
+    assert len(report["gpus"]) == 1, report
+    (g,) = report["gpus"]
+    assert g["run_mem_before"] == GIB and g["run_mem"] == 0 and g["freed"] == GIB, report
+    verdict = view.kill_verdict(report)  # what the banner and `eagle3-tui kill` say
+    assert verdict.endswith("(GPU proof read through srun step %s.0 on e3node)" % rec["job_id"]), verdict
+    say("kill on the node: %s; GPU 0 held %d MiB by the run before, %d after"
+        % (verdict, g["run_mem_before"] >> 20, g["run_mem"] >> 20))
+    wait_for(in_state(a, rec["run_id"], "killed"), 20, "the killed job")
+    snap = a.call("snapshot")  # the run ended: back to the login node's own view
+    assert "node" not in snap and snap["gpus"] == [], snap
+
+
+def test_a_node_agent_that_cannot_start_says_why_in_one_line(login_agent: AgentProc) -> None:
+    a = login_agent
+    rec = launch(a, "nossh", SLEEPER, gpus=1)
+    wait_for(in_state(a, rec["run_id"], "running"), 30, "the job to run")
+    marks = a.mark()
+    a.call("follow_job", {"run_id": rec["run_id"], "how": "ssh"})  # e3node is no ssh host here
+
+    def said() -> dict | None:
+        a.call("snapshot")
+        return next((m for m in a.messages[marks:] if m.get("type") == "error"
+                     and "no agent on e3node" in m.get("message", "")), None)
+
+    err = wait_for(said, 30, "the node agent's failure")
+    assert "\n" not in err["message"] and err["message"].endswith(
+        "; GPUs and processes are this login node's"), err
+    snap = a.call("snapshot")
+    assert snap["node"]["error"] and snap["gpus"] == [] and snap["gpu_error"] == "nvidia-smi not found"
+    say("node agent refused: " + err["message"])
+    a.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
+
+
+# ---------------------------------------------------------------- Slurm's own record
+
+def test_sacct_keeps_the_jobs_record_after_squeue_forgot_it(slurm_accounting: Cluster, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    env = dict(slurm_accounting.env, EAGLE3_TUI_GPU_SOURCE="none")
+    with AgentProc(env=env) as a:
+        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
+        a.tmp = tmp_path  # type: ignore[attr-defined]
+        rec = launch(a, "acct", "import sys, time\nprint('boom', flush=True)\ntime.sleep(2)\nsys.exit(3)\n",
+                     gpus=1)
+        wait_for(in_state(a, rec["run_id"], "exited"), 60, "the failing job to end")
+    job, run_dir = rec["job_id"], str(tmp_path / "runs" / rec["run_id"])
+    monkeypatch.setenv("SLURM_CONF", slurm_accounting.env["SLURM_CONF"])
+    monkeypatch.setattr(slurm, "_SQUEUE", {})  # this process's readings of the other cluster
+    monkeypatch.setattr(slurm, "_NO_ACCOUNTING", [])
+    wait_for(lambda: job not in slurm.squeue(fresh=True) or None, 60, "squeue to forget the job (MinJobAge)")
+    acct = wait_for(lambda: slurm.sacct(job), 30, "slurmdbd to have the job")
+    # Slurm 22.05's sacct --json gives this failed batch job's exit_code as SUCCESS / 0:
+    # taken as unknown; the run dir's exit record has the 3.
+    assert (acct["state"], acct["exit_code"], acct["nodes"]) == ("FAILED", None, "e3node"), acct
+    assert isinstance(acct["elapsed"], int) and acct["elapsed"] >= 2, acct
+    assert isinstance(acct["ended_at"], int) and abs(acct["ended_at"] - time.time()) < 600, acct
+    forgotten = slurm.record(run_dir)
+    assert (forgotten["state"], forgotten["exit_code"], forgotten["slurm_state"]) == ("exited", 3, "FAILED")
+    assert forgotten["nodes"] == "e3node" and forgotten["slurm_note"] is None, forgotten
+    shown = view.run_row(Run.from_dict(forgotten), "", time.time())
+    say("sacct after squeue forgot job %s: %s, elapsed %d s, on %s (slurmdbd + MariaDB)"
+        % (job, acct["state"], acct["elapsed"], acct["nodes"]))
+    say("the run's record from sacct: %s %s" % (shown.state, shown.job))
 
 
 # ---------------------------------------------------------------- the CLI on `local`
@@ -318,6 +510,27 @@ async def test_dashboard_shows_jobs_and_kill_names_scancel() -> None:
             await pilot.pause(0.02)
         body = str(app.screen.query_one("#body").render())
         assert "Slurm job 12: scancel --signal=TERM, then plain scancel after 20 s." in body, body
+    # The selected running job is followed to its node, once; the pending one never is.
+    follows = [args for op, args in client.requests if op == "follow_job"]
+    assert follows == [{"run_id": SLURM_RUN["run_id"], "how": "srun"}], follows
+
+
+async def test_dashboard_shows_the_jobs_node_gpus() -> None:
+    """The agent's snapshot while it follows the job (the shape the tier's
+    test_the_jobs_node_through_srun_overlap… reads from the real agent): the GPU box
+    names where its GPUs come from."""
+    from tests.replay import ReplayClient, snapshot
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+
+    client = ReplayClient([snapshot(2, runs=[SLURM_RUN], gpu_source="nvml via srun step 12.0 on gpu-node7")])
+    app = make_app(client, parse_config('[run]\nname = "kimi"\nscheduler = "slurm"\n'), "login1")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.state.seq != 0:
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        title = str(app.query_one("#gpu-box").border_title)
+        assert title == "GPUs (2, nvml via srun step 12.0 on gpu-node7)", title
 
 
 def test_slurm_keys_without_the_slurm_scheduler_are_a_warning() -> None:

@@ -4,6 +4,7 @@ the extractor's batch lines, and fails the way its mode says.
 
     python resumable_job.py OUT N MODE
     transient2  attempts 1 and 2 die after 3 new samples with an NCCL watchdog timeout
+    transient1  attempt 1 dies that way, attempt 2 finishes
     module      dies at once: ModuleNotFoundError (deterministic)
     always      every attempt dies at once with an NCCL watchdog timeout
     hang1       attempt 1 writes 2 samples, then sleeps for ever (hung after the load)
@@ -69,7 +70,7 @@ for i in range(1, n + 1):
     if os.path.exists(path):
         say("[extract] batch %d/%d skipped (already done)" % (i, n))
         continue
-    if mode == "transient2" and attempt <= 2 and new == 3:
+    if mode in ("transient1", "transient2") and attempt <= int(mode[-1]) and new == 3:
         nccl_timeout()
     if (mode == "unknown" and new == 1) or (mode == "stuck" and (new == 1 or attempt > 1)):
         raise RuntimeError("something nobody classified")

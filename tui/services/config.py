@@ -38,7 +38,7 @@ Text = Annotated[str, Strict(), Field(min_length=1)]
 Argv = tuple[Annotated[str, Strict()], ...]
 
 
-SLURM_KEYS = ("partition", "gpus", "time", "sbatch_args")  # [run] keys that only sbatch uses
+SLURM_KEYS = ("partition", "gpus", "time", "sbatch_args", "node_agent")  # [run] keys that only sbatch uses
 SLURM_TIME = r"^([0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE)$"  # sbatch --time
 # Allowed ranges of the number settings, in seconds (the agent refuses intervals outside).
 RANGES = {"interval": (0.05, 3600.0), "connect_timeout": (0.1, 3600.0), "keepalive": (0.0, 3600.0),
@@ -92,6 +92,9 @@ class RunConfig:
     time: Annotated[str, Strict(), Field(pattern=SLURM_TIME)] | None = _key(
         None, 'a Slurm time limit ("30", "2:00:00", "1-12")')
     sbatch_args: Argv = _key((), "a list of strings (extra sbatch arguments)")
+    # the agent on a running job's node: a step inside the job (srun --overlap), ssh to
+    # the node, or none (the login node's GPUs and processes stay on screen)
+    node_agent: Literal["srun", "ssh", "off"] = _key("srun", '"srun", "ssh" or "off"')
     # Restarts, decided on the host by the supervisor (remote/restart.py, README "Runs that
     # keep going"): the n-th restart waits min(restart_delay × 2^(n-1), restart_delay_max).
     restart: Literal["never", "on-failure"] = _key("never", '"never" or "on-failure"')

@@ -65,6 +65,7 @@ class HostFeed:
         self._listeners: list[Listener] = []
         self._log_subs = 0  # each followed log gets a fresh subscription name
         self._follow_lock = asyncio.Lock()
+        self._node_run: tuple[str, str] | None = None  # the run (and how) follow_job last asked for
         self._ledger_at = float("-inf")
         self._ledger_task: asyncio.Task[None] | None = None
         self._notifier: notify.Notifier | None = None
@@ -148,6 +149,8 @@ class HostFeed:
                 await ready
         async for event in self.client.events():
             self.apply(event)
+            if isinstance(event, p.Hello):  # a fresh agent follows no job yet
+                self._node_run = None
             if isinstance(event, p.Snapshot):
                 await self.follow_log()
                 if time.monotonic() - self._ledger_at > LEDGER_EVERY:
@@ -213,12 +216,27 @@ class HostFeed:
                 applied = None
         self.apply(LedgerRead(summaries, applied, tuple(order)))
 
+    async def follow_node(self) -> None:
+        """Follow the selected run's Slurm job to its node (the agent's `follow_job`, README
+        "Runs through Slurm"): while the job runs, the agent's snapshots carry that node's
+        GPUs and the job's processes. Asked only when the wanted run changes."""
+        run, how = view.select_run(self.state), self.cfg.run.node_agent
+        want = (run.run_id, how) if run is not None and run.job_id and run.state == "running" and how != "off" else None
+        if want != self._node_run:
+            self._node_run = want
+            try:
+                await self.client.follow_job(want[0] if want else None, want[1] if want else "srun")
+            except (AgentRequestError, TransportError) as exc:
+                self.apply(Notice("error", f"following the job to its node: {exc}"))
+
     async def follow_log(self) -> None:
-        """Subscribe to the selected run's log (`view.wanted_log`) when it changed.
+        """Subscribe to the selected run's log (`view.wanted_log`) when it changed, and
+        follow its Slurm job to its node (`follow_node`).
 
         Serialised by a lock, never cancelled half-way, so the agent's subscription and
         `state.log` always agree; chunks of the previous log still in flight carry the
         old subscription name and are dropped by the reducer."""
+        await self.follow_node()
         async with self._follow_lock:
             path, note = view.wanted_log(self.state)
             log = self.state.log

@@ -86,7 +86,7 @@ def state_label(run: Run) -> str:
     live run whose host supervisor waits to restart it is "waiting"."""
     if run.state == "lost" and run.disk_full:
         return "disk full"
-    if run.state == "running" and run.restart_at is not None:
+    if run.alive and run.restart_at is not None:  # a Slurm run waits as its next job, pending
         return "waiting"
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
 
@@ -283,9 +283,10 @@ def link_text(state: AppState, now: float) -> tuple[str, str]:
 
 def kill_verdict(report: KillReport) -> str:
     took = f"{report.elapsed:.1f} s"
+    where = f" ({report.note})" if report.note else ""  # e.g. where the proof was read: a Slurm job's node
     return {
-        True: f"GPUs free after {took}",
-        False: f"GPUs NOT free after {took}",
+        True: f"GPUs free after {took}{where}",
+        False: f"GPUs NOT free after {took}{where}",
         None: f"done in {took} (" + (report.note or "no GPU source to check memory") + ")",
     }[report.gpus_free]
 

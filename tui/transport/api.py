@@ -79,6 +79,11 @@ class AgentApi:
     async def unsubscribe(self, sub: str) -> None:
         await self.request("unsubscribe", sub=sub)
 
+    async def follow_job(self, run_id: str | None, how: str = "srun") -> None:
+        """Follow a running Slurm run to its node (`how`: srun | ssh): the snapshots then
+        carry that node's GPUs and the job's processes; `run_id` None stops."""
+        await self.request("follow_job", run_id=run_id, how=how)
+
     async def read_range(self, path: str, offset: int, length: int) -> Chunk:
         """Up to `length` bytes of `path` from `offset` (the agent caps a read at 4 MiB)."""
         return Chunk.parse(

@@ -1,0 +1,295 @@
+"""A second agent on a Slurm job's node, inside the job's allocation: started by the
+login node's agent (the one the client reaches over SSH) as
+
+    srun --jobid=JOB --overlap --nodelist=NODE -N1 -n1 PYTHON nodeagent.py RUN_ID
+
+(``how = "srun"``, the default: every Slurm lets a job's owner step into the job), or
+``ssh -o BatchMode=yes NODE PYTHON nodeagent.py RUN_ID`` where the site allows ssh to a
+node that runs one's job (``how = "ssh"``, pam_slurm_adopt). There it runs the agent
+(agent.py, with no runner: it samples and answers, and runs nothing) and speaks the
+same JSON lines; the login agent (``Follower``) keeps its latest snapshot, shows that
+node's GPUs and the job's processes in its own snapshots, and reads the kill's GPU-free
+proof from it. The files are the login agent's own (a shared home), run by the same
+Python, as the batch script is. Standard library only; Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set
+
+if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote import wire
+
+SCRIPT = os.path.abspath(__file__)
+END_S = 120.0  # seconds a node agent may outlive Slurm's SIGTERM, waiting for the proof
+START_S = 30.0  # seconds the step may take to say hello
+
+
+def command(how: str, run_id: str, job: str, node: str, python: str = sys.executable) -> List[str]:
+    """The argv that starts the node's agent (an argument list, never a shell line)."""
+    agent = [python, "-u", SCRIPT, run_id]
+    if how == "ssh":
+        return ["ssh", "-o", "BatchMode=yes", "-T", node] + agent
+    return ["srun", "--jobid=%s" % job, "--overlap", "--nodelist=%s" % node, "-N1", "-n1",
+            "--quiet"] + agent
+
+
+class NodeAgent:
+    """One node agent for one run's job: its latest hello and snapshot, the pids of the
+    run it has seen there, and why it is not (or no longer) running."""
+
+    def __init__(self, run_id: str, job: str, node: str, how: str = "srun",
+                 interval: float = 1.0) -> None:
+        self.run_id, self.job, self.node, self.how = run_id, job, node, how
+        self.hello: Optional[Dict[str, Any]] = None
+        self.latest: Optional[Dict[str, Any]] = None
+        self.run_pids: Set[int] = set()
+        self.error: Optional[str] = None
+        self.stderr: List[str] = []
+        self.ended = threading.Event()
+        self.lock = threading.Lock()
+        try:
+            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+                command(how, run_id, job, node), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+        except OSError as e:
+            self.proc = None
+            self.error = "%s: %s" % (command(how, run_id, job, node)[0], e.strerror or e)
+            self.ended.set()
+            return
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+        self.send("configure", {"interval": interval})
+
+    def send(self, op: str, args: Dict[str, Any]) -> None:
+        try:
+            assert self.proc is not None and self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps({"id": 1, "op": op, "args": args}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError, AssertionError):
+            pass
+
+    def _read(self) -> None:
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        for raw in proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if msg.get("type") == "hello":
+                with self.lock:
+                    self.hello = msg
+            elif msg.get("type") == "snapshot":
+                pids = {p["pid"] for p in msg.get("processes") or []
+                        if isinstance(p, dict) and p.get("run_id") == self.run_id and isinstance(p.get("pid"), int)}
+                with self.lock:
+                    self.latest = msg
+                    self.run_pids |= pids
+        code = proc.wait()
+        time.sleep(0.1)  # the last stderr line, read by the other thread
+        with self.lock:
+            if self.error is None and self.hello is None:
+                why = self.stderr[-1] if self.stderr else "exit status %s" % code
+                self.error = "%s ended before it answered: %s" % (self.how, why)
+        self.ended.set()
+
+    def _read_err(self) -> None:
+        proc = self.proc
+        assert proc is not None and proc.stderr is not None
+        for raw in proc.stderr:
+            line = " ".join(raw.decode("utf-8", "replace").split())[:300]
+            if line:
+                with self.lock:
+                    self.stderr = (self.stderr + [line])[-5:]
+
+    def wait_ready(self, timeout: float = START_S) -> bool:
+        """Wait until the first snapshot came (True) or the step ended (False)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not self.ended.is_set():
+            if self.latest is not None:
+                return True
+            time.sleep(0.05)
+        return self.latest is not None
+
+    def step(self) -> str:
+        """What the node agent runs in: "srun step 12.0 on node7" / "ssh to node7"."""
+        env = (self.hello or {}).get("slurm_step") or {}
+        if self.how == "srun" and env.get("step_id") is not None:
+            return "srun step %s.%s on %s" % (env.get("job_id"), env.get("step_id"), self.node)
+        return "%s to %s" % (self.how, self.node)
+
+    def gpus(self) -> Optional[List[Dict[str, Any]]]:
+        """The node's GPUs as its latest snapshot had them (kill's proof), or None when
+        that reading failed: an empty list from a failed nvidia-smi proves nothing."""
+        with self.lock:
+            snap = self.latest
+        gpus = snap.get("gpus") if isinstance(snap, dict) else None
+        ok = isinstance(gpus, list) and snap.get("gpu_source") and not snap.get("gpu_error")
+        return gpus if ok else None
+
+    def reading(self, timeout: float) -> Optional[List[Dict[str, Any]]]:
+        """A good GPU reading from the node: the latest, else the next within `timeout`."""
+        end = time.monotonic() + timeout
+        while self.gpus() is None and not self.ended.is_set() and time.monotonic() < end:
+            time.sleep(0.1)
+        return self.gpus()
+
+    def merge(self, snap: Dict[str, Any]) -> None:
+        """Show the node in a login agent's snapshot: its GPUs and the job's processes in
+        place of the login node's, and `node` saying where they come from (or why not)."""
+        with self.lock:
+            latest = self.latest
+        info: Dict[str, Any] = {"run_id": self.run_id, "job_id": self.job, "node": self.node,
+                                "how": self.how, "via": self.step(), "error": None}
+        if self.ended.is_set() or latest is None:
+            info["error"] = self.error or ("starting" if not self.ended.is_set() else
+                                           "the node agent ended")
+            snap["node"] = info
+            return
+        info["hostname"] = (latest.get("host") or {}).get("hostname") or self.node
+        snap["node"] = info
+        snap["gpus"] = latest.get("gpus") or []
+        snap["gpu_error"] = latest.get("gpu_error")
+        source = latest.get("gpu_source")
+        snap["gpu_source"] = "%s via %s" % (source, self.step()) if source else None
+        snap["processes"] = [p for p in latest.get("processes") or [] if isinstance(p, dict)
+                             and (p.get("run_id") == self.run_id or "gpu" in (p.get("why") or []))]
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+
+class Follower:
+    """The login agent's side: the run it was asked to follow (op ``follow_job``), the
+    node agent of that run's job while it runs, and its failure, said once."""
+
+    def __init__(self, agent: Any) -> None:
+        self.want: Optional[tuple] = None  # (run id, how)
+        self.node: Optional[NodeAgent] = None
+        self.said: Optional[str] = None
+
+    def follow_job(self, args: Dict[str, Any]) -> Any:
+        """Follow a running Slurm run to its node: its GPUs and the job's processes then
+        come from an agent inside its job (``run_id`` null: stop)."""
+        run_id, how = wire.arg(args, "run_id", str, None), wire.arg(args, "how", str, "srun")
+        if how not in ("srun", "ssh"):
+            raise wire.BadRequest('how must be "srun" or "ssh"')
+        self.want, self.said = ((run_id, how) if run_id else None), None
+        if self.node is not None and (self.node.run_id, self.node.how) != self.want:
+            self.stop()
+        return {}
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.close()
+            self.node = None
+
+    def for_run(self, run_id: str) -> Optional[NodeAgent]:
+        return self.node if self.node is not None and self.node.run_id == run_id else None
+
+    def view(self, snap: Dict[str, Any], slurm: Any, interval: float) -> Dict[str, Any]:
+        """Start, keep or stop the followed run's node agent; show its node in `snap`."""
+        want = self.want
+        run = next((r for r in snap["runs"] if want and r.get("run_id") == want[0]), None) or {}
+        job, nodes = run.get("job_id"), run.get("nodes")
+        if want is None or run.get("state") != "running":
+            self.stop()
+            return snap
+        if not job or not nodes:  # squeue did not answer this time: keep what runs
+            if self.node is not None:
+                self.node.merge(snap)
+            return snap
+        node = slurm.first_node(nodes) if slurm is not None else nodes
+        if self.node is None or (self.node.job, self.node.node) != (job, node):
+            self.stop()
+            self.node = NodeAgent(want[0], job, node, want[1], interval)
+        self.node.merge(snap)
+        why = snap["node"]["error"]
+        if why and why != "starting" and why != self.said:  # once; the login view stays
+            self.said = why
+            wire.emit({"type": "error", "message": "no agent on %s for job %s (%s): %s; GPUs and "
+                       "processes are this login node's" % (node, job, want[1], why)})
+        return snap
+
+
+def step_env() -> Dict[str, Any]:
+    """Where a job step's agent runs, as Slurm's environment says (in its hello)."""
+    return {"job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
+            "node": os.environ.get("SLURMD_NODENAME")}
+
+
+def main(run_id: str) -> int:
+    """The agent inside the job, following ``run_id``. It outlives Slurm's SIGTERM (a
+    kill's ``scancel --signal=TERM``, or the job's end) until the processes of the run it
+    saw here are gone and hold no GPU memory, then ends after that snapshot: the kill's
+    proof. At most END_S; Slurm's SIGKILL after KillWait ends it anyway."""
+    import signal
+
+    from remote import agent
+
+    pids: Set[int] = set()
+    ending: List[float] = []
+
+    class StepAgent(agent.Agent):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.runner = self.killer = self.slurm = None
+            self.runner_error = "a job step's agent runs nothing"
+            self.read_ok = False  # the latest GPU reading worked
+
+        def hello(self) -> Dict[str, Any]:
+            return dict(super().hello(), slurm_step=step_env())
+
+        def snapshot(self) -> Dict[str, Any]:
+            snap = super().snapshot()
+            pids.update(p["pid"] for p in snap["processes"] if p.get("run_id") == run_id)
+            self.read_ok = not snap.get("gpu_error")  # a failed GPU reading is no proof
+            return snap
+
+        def send_snapshot(self) -> None:
+            super().send_snapshot()
+            left = [p for p in self.last_procs or [] if p.get("pid") in pids]  # alive or on a GPU
+            if ending and ((not left and self.read_ok) or time.monotonic() - ending[0] > END_S):
+                wire.CLIENT_GONE.set()  # that snapshot was the last: the loop winds down
+
+        def on_signal(self, num: int, frame: Any) -> None:
+            ending[:] = ending or [time.monotonic()]
+            if not self.configured:
+                wire.CLIENT_GONE.set()
+            self.next_snap = time.monotonic()
+            os.write(self.wake_w, b"x")
+
+    step = StepAgent()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, step.on_signal)
+    return step.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else 2)
