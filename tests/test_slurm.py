@@ -278,7 +278,7 @@ def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
     assert gone["slurm_state"] == "CANCELLED" and gone["restart_at"] is None
     time.sleep(2)
     assert (out / "attempts").read_text() == "1"  # nothing started later
-    say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(report)))
+    say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(KillReport.parse(report))))
 
 
 # ---------------------------------------------------------------- the job's node
@@ -332,7 +332,7 @@ def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent
     assert len(report["gpus"]) == 1, report
     (g,) = report["gpus"]
     assert g["run_mem_before"] == GIB and g["run_mem"] == 0 and g["freed"] == GIB, report
-    verdict = view.kill_verdict(report)  # what the banner and `eagle3-tui kill` say
+    verdict = view.kill_verdict(KillReport.parse(report))  # what the banner and `eagle3-tui kill` say
     assert verdict.endswith("(GPU proof read through srun step %s.0 on e3node)" % rec["job_id"]), verdict
     say("kill on the node: %s; GPU 0 held %d MiB by the run before, %d after"
         % (verdict, g["run_mem_before"] >> 20, g["run_mem"] >> 20))
@@ -526,7 +526,7 @@ async def test_dashboard_shows_the_jobs_node_gpus() -> None:
     client = ReplayClient([snapshot(2, runs=[SLURM_RUN], gpu_source="nvml via srun step 12.0 on gpu-node7")])
     app = make_app(client, parse_config('[run]\nname = "kimi"\nscheduler = "slurm"\n'), "login1")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
-        while app.state.seq != 0:
+        while app.dashboard.state.seq != 0:
             await pilot.pause(0.02)
         await pilot.pause(0.1)
         title = str(app.query_one("#gpu-box").border_title)
