@@ -233,6 +233,9 @@ def test_reused_pid_is_never_signalled(env):
     # session and group leader) which started at a different time than recorded.
     path = os.path.join(env.runs, rec["run_id"], "manifest.json")
     manifest = json.loads(Path(path).read_text())
+    # exit.json is the shim's last write, not its exit: once the record is removed, a
+    # shim still exiting would make the run read as running.
+    wait_for(lambda: not alive(manifest["shim_pid"], manifest["shim_start_ticks"]), what="the shim's exit")
     manifest.update(pid=decoy.pid, pgid=decoy.pid, sid=decoy.pid, start_ticks=ticks(decoy.pid) + 1)
     Path(path).write_text(json.dumps(manifest))
     os.remove(exit_json)
