@@ -761,3 +761,78 @@ def test_external_kill_checks_start_ticks_and_match(env):
     report = killer.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="sleep 30")
     assert report["ok"] and sleeper.pid in report["stages"][0]["sent_to"]
     assert sleeper.wait(timeout=5) == -signal.SIGINT
+
+
+# A run whose helper is started with a scrubbed environment (no run marker) by a child
+# that exits at once: the helper lives on in the run's session, outside its tree once
+# the shim (its subreaper) is gone.
+SCRUBBED_HELPER = """\
+import os, subprocess, sys
+if os.fork() == 0:
+    p = subprocess.Popen(["/usr/bin/env", "-i", sys.executable, "-c",
+                          "import time\\nwhile True: time.sleep(0.05)"])
+    os.write(1, ("ready helper %d" % p.pid + "\\n").encode())
+    os._exit(0)
+os.write(1, ("ready main %d" % os.getpid() + "\\n").encode())
+import time
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_kill_after_the_shim_died_still_takes_the_runs_session(env):
+    """The shim killed (the OOM killer's pick, a stray kill -9): the run's orphaned helper
+    has no marker and no longer hangs under the run's tree, and the session the run's
+    verified main process still holds is the only way to find it."""
+    rec = runner.launch(env.runs, "job", [sys.executable, env.script("job.py", SCRUBBED_HELPER)],
+                        str(env.tmp), {})
+    pids = wait_for(lambda: ready_pids(rec["log"], ["main", "helper"]), what="run ready")
+    helper = pids["helper"]
+    env.adopt(helper)
+    wait_for(lambda: procfs.read_stat(helper)["ppid"] == rec["shim_pid"], what="helper adopted by the shim")
+    assert procfs.read_environ_var(helper, runner.RUN_ENV) is None
+    os.kill(rec["shim_pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(rec["shim_pid"], rec["shim_start_ticks"]), what="the shim's death")
+    wait_for(lambda: procfs.read_stat(helper)["ppid"] != rec["shim_pid"], what="helper re-parented")
+    assert procfs.read_stat(helper)["sid"] == rec["sid"]
+
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and report["remaining"] == []
+    assert helper in report["stages"][0]["sent_to"]
+    assert not alive(helper) and not alive(pids["main"])
+
+
+def test_kill_progress_comes_twice_a_second_and_no_more_often(env):
+    """A long grace, then GPU memory freed late: the user sees the kill progress at
+    PROGRESS_EVERY in both waits, and the GPU source (an nvidia-smi call on hosts without
+    NVML) is read at that pace while the signals' grace runs, not at every poll."""
+    rec = runner.launch(env.runs, "deaf", [sys.executable, "-c",
+                        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                        "print('ready main 0', flush=True)\nwhile True: time.sleep(0.05)"],
+                        str(env.tmp), {})
+    wait_for(lambda: ready_pids(rec["log"], ["main"]), what="run ready")
+    reads: list[float] = []
+    gone: list[float] = []
+    hold = 2.0
+
+    def gpu_query() -> list[dict]:
+        # No GPU here: a source that counts its readings and lists the run's process
+        # until `hold` seconds after it ended (drivers free memory late).
+        now = time.monotonic()
+        reads.append(now)
+        if not gone and not alive(rec["pid"], rec["start_ticks"]):
+            gone.append(now)
+        held = not gone or now < gone[0] + hold
+        return [{"index": 0, "processes": [{"pid": rec["pid"], "mem": 1000}] if held else []}]
+
+    events: list[dict] = []
+    grace = 2.0
+    report = killer.kill(env.runs, rec["run_id"], graces=(grace, 0.5), gpu_wait=10,
+                         gpu_query=gpu_query, progress=events.append)
+    assert report["ok"] and report["gpus_free"] is True
+    per_s = 1 / killer.PROGRESS_EVERY
+    during = [e["elapsed"] for e in events if e["stage"] == "SIGINT"]
+    assert grace * per_s - 1 <= len(during) <= grace * per_s + 2, during
+    assert len([r for r in reads if r < gone[0]]) <= (grace + 0.5) * per_s + 4, len(reads)
+    waiting = [e["elapsed"] for e in events if e["stage"] == "waiting_gpu"]
+    assert hold * per_s - 1 <= len(waiting) <= hold * per_s + 2, waiting
