@@ -836,3 +836,35 @@ def test_kill_progress_comes_twice_a_second_and_no_more_often(env):
     assert len([r for r in reads if r < gone[0]]) <= (grace + 0.5) * per_s + 4, len(reads)
     waiting = [e["elapsed"] for e in events if e["stage"] == "waiting_gpu"]
     assert hold * per_s - 1 <= len(waiting) <= hold * per_s + 2, waiting
+
+
+def test_kill_on_a_kernel_without_pidfds_still_signals_the_run(env, monkeypatch):
+    """Hosts on kernels older than 5.3 (RHEL 7's 3.10 on many GPU clusters): Python has
+    os.pidfd_open but the call fails with ENOSYS, and the kill falls back to kill(2).
+    Stand-in: this kernel has pidfds, so pidfd_open is made to fail the way the old one does."""
+    import errno
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    rec = launch_sleeper(env)
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and report["stages"][0]["sent_to"] == [rec["pid"]]
+    assert not alive(rec["pid"], rec["start_ticks"])
+
+
+def test_a_failing_gpu_source_never_stops_a_kill(env):
+    """NVML errors out mid-kill (a driver reset, an XID): the run is still killed, and the
+    GPU outcome is unknown (N/A), never a false "freed"."""
+    rec = launch_sleeper(env)
+
+    def broken() -> list[dict]:
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    events: list[dict] = []
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=1, gpu_query=broken,
+                         progress=events.append)
+    assert report["ok"] and report["remaining"] == [] and not alive(rec["pid"], rec["start_ticks"])
+    assert report["gpus_free"] is None and report["gpus"] == []
+    assert events[-1]["stage"] == "done"
