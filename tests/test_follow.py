@@ -103,3 +103,50 @@ def test_the_inotify_variant_watches_the_logs_directory_and_the_poll_one_does_no
         assert watched is None
     else:
         assert watched is not None and tmp_path.stat().st_ino in watched, watched
+
+
+def test_an_unsubscribed_logs_directory_is_no_longer_watched(tmp_path: Path) -> None:
+    """A long-lived agent follows run after run: each log's directory watch goes with its
+    subscription, or the user's inotify watches (a per-user kernel limit) leak away."""
+    with AgentProc(env=dict(NO_GPU)) as agent:
+        unsubscribe_drops_the_watch(agent, tmp_path)
+
+
+def unsubscribe_drops_the_watch(agent: AgentProc, tmp_path: Path) -> None:
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    first.mkdir()
+    second.mkdir()
+    (first / "output.log").write_bytes(b"a\n")
+    (second / "output.log").write_bytes(b"b\n")
+    _, stream = subscribe(agent, first / "output.log", sub="one")
+    stream.wait_equal(first / "output.log")
+    assert first.stat().st_ino in (inotify_watched_inodes(agent.proc.pid) or set())
+    _, stream = subscribe(agent, second / "output.log", sub="two")
+    stream.wait_equal(second / "output.log")
+    agent.call("unsubscribe", {"sub": "one"})
+    assert inotify_watched_inodes(agent.proc.pid) == {second.stat().st_ino}
+
+
+def test_a_logs_directory_removed_and_made_again_is_watched_again(agent: AgentProc, tmp_path: Path,
+                                                                 request: pytest.FixtureRequest) -> None:
+    """A run dir removed (runs prune) and made again under the same name (a relaunch):
+    the kernel dropped the old watch, and the agent watches the new directory, so the new
+    log streams on inotify's wake-ups and not only on the slow poll."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "output.log"
+    path.write_bytes(b"first\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    path.unlink()
+    run.rmdir()
+    stream.wait(lambda s: s.resets == ["missing"])
+    run.mkdir()
+    path.write_bytes(b"second\n")
+    stream.wait(lambda s: s.resets == ["missing", "appeared"])
+    stream.wait_equal(path)
+    if request.node.callspec.params["agent"] == "inotify":
+        deadline = time.monotonic() + 5
+        while run.stat().st_ino not in (inotify_watched_inodes(agent.proc.pid) or set()):
+            assert time.monotonic() < deadline, "the new directory is not watched"
+            time.sleep(0.05)
