@@ -634,6 +634,7 @@ def test_gpu_report_waits_for_release_and_names_holders(env):
     )
     assert report["ok"] is False and report["gpus_free"] is False and report["remaining"] == []
     assert report["gpus"][0]["run_pids"] == [stuck] and report["gpus"][0]["freed"] == 0
+    assert report["gpus"][0]["other_pids"] == []  # the run's own holder is no stranger
 
 
 # Holds GPU memory through the CUDA driver API via ctypes, so no torch is needed.
@@ -868,3 +869,29 @@ def test_a_failing_gpu_source_never_stops_a_kill(env):
     assert report["ok"] and report["remaining"] == [] and not alive(rec["pid"], rec["start_ticks"])
     assert report["gpus_free"] is None and report["gpus"] == []
     assert events[-1]["stage"] == "done"
+
+
+# A worker that escaped the run's tree and session but kept the marker (started through
+# a server, a setsid'd daemon), which starts a helper with a clean environment.
+ESCAPED_WORKER = """\
+import os, subprocess, sys, time
+p = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"], env={})
+os.write(1, ("ready helper %d" % p.pid + "\\n").encode())
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_kill_takes_the_clean_env_children_of_a_worker_found_by_its_marker(env):
+    rec = launch_sleeper(env)
+    log = open(env.tmp / "escaped.log", "wb")
+    worker = env.spawn([sys.executable, "-c", ESCAPED_WORKER], stdout=log,
+                       env=dict(os.environ, **{runner.RUN_ENV: rec["run_id"]}))
+    helper = wait_for(lambda: ready_pids(str(env.tmp / "escaped.log"), ["helper"]), what="helper")["helper"]
+    env.adopt(helper)
+    assert procfs.read_environ_var(helper, runner.RUN_ENV) is None
+    assert procfs.read_stat(helper)["sid"] != rec["sid"]
+
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and helper in report["stages"][0]["sent_to"]
+    assert not alive(helper) and worker.poll() is not None
