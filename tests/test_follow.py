@@ -4,6 +4,8 @@ nothing to do. (The stream's bytes, truncation and rotation: tests/test_agent.py
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_driver import AgentProc
-from tests.test_agent import NO_GPU, append, subscribe
+from tests.test_agent import NO_GPU, LogStream, append, subscribe
 
 
 @pytest.fixture(params=["inotify", "poll"])
@@ -150,3 +152,57 @@ def test_a_logs_directory_removed_and_made_again_is_watched_again(agent: AgentPr
         while run.stat().st_ino not in (inotify_watched_inodes(agent.proc.pid) or set()):
             assert time.monotonic() < deadline, "the new directory is not watched"
             time.sleep(0.05)
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of every thread of `pid`: each is one sleep begun."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_an_agent_following_a_quiet_log_sleeps_between_wakeups(agent: AgentProc, tmp_path: Path) -> None:
+    """An agent left on a quiet log for a night costs nothing: after the log's wake-ups
+    are read, it sleeps until its poll timeout (1 s with inotify, 0.25 s without) instead
+    of waking again and again on an inotify event it never read."""
+    path = tmp_path / "run.log"
+    path.write_bytes(b"start\n")
+    _, stream = subscribe(agent, path)
+    for i in range(20):
+        append(path, b"line %d\n" % i)
+    stream.wait_equal(path)
+    time.sleep(0.3)
+    before = wakeups(agent.proc.pid)
+    time.sleep(2.0)
+    assert wakeups(agent.proc.pid) - before <= 20
+
+
+def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
+    """A log of many MiB followed from its start (a relaunch resuming at 0, a client that
+    was away): the agent sends it a budget at a time, so a request queued behind it is
+    answered after a few MiB, not after the whole backlog."""
+    from remote.follow import PUMP_BUDGET
+
+    path = tmp_path / "huge.log"
+    path.write_bytes(b"0123456789abcdef" * (8 * PUMP_BUDGET // 16))
+    small = tmp_path / "small.log"
+    small.write_bytes(b"x\n")
+    with AgentProc(env=dict(NO_GPU)) as agent:
+        mark = agent.mark()
+        sub = {"id": 1, "op": "subscribe", "args": {"sub": "huge", "path": str(path), "offset": 0}}
+        ask = {"id": 2, "op": "read_range", "args": {"path": str(small), "offset": 0, "length": 2}}
+        agent.send_raw((json.dumps(sub) + "\n" + json.dumps(ask) + "\n").encode())
+        agent.wait_for(lambda m: m.get("type") == "result" and m.get("id") == 2, since=mark,
+                       what="the queued request's answer")
+        before = 0
+        for m in agent.since(mark):
+            if m.get("type") == "result" and m.get("id") == 2:
+                break
+            if m.get("type") == "log" and m.get("sub") == "huge":
+                before += len(base64.b64decode(m["b64"]))
+        assert before <= 3 * PUMP_BUDGET, before / PUMP_BUDGET
+        stream = LogStream(agent, "huge", since=mark)
+        stream.wait(lambda s: s.end == path.stat().st_size, timeout=60)
