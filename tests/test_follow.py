@@ -206,3 +206,46 @@ def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
         assert before <= 3 * PUMP_BUDGET, before / PUMP_BUDGET
         stream = LogStream(agent, "huge", since=mark)
         stream.wait(lambda s: s.end == path.stat().st_size, timeout=60)
+
+
+def test_a_log_path_that_stops_resolving_is_one_error_and_the_agent_lives_on(agent: AgentProc,
+                                                                             tmp_path: Path) -> None:
+    """The log's directory replaced by a file (stat fails with ENOTDIR, not ENOENT): one
+    error line naming the log, and the agent keeps following and answering."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "output.log"
+    path.write_bytes(b"a\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    mark = agent.mark()
+    path.unlink()
+    run.rmdir()
+    run.write_bytes(b"not a directory")
+    err = agent.wait_for(lambda m: m.get("type") == "error", since=mark, what="the error")
+    assert err["message"].startswith(f"log {path}: NotADirectoryError"), err
+    other = tmp_path / "other.log"
+    other.write_bytes(b"b\n")
+    _, again = subscribe(agent, other, sub="other")
+    again.wait_equal(other)
+    assert [m for m in agent.since(mark) if m.get("type") == "error"] == [err]
+
+
+def test_a_host_whose_libc_cannot_be_loaded_follows_logs_by_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host where ctypes cannot load libc by name (musl has no libc.so.6, and
+    find_library finds nothing without ldconfig): the agent polls instead of failing to
+    start. Stand-in: ctypes.CDLL made to fail as it does there, in this process."""
+    import ctypes
+
+    from remote import follow
+
+    def no_libc(name: str, *args: object, **kw: object) -> None:
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.delenv("EAGLE3_TUI_NO_INOTIFY", raising=False)
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    watcher = follow.Inotify()
+    assert watcher.fd is None
+    watcher.sync({"/tmp"})  # no-ops, no error
+    watcher.drain()
+    assert watcher.watches == {}
