@@ -801,6 +801,11 @@ def test_kill_after_the_shim_died_still_takes_the_runs_session(env):
     assert report["ok"] and report["remaining"] == []
     assert helper in report["stages"][0]["sent_to"]
     assert not alive(helper) and not alive(pids["main"])
+    # No shim, so no exit record: the run ended when the kill did, and says so.
+    killed = json.loads(Path(env.runs, rec["run_id"], "killed.json").read_text())
+    (after,) = runner.list_runs(env.runs)
+    assert after["state"] == "killed" and after["ended_at"] == killed["at"]
+    assert after["duration"] == round(killed["at"] - after["start_time"], 3)
 
 
 def test_kill_progress_comes_twice_a_second_and_no_more_often(env):
