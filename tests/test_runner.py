@@ -467,10 +467,17 @@ def test_list_runs_skips_junk(env):
     (runs / "halfexit").mkdir()
     (runs / "halfexit" / "manifest.json").write_text(json.dumps({"pid": "x", "name": "h"}))
     (runs / "halfexit" / "exit.json").write_text('{"exit_')
+    # Written this boot, but no pid or start ticks to check: never "running" (which
+    # would refuse its relaunch and keep it from prune for ever).
+    (runs / "nopid").mkdir()
+    (runs / "nopid" / "manifest.json").write_text(json.dumps(
+        {"pid": "x", "shim_pid": None, "name": "n", "boot_id": procfs.boot_id(),
+         "boot_time": procfs.boot_time()}))
     rec = launch_sleeper(env)
     got = {r["run_id"]: r for r in runner.list_runs(env.runs)}
-    assert set(got) == {"halfexit", rec["run_id"]}
+    assert set(got) == {"halfexit", "nopid", rec["run_id"]}
     assert got["halfexit"]["state"] == "lost" and got["halfexit"]["pid"] is None
+    assert got["nopid"]["state"] == "lost"
     assert got[rec["run_id"]]["state"] == "running"
     assert runner.list_runs(str(env.tmp / "missing")) == []
 
