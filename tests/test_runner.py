@@ -416,6 +416,17 @@ def test_bad_requests_fail_in_one_line(env):
         killer.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
 
 
+def test_a_bad_environment_is_refused_before_anything_starts(env):
+    """A variable name with "=" or nothing in it, or a NUL in a value, from a config or
+    the relaunch form: refused up front naming it, with no run started and no failed
+    run left in the list (an empty name would even start one)."""
+    for bad, name in (({"A=B": "1"}, "'A=B'"), ({"A": "x\0y"}, "'A'"), ({"": "1"}, "''")):
+        with pytest.raises(runner.RunnerError) as err:
+            runner.launch(env.runs, "bad", [sys.executable, "-c", SLEEPER], str(env.tmp), bad)
+        assert str(err.value) == "bad environment variable name or value: " + name
+    assert runner.list_runs(env.runs) == []
+
+
 def test_run_that_fails_to_start_is_listed_as_failed(env):
     before = time.time()
     with pytest.raises(runner.RunnerError) as err:
