@@ -201,18 +201,27 @@ def main() -> int:
     for module in args.module or list(modules):
         tag = f"@{args.tests_at}" if args.tests_at else ""
         report = out_dir / (module.replace("/", "_") + tag + ".json")
-        only = None
+        only, earlier = None, None
         if args.survivors:
             if not report.is_file():
                 print(f"mutation: {module}: no earlier report to take the survivors of", file=sys.stderr)
                 return 2
-            only = {(s["operator"], s["occurrence"]) for s in json.loads(report.read_text())["survived"]}
+            earlier = json.loads(report.read_text())
+            only = {(s["operator"], s["occurrence"]) for s in earlier["survived"]}
             report = report.with_name(report.stem + ".survivors.json")
         r = mutate(module, modules[module], cfg, args.budget, args.tests_at, args.sample, args.seed, only)
+        if earlier is not None and "error" not in r:
+            killed = earlier["killed"] + r["killed"]
+            r["after"] = {"killed": killed, "done": earlier["done"],
+                          "score": round(100 * killed / earlier["done"], 1) if earlier["done"] else None}
         report.write_text(json.dumps(r, indent=1))
         if "error" in r:
             print(f"{module}: {r['error']}")
             continue
+        if "after" in r:
+            a = r["after"]
+            print(f"{module} after: {a['score']}% killed ({a['killed']}/{a['done']}: the earlier "
+                  f"kills and {r['killed']} of its {r['done']} survivors)")
         chosen = f" of {r['mutants']} chosen from {r['all']}" if r["mutants"] != r["all"] else ""
         print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run{chosen}, "
               f"{r['mutants'] - r['done']} not run in the budget) in {r['seconds']} s")
