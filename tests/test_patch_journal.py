@@ -123,8 +123,8 @@ async def test_a_journal_left_by_a_dead_agent_is_rolled_back_and_reported(
     with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
         rec = agent.hello["patch_recovered"]
         assert rec["target"] == "v5" and rec["restored"] == [str(pkg(site, GEN))]
-        agent.wait_for(lambda m: m["type"] == "error" and "interrupted patch push to v5 was rolled back"
-                       in m["message"])
+        agent.wait_for(lambda m: m["type"] == "error" and m["message"]
+                       == f"an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}")
     assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
 
 
@@ -196,3 +196,24 @@ def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_
         journal.apply(files, "v9")
     assert first.read_bytes() == b"old\n" and not (jdir / "journal.json").exists()
     assert sorted(p.name for p in jdir.iterdir()) == [".lock"]
+
+
+def test_a_push_waits_for_another_agents_push_to_finish(jdir: Path, tmp_path: Path) -> None:
+    """Two agents of one user on a host (two terminals): a push that finds the other's
+    push under way waits for it (the lock is held only for the seconds a push takes),
+    and then goes ahead, instead of refusing at once."""
+    import fcntl
+    import threading
+    import time
+
+    target = tmp_path / "a.py"
+    target.write_bytes(b"old\n")
+    jdir.mkdir(mode=0o700)
+    held = os.open(jdir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the other agent's push, under way
+    threading.Timer(0.5, lambda: os.close(held)).start()
+    t0 = time.monotonic()
+    journal.apply([{"path": str(target), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"),
+                    "backup": None}], "v2")
+    assert time.monotonic() - t0 >= 0.4
+    assert target.read_bytes() == b"new\n"
