@@ -106,7 +106,7 @@ def results(work: Path, env: dict[str, str]) -> list[dict]:
 
 def keep_only(work: Path, env: dict[str, str], keep) -> None:
     """Mark every pending mutant that ``keep(operator, occurrence)`` rejects as not to run."""
-    code = f"""
+    code = """
 import sys
 from cosmic_ray.work_db import use_db, WorkDB
 from cosmic_ray.work_item import WorkResult, WorkerOutcome
