@@ -192,7 +192,7 @@ def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_
     gone = tmp_path / "missing-dir" / "b.py"
     files = [{"path": str(first), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"), "backup": None},
              {"path": str(gone), "data": b"x\n", "expect_sha256": None, "backup": None}]
-    with pytest.raises(BadRequest, match=rf"patch push to v9 failed .*; rolled back {first}$"):
+    with pytest.raises(BadRequest, match=rf"patch push to v9 failed \(FileNotFoundError: \[Errno 2\] .*\); rolled back {first}$"):
         journal.apply(files, "v9")
     assert first.read_bytes() == b"old\n" and not (jdir / "journal.json").exists()
     assert sorted(p.name for p in jdir.iterdir()) == [".lock"]
@@ -217,3 +217,23 @@ def test_a_push_waits_for_another_agents_push_to_finish(jdir: Path, tmp_path: Pa
                     "backup": None}], "v2")
     assert time.monotonic() - t0 >= 0.4
     assert target.read_bytes() == b"new\n"
+
+
+def test_a_file_changed_on_the_host_is_named_with_both_hashes(jdir: Path, tmp_path: Path) -> None:
+    """A file another hand changed, or removed, since the client read it: the refusal says
+    which file and what the host has now against what the client read, so the user can
+    tell a colleague's edit from a removed install; nothing is written."""
+    from remote.wire import BadRequest
+
+    edited, removed, made = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    edited.write_bytes(b"theirs\n")
+    made.write_bytes(b"theirs\n")  # a file the push adds, made meanwhile by someone else
+    theirs, old = P.sha256(b"theirs\n")[:12], P.sha256(b"old\n")
+    for path, expect, now, was in ((edited, old, theirs, old[:12]),
+                                   (removed, old, "none (missing)", old[:12]),
+                                   (made, None, theirs, "none (must not exist)")):
+        files = [{"path": str(path), "data": b"new\n", "expect_sha256": expect, "backup": None}]
+        with pytest.raises(BadRequest) as info:
+            journal.apply(files, "v2")
+        assert str(info.value) == f"{path} changed: current sha256 {now}, expected {was}; nothing was written"
+    assert edited.read_bytes() == made.read_bytes() == b"theirs\n" and not removed.exists()
