@@ -203,7 +203,7 @@ def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
                 break
             if m.get("type") == "log" and m.get("sub") == "huge":
                 before += len(base64.b64decode(m["b64"]))
-        assert before <= 3 * PUMP_BUDGET, before / PUMP_BUDGET
+        assert before <= 4 * PUMP_BUDGET, before / PUMP_BUDGET  # the whole backlog is 8
         stream = LogStream(agent, "huge", since=mark)
         stream.wait(lambda s: s.end == path.stat().st_size, timeout=60)
 
