@@ -92,6 +92,17 @@ async def test_agent_error_is_one_line(client: AgentClient) -> None:
     assert "\n" not in str(info.value) and str(info.value).startswith("no_such_op:")
 
 
+async def test_the_agents_reason_reaches_the_caller(client: AgentClient, tmp_path: Path) -> None:
+    """What the host said is what the user reads (the CLI and the screens print it)."""
+    with pytest.raises(AgentRequestError) as info:
+        await client.request("no_such_op")
+    assert str(info.value) == "no_such_op: unknown op 'no_such_op'"
+    gone = tmp_path / "gone.log"
+    with pytest.raises(AgentRequestError) as info:
+        await client.request("read_range", path=str(gone), offset=0, length=1)
+    assert str(info.value) == f"read_range: {gone} does not exist"
+
+
 async def test_missing_python_is_agent_start_failed() -> None:
     client = AgentClient(LocalLink(python="/nonexistent/python3"))
     with pytest.raises(AgentStartFailed) as info:
