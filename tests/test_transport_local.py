@@ -172,3 +172,12 @@ def test_make_link_picks_the_link() -> None:
     assert type(ssh).__name__ == "SshLink"
     assert ssh.describe() == "root@gpu-box:2222"
     assert ssh.python == "/opt/py/bin/python3"
+
+
+async def test_a_client_closed_before_it_ever_started_closes_quietly() -> None:
+    """The app quit (or the CLI failed on its config) before the first connect: closing
+    the client is quiet, says "closed", and starts no agent."""
+    client = AgentClient(LocalLink())
+    await client.close()
+    assert [e async for e in client.events()] == [LinkStatus(state="closed")]
+    assert not client.connected
