@@ -16,6 +16,13 @@ the file, which every subprocess then imports (tests/checkout.py points them at 
 Each module runs alone, within its time budget (seconds, --budget or the config's); a
 module that runs out reports the mutants done so far and how many were left. Reports go
 to stdout and to .mutation/<module>.json (git ignores it).
+
+A module with hundreds of mutants does not fit a budget on a small machine: --sample N
+runs a seeded random N of them (--seed; the same N and seed pick the same mutants while
+the module's text is unchanged), and the score is the sample's. --survivors re-runs
+only the survivors of the module's last report (after new tests were written) and
+reports that run's score over the same mutants: the earlier kills stand, since a test
+added never lets a killed mutant through.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shlex
 import shutil
 import subprocess
@@ -96,6 +104,29 @@ def results(work: Path, env: dict[str, str]) -> list[dict]:
     return out
 
 
+def keep_only(work: Path, env: dict[str, str], keep) -> None:
+    """Mark every pending mutant that ``keep(operator, occurrence)`` rejects as not to run."""
+    code = """
+import sys
+from cosmic_ray.work_db import use_db, WorkDB
+from cosmic_ray.work_item import WorkResult, WorkerOutcome
+keep = set(map(tuple, __import__("json").loads(sys.stdin.read())))
+with use_db("session.sqlite", WorkDB.Mode.open) as db:
+    drop = [w.job_id for w in db.pending_work_items
+            if (w.mutations[0].operator_name, w.mutations[0].occurrence) not in keep]
+    db.set_multiple_results(drop, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not chosen"))
+"""
+    pending = pending_mutants(work, env)
+    chosen = [m for m in pending if keep(*m)]
+    subprocess.run([sys.executable, "-c", code], cwd=work, env=env, input=json.dumps(chosen),
+                   text=True, check=True)
+
+
+def pending_mutants(work: Path, env: dict[str, str]) -> list[tuple[str, int]]:
+    """(operator, occurrence) of every mutant no filter removed, in the session's order."""
+    return sorted((r["operator"], r["occurrence"]) for r in results(work, env) if r["outcome"] is None)
+
+
 def tests_at(rev: str, work: Path) -> None:
     """Replace the copy's tests/ by those of commit ``rev`` (a score before new tests)."""
     shutil.rmtree(work / "tests")
@@ -103,7 +134,8 @@ def tests_at(rev: str, work: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
 
 
-def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | None = None) -> dict:
+def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | None = None,
+           sample: int | None = None, seed: int = 0, only: set | None = None) -> dict:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="eagle3-mutation-") as tmp:
         work = Path(tmp)
@@ -119,6 +151,12 @@ def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | N
         subprocess.run([str(BIN / "cr-filter-operators"), "session.sqlite", "cr.toml"], cwd=work,
                        env=env, check=True)
         subprocess.run([str(BIN / "cr-filter-pragma"), "session.sqlite"], cwd=work, env=env, check=True)
+        pending = pending_mutants(work, env)
+        if sample is not None:
+            chosen = set(random.Random(seed).sample(pending, min(sample, len(pending))))
+            keep_only(work, env, lambda op, occ: (op, occ) in chosen)
+        if only is not None:
+            keep_only(work, env, lambda op, occ: (op, occ) in only)
         base = subprocess.run([cr, "baseline", "cr.toml"], cwd=work, env=env, capture_output=True,
                               text=True, check=False)
         if base.returncode != 0:
@@ -130,7 +168,7 @@ def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | N
     done = [r for r in items if r["outcome"] is not None]
     killed = [r for r in done if r["outcome"] != "survived"]
     survived = [r for r in done if r["outcome"] == "survived"]
-    return {"module": module, "tests": tests, "mutants": len(items), "done": len(done),
+    return {"module": module, "tests": tests, "all": len(pending), "mutants": len(items), "done": len(done),
             "killed": len(killed), "survived": survived,
             "score": round(100 * len(killed) / len(done), 1) if done else None,
             "seconds": round(time.monotonic() - start)}
@@ -144,6 +182,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=float(cfg["budget"]),
                     help="seconds per module (default %(default)s)")
     ap.add_argument("--tests-at", metavar="REV", help="use the tests of commit REV (the score before)")
+    ap.add_argument("--sample", type=int, metavar="N", help="run a seeded random N of the mutants")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (default %(default)s)")
+    ap.add_argument("--survivors", action="store_true",
+                    help="re-run only the survivors of the module's last report")
     ap.add_argument("--list", action="store_true", help="print the modules and their tests")
     args = ap.parse_args()
     if args.list:
@@ -157,13 +199,31 @@ def main() -> int:
     out_dir = ROOT / ".mutation"
     out_dir.mkdir(exist_ok=True)
     for module in args.module or list(modules):
-        r = mutate(module, modules[module], cfg, args.budget, args.tests_at)
         tag = f"@{args.tests_at}" if args.tests_at else ""
-        (out_dir / (module.replace("/", "_") + tag + ".json")).write_text(json.dumps(r, indent=1))
+        report = out_dir / (module.replace("/", "_") + tag + ".json")
+        only, earlier = None, None
+        if args.survivors:
+            if not report.is_file():
+                print(f"mutation: {module}: no earlier report to take the survivors of", file=sys.stderr)
+                return 2
+            earlier = json.loads(report.read_text())
+            only = {(s["operator"], s["occurrence"]) for s in earlier["survived"]}
+            report = report.with_name(report.stem + ".survivors.json")
+        r = mutate(module, modules[module], cfg, args.budget, args.tests_at, args.sample, args.seed, only)
+        if earlier is not None and "error" not in r:
+            killed = earlier["killed"] + r["killed"]
+            r["after"] = {"killed": killed, "done": earlier["done"],
+                          "score": round(100 * killed / earlier["done"], 1) if earlier["done"] else None}
+        report.write_text(json.dumps(r, indent=1))
         if "error" in r:
             print(f"{module}: {r['error']}")
             continue
-        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run, "
+        if "after" in r:
+            a = r["after"]
+            print(f"{module} after: {a['score']}% killed ({a['killed']}/{a['done']}: the earlier "
+                  f"kills and {r['killed']} of its {r['done']} survivors)")
+        chosen = f" of {r['mutants']} chosen from {r['all']}" if r["mutants"] != r["all"] else ""
+        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run{chosen}, "
               f"{r['mutants'] - r['done']} not run in the budget) in {r['seconds']} s")
         for s in r["survived"]:
             change = [ln for ln in s["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]

@@ -185,8 +185,8 @@ def apply(files: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
             current = _read(f["path"])
             if _sha(current) != f["expect_sha256"]:
                 raise BadRequest("%s changed: current sha256 %s, expected %s; nothing was written" % (
-                    f["path"], (_sha(current) or "none (missing)")[:12],
-                    (f["expect_sha256"] or "none (must not exist)")[:12]))
+                    f["path"], (_sha(current) or "")[:12] or "none (missing)",
+                    (f["expect_sha256"] or "")[:12] or "none (must not exist)"))
             originals.append(current)
         journal = {"target": target, "started": time.time(), "agent_pid": os.getpid(), "files": []}
         for i, (f, orig) in enumerate(zip(files, originals)):

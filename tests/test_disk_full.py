@@ -112,3 +112,25 @@ def test_a_run_lost_on_a_full_disk_says_disk_full(small_fs: Path, tmp_path: Path
     (row,) = view.run_rows(state, time.time(), state.runs)
     assert row.state == "disk full" and row.note.startswith("disk full: no space left on device")
     assert " lost " not in format_runs(state)
+
+
+def test_a_run_lost_on_a_nearly_full_disk_says_disk_full(small_fs: Path) -> None:
+    """A filesystem with a few KiB left is full for a run's records (a new file needs a
+    block, a journal, an inode; ENOSPC comes before the last byte): the lost run is
+    explained as "disk full" there too, not only at exactly zero bytes free."""
+    runs = small_fs / "runs"
+    d = runs / "20260101-000000-lost"
+    d.mkdir(parents=True, mode=0o700)
+    (d / "manifest.json").write_text(json.dumps({
+        "run_id": d.name, "name": "full", "argv": ["x"], "pid": 2 ** 22 - 7, "start_ticks": 1,
+        "shim_pid": 2 ** 22 - 8, "shim_start_ticks": 1, "boot_time": 0, "launched_at": time.time() - 5}))
+    _fill(small_fs)
+    filler = small_fs / "filler"
+    os.truncate(filler, filler.stat().st_size - 16 * 1024)
+    st = os.statvfs(small_fs)
+    assert 0 < st.f_bavail * st.f_frsize < 64 * 1024
+    (rec,) = rundir.list_runs(str(runs))
+    assert rec["state"] == "lost" and rec["disk_full"] is True
+    os.truncate(filler, 0)  # room again: the same run is plainly lost
+    (rec,) = rundir.list_runs(str(runs))
+    assert rec["state"] == "lost" and rec["disk_full"] is False

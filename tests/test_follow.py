@@ -4,6 +4,8 @@ nothing to do. (The stream's bytes, truncation and rotation: tests/test_agent.py
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_driver import AgentProc
-from tests.test_agent import NO_GPU, append, subscribe
+from tests.test_agent import NO_GPU, LogStream, append, subscribe
 
 
 @pytest.fixture(params=["inotify", "poll"])
@@ -103,3 +105,147 @@ def test_the_inotify_variant_watches_the_logs_directory_and_the_poll_one_does_no
         assert watched is None
     else:
         assert watched is not None and tmp_path.stat().st_ino in watched, watched
+
+
+def test_an_unsubscribed_logs_directory_is_no_longer_watched(tmp_path: Path) -> None:
+    """A long-lived agent follows run after run: each log's directory watch goes with its
+    subscription, or the user's inotify watches (a per-user kernel limit) leak away."""
+    with AgentProc(env=dict(NO_GPU)) as agent:
+        unsubscribe_drops_the_watch(agent, tmp_path)
+
+
+def unsubscribe_drops_the_watch(agent: AgentProc, tmp_path: Path) -> None:
+    first, second = tmp_path / "run1", tmp_path / "run2"
+    first.mkdir()
+    second.mkdir()
+    (first / "output.log").write_bytes(b"a\n")
+    (second / "output.log").write_bytes(b"b\n")
+    _, stream = subscribe(agent, first / "output.log", sub="one")
+    stream.wait_equal(first / "output.log")
+    assert first.stat().st_ino in (inotify_watched_inodes(agent.proc.pid) or set())
+    _, stream = subscribe(agent, second / "output.log", sub="two")
+    stream.wait_equal(second / "output.log")
+    agent.call("unsubscribe", {"sub": "one"})
+    assert inotify_watched_inodes(agent.proc.pid) == {second.stat().st_ino}
+
+
+def test_a_logs_directory_removed_and_made_again_is_watched_again(agent: AgentProc, tmp_path: Path,
+                                                                 request: pytest.FixtureRequest) -> None:
+    """A run dir removed (runs prune) and made again under the same name (a relaunch):
+    the kernel dropped the old watch, and the agent watches the new directory, so the new
+    log streams on inotify's wake-ups and not only on the slow poll."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "output.log"
+    path.write_bytes(b"first\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    path.unlink()
+    run.rmdir()
+    stream.wait(lambda s: s.resets == ["missing"])
+    run.mkdir()
+    path.write_bytes(b"second\n")
+    stream.wait(lambda s: s.resets == ["missing", "appeared"])
+    stream.wait_equal(path)
+    if request.node.callspec.params["agent"] == "inotify":
+        deadline = time.monotonic() + 5
+        while run.stat().st_ino not in (inotify_watched_inodes(agent.proc.pid) or set()):
+            assert time.monotonic() < deadline, "the new directory is not watched"
+            time.sleep(0.05)
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of every thread of `pid`: each is one sleep begun."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_an_agent_following_a_quiet_log_sleeps_between_wakeups(agent: AgentProc, tmp_path: Path) -> None:
+    """An agent left on a quiet log for a night costs nothing: after the log's wake-ups
+    are read, it sleeps until its poll timeout (1 s with inotify, 0.25 s without) instead
+    of waking again and again on an inotify event it never read."""
+    path = tmp_path / "run.log"
+    path.write_bytes(b"start\n")
+    _, stream = subscribe(agent, path)
+    for i in range(20):
+        append(path, b"line %d\n" % i)
+    stream.wait_equal(path)
+    time.sleep(0.3)
+    before = wakeups(agent.proc.pid)
+    time.sleep(2.0)
+    assert wakeups(agent.proc.pid) - before <= 20
+
+
+def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
+    """A log of many MiB followed from its start (a relaunch resuming at 0, a client that
+    was away): the agent sends it a budget at a time, so a request queued behind it is
+    answered after a few MiB, not after the whole backlog."""
+    from remote.follow import PUMP_BUDGET
+
+    path = tmp_path / "huge.log"
+    path.write_bytes(b"0123456789abcdef" * (8 * PUMP_BUDGET // 16))
+    small = tmp_path / "small.log"
+    small.write_bytes(b"x\n")
+    with AgentProc(env=dict(NO_GPU)) as agent:
+        mark = agent.mark()
+        sub = {"id": 1, "op": "subscribe", "args": {"sub": "huge", "path": str(path), "offset": 0}}
+        ask = {"id": 2, "op": "read_range", "args": {"path": str(small), "offset": 0, "length": 2}}
+        agent.send_raw((json.dumps(sub) + "\n" + json.dumps(ask) + "\n").encode())
+        agent.wait_for(lambda m: m.get("type") == "result" and m.get("id") == 2, since=mark,
+                       what="the queued request's answer")
+        before = 0
+        for m in agent.since(mark):
+            if m.get("type") == "result" and m.get("id") == 2:
+                break
+            if m.get("type") == "log" and m.get("sub") == "huge":
+                before += len(base64.b64decode(m["b64"]))
+        assert before <= 4 * PUMP_BUDGET, before / PUMP_BUDGET  # the whole backlog is 8
+        stream = LogStream(agent, "huge", since=mark)
+        stream.wait(lambda s: s.end == path.stat().st_size, timeout=60)
+
+
+def test_a_log_path_that_stops_resolving_is_one_error_and_the_agent_lives_on(agent: AgentProc,
+                                                                             tmp_path: Path) -> None:
+    """The log's directory replaced by a file (stat fails with ENOTDIR, not ENOENT): one
+    error line naming the log, and the agent keeps following and answering."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "output.log"
+    path.write_bytes(b"a\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    mark = agent.mark()
+    path.unlink()
+    run.rmdir()
+    run.write_bytes(b"not a directory")
+    err = agent.wait_for(lambda m: m.get("type") == "error", since=mark, what="the error")
+    assert err["message"].startswith(f"log {path}: NotADirectoryError"), err
+    other = tmp_path / "other.log"
+    other.write_bytes(b"b\n")
+    _, again = subscribe(agent, other, sub="other")
+    again.wait_equal(other)
+    assert [m for m in agent.since(mark) if m.get("type") == "error"] == [err]
+
+
+def test_a_host_whose_libc_cannot_be_loaded_follows_logs_by_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host where ctypes cannot load libc by name (musl has no libc.so.6, and
+    find_library finds nothing without ldconfig): the agent polls instead of failing to
+    start. Stand-in: ctypes.CDLL made to fail as it does there, in this process."""
+    import ctypes
+
+    from remote import follow
+
+    def no_libc(name: str, *args: object, **kw: object) -> None:
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.delenv("EAGLE3_TUI_NO_INOTIFY", raising=False)
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    watcher = follow.Inotify()
+    assert watcher.fd is None
+    watcher.sync({"/tmp"})  # no-ops, no error
+    watcher.drain()
+    assert watcher.watches == {}

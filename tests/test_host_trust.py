@@ -344,3 +344,20 @@ def test_the_run_gets_the_login_umask_back_while_the_agent_runs_under_022(tmp_pa
     finally:
         os.umask(old)
     assert Path(rec["log"]).read_text().splitlines() == ["umask 2", "env False"]
+
+
+def test_a_symlink_posing_as_a_run_dir_is_warned_about_and_a_stray_file_is_not(tmp_path: Path) -> None:
+    """The runs list names what it refuses: a symlink where a run dir should be (it could
+    point anywhere) is a warning; a file a user left in the runs dir is simply not a run."""
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    (runs / "notes.txt").write_text("which run was the good one")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = runs / "20260101-000000-link"
+    link.symlink_to(elsewhere)
+    mine = _plant_run(runs, "20260101-000000-mine", ["true"], launched_at=time.time() - 60)
+    warnings: list[str] = []
+    assert [r["run_id"] for r in rundir.list_runs(str(runs), warnings)] == [mine.name]
+    (warning,) = warnings
+    assert warning.startswith(f"refusing run dir {link}: a symlink")

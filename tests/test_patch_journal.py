@@ -123,8 +123,8 @@ async def test_a_journal_left_by_a_dead_agent_is_rolled_back_and_reported(
     with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
         rec = agent.hello["patch_recovered"]
         assert rec["target"] == "v5" and rec["restored"] == [str(pkg(site, GEN))]
-        agent.wait_for(lambda m: m["type"] == "error" and "interrupted patch push to v5 was rolled back"
-                       in m["message"])
+        agent.wait_for(lambda m: m["type"] == "error" and m["message"]
+                       == f"an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}")
     assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
 
 
@@ -192,7 +192,48 @@ def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_
     gone = tmp_path / "missing-dir" / "b.py"
     files = [{"path": str(first), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"), "backup": None},
              {"path": str(gone), "data": b"x\n", "expect_sha256": None, "backup": None}]
-    with pytest.raises(BadRequest, match=rf"patch push to v9 failed .*; rolled back {first}$"):
+    with pytest.raises(BadRequest, match=rf"patch push to v9 failed \(FileNotFoundError: \[Errno 2\] .*\); rolled back {first}$"):
         journal.apply(files, "v9")
     assert first.read_bytes() == b"old\n" and not (jdir / "journal.json").exists()
     assert sorted(p.name for p in jdir.iterdir()) == [".lock"]
+
+
+def test_a_push_waits_for_another_agents_push_to_finish(jdir: Path, tmp_path: Path) -> None:
+    """Two agents of one user on a host (two terminals): a push that finds the other's
+    push under way waits for it (the lock is held only for the seconds a push takes),
+    and then goes ahead, instead of refusing at once."""
+    import fcntl
+    import threading
+    import time
+
+    target = tmp_path / "a.py"
+    target.write_bytes(b"old\n")
+    jdir.mkdir(mode=0o700)
+    held = os.open(jdir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the other agent's push, under way
+    threading.Timer(0.5, lambda: os.close(held)).start()
+    t0 = time.monotonic()
+    journal.apply([{"path": str(target), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"),
+                    "backup": None}], "v2")
+    assert time.monotonic() - t0 >= 0.4
+    assert target.read_bytes() == b"new\n"
+
+
+def test_a_file_changed_on_the_host_is_named_with_both_hashes(jdir: Path, tmp_path: Path) -> None:
+    """A file another hand changed, or removed, since the client read it: the refusal says
+    which file and what the host has now against what the client read, so the user can
+    tell a colleague's edit from a removed install; nothing is written."""
+    from remote.wire import BadRequest
+
+    edited, removed, made = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    edited.write_bytes(b"theirs\n")
+    made.write_bytes(b"theirs\n")  # a file the push adds, made meanwhile by someone else
+    theirs, old = P.sha256(b"theirs\n")[:12], P.sha256(b"old\n")
+    for path, expect, now, was in ((edited, old, theirs, old[:12]),
+                                   (removed, old, "none (missing)", old[:12]),
+                                   (made, None, theirs, "none (must not exist)")):
+        files = [{"path": str(path), "data": b"new\n", "expect_sha256": expect, "backup": None}]
+        with pytest.raises(BadRequest) as info:
+            journal.apply(files, "v2")
+        assert str(info.value) == f"{path} changed: current sha256 {now}, expected {was}; nothing was written"
+    assert edited.read_bytes() == made.read_bytes() == b"theirs\n" and not removed.exists()

@@ -296,3 +296,22 @@ async def test_a_write_that_says_ok_but_leaves_wrong_bytes_fails_the_push(
     with pytest.raises(S.PatchServiceError, match="verification failed after writing") as info:
         await S.push(WrongBytesAfterWrite(client, worker), SET, "latest", PY, user_dir=user_dir)
     assert str(worker) in str(info.value)
+
+
+async def test_a_user_version_whose_diff_no_longer_applies_is_refused_in_one_line(
+        client: AgentClient, site: Path, user_dir: Path) -> None:
+    """The user's captured version, its diff file edited by hand afterwards so that it no
+    longer applies to the pristine files: the push is refused with one line naming the
+    file and hunk (the CLI and the screen show it), and nothing on the host changes."""
+    await S.push(client, SET, "latest", PY, user_dir=user_dir)
+    gen = pkg(site, GEN)
+    gen.write_bytes(gen.read_bytes().replace(b"CACHE_MEMORY_FRACTION = 0.2", b"CACHE_MEMORY_FRACTION = 0.3"))
+    rep = await S.capture(client, SET, PY, "v6", "KV cache fraction 0.3", user_dir=user_dir)
+    await S.push(client, SET, "v5", PY, user_dir=user_dir)
+    before = {r: pkg(site, r).read_bytes() for r in (GEN, WORKER)}
+    diff = Path(rep["diff_file"])
+    diff.write_text(diff.read_text().replace("CACHE_MEMORY_FRACTION = 0.2", "CACHE_MEMORY_FRACTION = 0.25"))
+    with pytest.raises(S.PatchServiceError) as info:
+        await S.push(client, SET, "v6", PY, user_dir=user_dir)
+    assert str(info.value) == f"{GEN}: hunk 1 (at line 27) does not match the file"
+    assert {r: pkg(site, r).read_bytes() for r in (GEN, WORKER)} == before

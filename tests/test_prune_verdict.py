@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,3 +73,43 @@ def test_dry_run_and_real_prune_agree_and_say_why_a_run_stays(tmp_path: Path) ->
             subprocess.run(["umount", "-l", str(inner)], check=False)
         else:
             os.chmod(inner, 0o700)
+
+
+def _set_immutable(path: Path, on: bool) -> None:
+    """chattr +i / -i through the ioctl (FS_IOC_SETFLAGS, FS_IMMUTABLE_FL)."""
+    import array
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = array.array("l", [0])
+        fcntl.ioctl(fd, 0x80086601, flags, True)  # FS_IOC_GETFLAGS
+        flags[0] = flags[0] | 0x10 if on else flags[0] & ~0x10
+        fcntl.ioctl(fd, 0x40086602, flags)  # FS_IOC_SETFLAGS
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setting a file immutable needs root (CI runs as root)")
+def test_a_removal_that_fails_part_way_is_reported_and_prune_goes_on(tmp_path: Path) -> None:
+    """A file in a run dir the user made immutable (chattr +i on a checkpoint to keep):
+    the verdict cannot see it, the removal fails on it; prune says so for that run, in
+    one line naming the file, removes the other runs and does not stop."""
+    from remote import rundir
+
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    first = _ended_run(runs, "20260101-000000-aaaa")
+    kept = _ended_run(runs, "20260101-000001-bbbb")
+    last = _ended_run(runs, "20260101-000002-cccc")
+    precious = kept / "checkpoint.pt"
+    precious.write_bytes(b"weights")
+    _set_immutable(precious, True)
+    try:
+        report = rundir.prune_runs(str(runs), keep=0)
+    finally:
+        _set_immutable(precious, False)
+    assert sorted(r["run_id"] for r in report["removed"]) == [first.name, last.name]
+    assert [(r["run_id"], r["reason"]) for r in report["skipped"]] == [
+        (kept.name, f"removal failed part-way ({precious}: Operation not permitted)")]
+    assert not first.exists() and not last.exists() and precious.read_bytes() == b"weights"

@@ -233,6 +233,9 @@ def test_reused_pid_is_never_signalled(env):
     # session and group leader) which started at a different time than recorded.
     path = os.path.join(env.runs, rec["run_id"], "manifest.json")
     manifest = json.loads(Path(path).read_text())
+    # exit.json is the shim's last write, not its exit: once the record is removed, a
+    # shim still exiting would make the run read as running.
+    wait_for(lambda: not alive(manifest["shim_pid"], manifest["shim_start_ticks"]), what="the shim's exit")
     manifest.update(pid=decoy.pid, pgid=decoy.pid, sid=decoy.pid, start_ticks=ticks(decoy.pid) + 1)
     Path(path).write_text(json.dumps(manifest))
     os.remove(exit_json)
@@ -413,6 +416,17 @@ def test_bad_requests_fail_in_one_line(env):
         killer.kill(env.runs, "ext-%d" % os.getpid(), match=cmd)  # the old form: no ticks
 
 
+def test_a_bad_environment_is_refused_before_anything_starts(env):
+    """A variable name with "=" or nothing in it, or a NUL in a value, from a config or
+    the relaunch form: refused up front naming it, with no run started and no failed
+    run left in the list (an empty name would even start one)."""
+    for bad, name in (({"A=B": "1"}, "'A=B'"), ({"A": "x\0y"}, "'A'"), ({"": "1"}, "''")):
+        with pytest.raises(runner.RunnerError) as err:
+            runner.launch(env.runs, "bad", [sys.executable, "-c", SLEEPER], str(env.tmp), bad)
+        assert str(err.value) == "bad environment variable name or value: " + name
+    assert runner.list_runs(env.runs) == []
+
+
 def test_run_that_fails_to_start_is_listed_as_failed(env):
     before = time.time()
     with pytest.raises(runner.RunnerError) as err:
@@ -464,10 +478,17 @@ def test_list_runs_skips_junk(env):
     (runs / "halfexit").mkdir()
     (runs / "halfexit" / "manifest.json").write_text(json.dumps({"pid": "x", "name": "h"}))
     (runs / "halfexit" / "exit.json").write_text('{"exit_')
+    # Written this boot, but no pid or start ticks to check: never "running" (which
+    # would refuse its relaunch and keep it from prune for ever).
+    (runs / "nopid").mkdir()
+    (runs / "nopid" / "manifest.json").write_text(json.dumps(
+        {"pid": "x", "shim_pid": None, "name": "n", "boot_id": procfs.boot_id(),
+         "boot_time": procfs.boot_time()}))
     rec = launch_sleeper(env)
     got = {r["run_id"]: r for r in runner.list_runs(env.runs)}
-    assert set(got) == {"halfexit", rec["run_id"]}
+    assert set(got) == {"halfexit", "nopid", rec["run_id"]}
     assert got["halfexit"]["state"] == "lost" and got["halfexit"]["pid"] is None
+    assert got["nopid"]["state"] == "lost"
     assert got[rec["run_id"]]["state"] == "running"
     assert runner.list_runs(str(env.tmp / "missing")) == []
 
@@ -631,6 +652,7 @@ def test_gpu_report_waits_for_release_and_names_holders(env):
     )
     assert report["ok"] is False and report["gpus_free"] is False and report["remaining"] == []
     assert report["gpus"][0]["run_pids"] == [stuck] and report["gpus"][0]["freed"] == 0
+    assert report["gpus"][0]["other_pids"] == []  # the run's own holder is no stranger
 
 
 # Holds GPU memory through the CUDA driver API via ctypes, so no torch is needed.
@@ -758,3 +780,141 @@ def test_external_kill_checks_start_ticks_and_match(env):
     report = killer.kill(env.runs, good, graces=(0.2, 0.2), gpu_wait=0, match="sleep 30")
     assert report["ok"] and sleeper.pid in report["stages"][0]["sent_to"]
     assert sleeper.wait(timeout=5) == -signal.SIGINT
+
+
+# A run whose helper is started with a scrubbed environment (no run marker) by a child
+# that exits at once: the helper lives on in the run's session, outside its tree once
+# the shim (its subreaper) is gone.
+SCRUBBED_HELPER = """\
+import os, subprocess, sys
+if os.fork() == 0:
+    p = subprocess.Popen(["/usr/bin/env", "-i", sys.executable, "-c",
+                          "import time\\nwhile True: time.sleep(0.05)"])
+    os.write(1, ("ready helper %d" % p.pid + "\\n").encode())
+    os._exit(0)
+os.write(1, ("ready main %d" % os.getpid() + "\\n").encode())
+import time
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_kill_after_the_shim_died_still_takes_the_runs_session(env):
+    """The shim killed (the OOM killer's pick, a stray kill -9): the run's orphaned helper
+    has no marker and no longer hangs under the run's tree, and the session the run's
+    verified main process still holds is the only way to find it."""
+    rec = runner.launch(env.runs, "job", [sys.executable, env.script("job.py", SCRUBBED_HELPER)],
+                        str(env.tmp), {})
+    pids = wait_for(lambda: ready_pids(rec["log"], ["main", "helper"]), what="run ready")
+    helper = pids["helper"]
+    env.adopt(helper)
+    wait_for(lambda: procfs.read_stat(helper)["ppid"] == rec["shim_pid"], what="helper adopted by the shim")
+    assert procfs.read_environ_var(helper, runner.RUN_ENV) is None
+    os.kill(rec["shim_pid"], signal.SIGKILL)
+    wait_for(lambda: not alive(rec["shim_pid"], rec["shim_start_ticks"]), what="the shim's death")
+    wait_for(lambda: procfs.read_stat(helper)["ppid"] != rec["shim_pid"], what="helper re-parented")
+    assert procfs.read_stat(helper)["sid"] == rec["sid"]
+
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and report["remaining"] == []
+    assert helper in report["stages"][0]["sent_to"]
+    assert not alive(helper) and not alive(pids["main"])
+    # No shim, so no exit record: the run ended when the kill did, and says so.
+    killed = json.loads(Path(env.runs, rec["run_id"], "killed.json").read_text())
+    (after,) = runner.list_runs(env.runs)
+    assert after["state"] == "killed" and after["ended_at"] == killed["at"]
+    assert after["duration"] == round(killed["at"] - after["start_time"], 3)
+
+
+def test_kill_progress_comes_twice_a_second_and_no_more_often(env):
+    """A long grace, then GPU memory freed late: the user sees the kill progress at
+    PROGRESS_EVERY in both waits, and the GPU source (an nvidia-smi call on hosts without
+    NVML) is read at that pace while the signals' grace runs, not at every poll."""
+    rec = runner.launch(env.runs, "deaf", [sys.executable, "-c",
+                        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                        "print('ready main 0', flush=True)\nwhile True: time.sleep(0.05)"],
+                        str(env.tmp), {})
+    wait_for(lambda: ready_pids(rec["log"], ["main"]), what="run ready")
+    reads: list[float] = []
+    gone: list[float] = []
+    hold = 2.0
+
+    def gpu_query() -> list[dict]:
+        # No GPU here: a source that counts its readings and lists the run's process
+        # until `hold` seconds after it ended (drivers free memory late).
+        now = time.monotonic()
+        reads.append(now)
+        if not gone and not alive(rec["pid"], rec["start_ticks"]):
+            gone.append(now)
+        held = not gone or now < gone[0] + hold
+        return [{"index": 0, "processes": [{"pid": rec["pid"], "mem": 1000}] if held else []}]
+
+    events: list[dict] = []
+    grace = 2.0
+    report = killer.kill(env.runs, rec["run_id"], graces=(grace, 0.5), gpu_wait=10,
+                         gpu_query=gpu_query, progress=events.append)
+    assert report["ok"] and report["gpus_free"] is True
+    per_s = 1 / killer.PROGRESS_EVERY
+    during = [e["elapsed"] for e in events if e["stage"] == "SIGINT"]
+    assert 2 <= len(during) <= grace * per_s + 2, during  # some, even on a loaded host; never each poll
+    assert len([r for r in reads if r < gone[0]]) <= (grace + 0.5) * per_s + 4, len(reads)
+    waiting = [e["elapsed"] for e in events if e["stage"] == "waiting_gpu"]
+    assert 2 <= len(waiting) <= hold * per_s + 2, waiting
+
+
+def test_kill_on_a_kernel_without_pidfds_still_signals_the_run(env, monkeypatch):
+    """Hosts on kernels older than 5.3 (RHEL 7's 3.10 on many GPU clusters): Python has
+    os.pidfd_open but the call fails with ENOSYS, and the kill falls back to kill(2).
+    Stand-in: this kernel has pidfds, so pidfd_open is made to fail the way the old one does."""
+    import errno
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    rec = launch_sleeper(env)
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and report["stages"][0]["sent_to"] == [rec["pid"]]
+    assert not alive(rec["pid"], rec["start_ticks"])
+
+
+def test_a_failing_gpu_source_never_stops_a_kill(env):
+    """NVML errors out mid-kill (a driver reset, an XID): the run is still killed, and the
+    GPU outcome is unknown (N/A), never a false "freed"."""
+    rec = launch_sleeper(env)
+
+    def broken() -> list[dict]:
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    events: list[dict] = []
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=1, gpu_query=broken,
+                         progress=events.append)
+    assert report["ok"] and report["remaining"] == [] and not alive(rec["pid"], rec["start_ticks"])
+    assert report["gpus_free"] is None and report["gpus"] == []
+    assert events[-1]["stage"] == "done"
+
+
+# A worker that escaped the run's tree and session but kept the marker (started through
+# a server, a setsid'd daemon), which starts a helper with a clean environment.
+ESCAPED_WORKER = """\
+import os, subprocess, sys, time
+p = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"], env={})
+os.write(1, ("ready helper %d" % p.pid + "\\n").encode())
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_kill_takes_the_clean_env_children_of_a_worker_found_by_its_marker(env):
+    rec = launch_sleeper(env)
+    log = open(env.tmp / "escaped.log", "wb")
+    worker = env.spawn([sys.executable, "-c", ESCAPED_WORKER], stdout=log,
+                       env=dict(os.environ, **{runner.RUN_ENV: rec["run_id"]}))
+    helper = wait_for(lambda: ready_pids(str(env.tmp / "escaped.log"), ["helper"]), what="helper")["helper"]
+    env.adopt(helper)
+    assert procfs.read_environ_var(helper, runner.RUN_ENV) is None
+    assert procfs.read_stat(helper)["sid"] != rec["sid"]
+
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] and helper in report["stages"][0]["sent_to"]
+    assert not alive(helper) and worker.poll() is not None

@@ -92,6 +92,17 @@ async def test_agent_error_is_one_line(client: AgentClient) -> None:
     assert "\n" not in str(info.value) and str(info.value).startswith("no_such_op:")
 
 
+async def test_the_agents_reason_reaches_the_caller(client: AgentClient, tmp_path: Path) -> None:
+    """What the host said is what the user reads (the CLI and the screens print it)."""
+    with pytest.raises(AgentRequestError) as info:
+        await client.request("no_such_op")
+    assert str(info.value) == "no_such_op: unknown op 'no_such_op'"
+    gone = tmp_path / "gone.log"
+    with pytest.raises(AgentRequestError) as info:
+        await client.request("read_range", path=str(gone), offset=0, length=1)
+    assert str(info.value) == f"read_range: {gone} does not exist"
+
+
 async def test_missing_python_is_agent_start_failed() -> None:
     client = AgentClient(LocalLink(python="/nonexistent/python3"))
     with pytest.raises(AgentStartFailed) as info:
@@ -161,3 +172,12 @@ def test_make_link_picks_the_link() -> None:
     assert type(ssh).__name__ == "SshLink"
     assert ssh.describe() == "root@gpu-box:2222"
     assert ssh.python == "/opt/py/bin/python3"
+
+
+async def test_a_client_closed_before_it_ever_started_closes_quietly() -> None:
+    """The app quit (or the CLI failed on its config) before the first connect: closing
+    the client is quiet, says "closed", and starts no agent."""
+    client = AgentClient(LocalLink())
+    await client.close()
+    assert [e async for e in client.events()] == [LinkStatus(state="closed")]
+    assert not client.connected
