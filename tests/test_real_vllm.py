@@ -185,10 +185,10 @@ def test_preflight_on_real_vllm(site: Path, tmp_path: Path, pset: P.PatchSet) ->
 
 
 def test_preflight_ships_with_the_agent() -> None:
-    """The client uploads remote/*.py; extract.py's --preflight imports preflight.py."""
+    """The client uploads the remote package; extract.py's --preflight imports its preflight."""
     files = agent_files(ROOT / "remote")
-    assert "preflight.py" in files and "extract.py" in files
-    assert b"import preflight" in files["extract.py"]
+    assert "remote/preflight.py" in files and "remote/extract.py" in files
+    assert b"from remote import preflight" in files["remote/extract.py"]
 
 
 # ------------------------------------------------------------------ the stand-in cannot drift
