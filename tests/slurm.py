@@ -36,9 +36,10 @@ from pathlib import Path
 NODE_SMI = """#!{python}
 import os, sys
 arg = sys.argv[1]
+job = os.environ.get("SLURM_JOB_ID")  # inside a job: the name says which job and step read it
 if arg.startswith("--query-gpu="):
-    print("0, Stand-in GPU job %s step %s, GPU-node-0, 0, 81920, 0, 30, 50.0, 700.0"
-          % (os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")))
+    print("0, Stand-in GPU%s, GPU-node-0, 0, 81920, 0, 30, 50.0, 700.0"
+          % (" job %s step %s" % (job, os.environ.get("SLURM_STEP_ID")) if job else ""))
 elif arg.startswith("--query-compute-apps="):
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

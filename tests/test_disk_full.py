@@ -95,15 +95,22 @@ def test_exit_code_and_reason_survive_a_disk_filled_while_the_job_runs(small_fs:
     assert "lost" not in format_runs(state)
 
 
-def test_a_run_lost_on_a_full_disk_says_disk_full(small_fs: Path, tmp_path: Path) -> None:
-    """No reserve either (the shim died, or the disk was full at launch): the run is not
-    alive and has no end recorded, and its filesystem is full: "disk full", not "lost"."""
-    runs = small_fs / "runs"
+def _lost_run(fs: Path) -> tuple[Path, Path]:
+    """A run dir on `fs` whose manifest names processes that are gone (no exit recorded):
+    the runs dir and the run dir."""
+    runs = fs / "runs"
     d = runs / "20260101-000000-lost"
     d.mkdir(parents=True, mode=0o700)
     (d / "manifest.json").write_text(json.dumps({
         "run_id": d.name, "name": "full", "argv": ["x"], "pid": 2 ** 22 - 7, "start_ticks": 1,
         "shim_pid": 2 ** 22 - 8, "shim_start_ticks": 1, "boot_time": 0, "launched_at": time.time() - 5}))
+    return runs, d
+
+
+def test_a_run_lost_on_a_full_disk_says_disk_full(small_fs: Path, tmp_path: Path) -> None:
+    """No reserve either (the shim died, or the disk was full at launch): the run is not
+    alive and has no end recorded, and its filesystem is full: "disk full", not "lost"."""
+    runs, d = _lost_run(small_fs)
     _fill(small_fs)
     (rec,) = rundir.list_runs(str(runs))
     assert rec["state"] == "lost" and rec["disk_full"] is True
@@ -118,12 +125,7 @@ def test_a_run_lost_on_a_nearly_full_disk_says_disk_full(small_fs: Path) -> None
     """A filesystem with a few KiB left is full for a run's records (a new file needs a
     block, a journal, an inode; ENOSPC comes before the last byte): the lost run is
     explained as "disk full" there too, not only at exactly zero bytes free."""
-    runs = small_fs / "runs"
-    d = runs / "20260101-000000-lost"
-    d.mkdir(parents=True, mode=0o700)
-    (d / "manifest.json").write_text(json.dumps({
-        "run_id": d.name, "name": "full", "argv": ["x"], "pid": 2 ** 22 - 7, "start_ticks": 1,
-        "shim_pid": 2 ** 22 - 8, "shim_start_ticks": 1, "boot_time": 0, "launched_at": time.time() - 5}))
+    runs, d = _lost_run(small_fs)
     _fill(small_fs)
     filler = small_fs / "filler"
     os.truncate(filler, filler.stat().st_size - 16 * 1024)

@@ -29,7 +29,7 @@ import pytest
 from remote import slurm
 from tests import checkout
 from tests.agent_driver import AgentProc
-from tests.slurm import LINES, Cluster
+from tests.slurm import LINES, NODE_SMI, Cluster
 from tui.protocol.ops import KillReport
 from tui.state import view
 from tui.state.model import Run
@@ -37,21 +37,7 @@ from tui.state.model import Run
 REPO = Path(__file__).resolve().parent.parent
 PYTHONPATH = checkout.pythonpath()
 GIB = 1 << 30
-FAKE_SMI = """#!{python}
-import os, sys
-arg = sys.argv[1]
-if arg.startswith("--query-gpu="):
-    print("0, Stand-in GPU, GPU-standin-0, 0, 81920, 0, 30, 50.0, 700.0")
-elif arg.startswith("--query-compute-apps="):
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = open("/proc/%s/environ" % pid, "rb").read().split(b"\\0")
-            state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):  # gone meanwhile
-            continue
-        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
-            print("GPU-standin-0, %s, 1024" % pid)
-"""
+FAKE_SMI = NODE_SMI  # the login node's stand-in GPU: the same script, outside any job
 # A run that ignores SIGTERM (a wedged worker): only plain scancel's SIGKILL ends it.
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)\n"
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
