@@ -8,22 +8,12 @@ import base64
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.agent_driver import AgentProc
-from tests.test_agent import NO_GPU, LogStream, append, subscribe
-
-
-@pytest.fixture(params=["inotify", "poll"])
-def agent(request: pytest.FixtureRequest) -> Iterator[AgentProc]:
-    env = dict(NO_GPU)
-    if request.param == "poll":
-        env["EAGLE3_TUI_NO_INOTIFY"] = "1"
-    with AgentProc(env=env) as a:
-        yield a
+from tests.test_agent import NO_GPU, LogStream, agent, append, subscribe  # noqa: F401 (agent: the fixture)
 
 
 def cpu_s(pid: int) -> float:
