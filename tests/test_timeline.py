@@ -51,6 +51,22 @@ def _e3(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProce
                           text=True, timeout=60, env=checkout.env(**env))
 
 
+def _launch_until_exit(tmp_path: Path, run_toml: str, env: dict[str, str]) -> tuple[str, Path]:
+    """`eagle3-tui launch local` of the config's [run] (`run_toml`, cwd = tmp_path) with no
+    client left connected; waits up to 40 s for the shim's exit record. (run id, run dir)."""
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\ncwd = "{tmp_path}"\n' + run_toml)
+    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    run_dir = tmp_path / "runs" / run_id
+    deadline = time.monotonic() + 40
+    while not (run_dir / "exit.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return run_id, run_dir
+
+
 def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_path: Path) -> None:
     held, times = tmp_path / "held", tmp_path / "times.json"
     bin_dir = tmp_path / "bin"
@@ -60,17 +76,8 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     smi.chmod(0o755)
     env = {"EAGLE3_TUI_GPU_SOURCE": "nvidia-smi", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "EAGLE3_TUI_PACE_S": "0.2", "EAGLE3_TUI_TIMELINE_S": "0.5"}
-    (tmp_path / "eagle3.toml").write_text(
-        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
-        f'[run]\nname = "tl"\ncommand = {json.dumps([sys.executable, str(JOB), str(held), str(times)])}\n'
-        f'cwd = "{tmp_path}"\n')
-    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)  # the client goes away
-    assert launched.returncode == 0, launched.stderr
-    run_id = json.loads(launched.stdout)["run_id"]
-    run_dir = tmp_path / "runs" / run_id
-    deadline = time.monotonic() + 40
-    while not (run_dir / "exit.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.3)
+    run_id, run_dir = _launch_until_exit(
+        tmp_path, f'name = "tl"\ncommand = {json.dumps([sys.executable, str(JOB), str(held), str(times)])}\n', env)
     assert (run_dir / "exit.json").exists()
     seen = json.loads(times.read_text())
     launched_at = json.loads((run_dir / "launch.json").read_text())["launched_at"]
@@ -220,18 +227,9 @@ print("[extract] done: 3 samples", flush=True)
 def test_a_restarted_run_s_timeline_has_its_attempts(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(RESTARTED)
     env = {"EAGLE3_TUI_PACE_S": "0.2", "EAGLE3_TUI_TIMELINE_S": "0.5", "EAGLE3_TUI_GPU_SOURCE": "none"}
-    (tmp_path / "eagle3.toml").write_text(
-        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
-        f'[run]\nname = "tl2"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
-        f'cwd = "{tmp_path}"\nrestart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\n'
-        f'graces = [0.5, 0.5]\n')
-    launched = _e3("launch", "local", "--json", cwd=tmp_path, env=env)
-    assert launched.returncode == 0, launched.stderr
-    run_id = json.loads(launched.stdout)["run_id"]
-    run_dir = tmp_path / "runs" / run_id
-    deadline = time.monotonic() + 40
-    while not (run_dir / "exit.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.3)
+    run_id, _ = _launch_until_exit(
+        tmp_path, f'name = "tl2"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
+        'restart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n', env)
     shown = _e3("runs", "show", "local", run_id, "--json", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
     s = json.loads(shown.stdout)
