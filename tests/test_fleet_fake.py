@@ -83,9 +83,14 @@ async def test_a_fake_host_fills_its_row_as_a_real_agent_does(tmp_path: Path,
                     root = getattr(screen.feeds[host].state.log.analysis, "root_cause", None)
                     return getattr(root, "title", None)
 
+                def settled() -> bool:  # both causes found, and a repaint since (it is debounced)
+                    r = rows()
+                    return (screen.first_full_frame is not None and cause("real") is not None
+                            and cause("fake") is not None and len(r) == 2
+                            and all(x.failures for x in r.values()) and shown(r["fake"]) == shown(r["real"]))
+
                 deadline = time.monotonic() + 60
-                while not (screen.first_full_frame is not None and all(r.failures for r in rows().values())
-                           and cause("real") and cause("fake")):
+                while not settled():
                     if time.monotonic() > deadline:
                         break  # the comparisons below say what differs
                     await pilot.pause(0.1)
