@@ -405,7 +405,7 @@ class Agent:
         return (self.slurm if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
-            gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,
+            gpu_query=self.gpus.proof if self.gpus.source else None,  # a failed reading proves nothing
             progress=progress, **how)
 
     # -- loop

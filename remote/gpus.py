@@ -55,6 +55,10 @@ def _smi_value(text: str, scale: float = 1.0, as_int: bool = False) -> Any:
     return int(round(value)) if as_int else value
 
 
+class SmiFailed(RuntimeError):
+    """nvidia-smi exited non-zero; the text is its last line (its own reason)."""
+
+
 class Gpus:
     """The GPU source: NVML (cached handles), else nvidia-smi, else none with a reason."""
 
@@ -125,9 +129,20 @@ class Gpus:
             if self.source == "nvidia-smi":
                 try:
                     return self._read_smi(), None
-                except Exception as exc:
+                except SmiFailed as exc:  # its own words: "NVIDIA-SMI has failed because …"
+                    return [], "nvidia-smi failed: %s" % exc
+                except Exception as exc:  # a timeout, an exec error
                     return [], "nvidia-smi failed: %s" % one_line(exc)
             return [], self.error
+
+    def proof(self) -> List[Dict[str, Any]]:
+        """A reading for a kill's GPU-free proof (kill.GpuQuery): the GPUs, or RuntimeError
+        with the source's one-line error when the reading failed. Never ``[]`` for a
+        failure: no card listed would read as "none holds the run", a vacuous proof."""
+        gpus, error = self.read()
+        if error is not None:
+            raise RuntimeError(error)
+        return gpus
 
     def _read_nvml(self, i: int, h: Any) -> Dict[str, Any]:
         nv = self._nv
@@ -172,7 +187,7 @@ class Gpus:
                              capture_output=True, timeout=10, check=False)
         if out.returncode != 0:
             lines = (out.stderr or out.stdout).decode("utf-8", "replace").strip().splitlines()
-            raise RuntimeError(lines[-1] if lines else "exit %d" % out.returncode)
+            raise SmiFailed(" ".join(lines[-1].split())[:300] if lines else "exit %d" % out.returncode)
         return [[f.strip() for f in line.split(",")]
                 for line in out.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
 

@@ -204,13 +204,16 @@ class RunFinder:
         return _send(pid, self.tracked[pid], sig)
 
 
-def gpu_read(gpu_query: GpuQuery | None) -> list[dict] | None:
-    """One GPU reading, or None without a source or when the reading fails."""
+def gpu_read(gpu_query: GpuQuery | None, failed: list[str] | None = None) -> list[dict] | None:
+    """One GPU reading, or None without a source or when the reading fails; a failure's
+    one-line reason (the exception's text: "nvidia-smi failed: …") goes onto `failed`."""
     if gpu_query is None:
         return None
     try:
         gpus = gpu_query()
-    except Exception:  # the GPU source is optional; a failed reading is N/A
+    except Exception as e:  # the GPU source is optional; a failed reading is N/A, never "free"
+        if failed is not None:
+            failed.append(" ".join(str(e).split())[:300] or type(e).__name__)
         return None
     return gpus if isinstance(gpus, list) else None
 
@@ -258,17 +261,18 @@ Report = Callable[[str, "list[dict] | None"], None]
 
 def wait_for_gpus(finder: RunFinder | None, before: list[dict] | None, gpu_query: GpuQuery | None,
                   gpu_wait: float, report: Report, pids: Iterable[int] = (),
-                  first: list[dict] | None = None, stop: Callable[[], bool] | None = None) -> dict:
+                  first: list[dict] | None = None, stop: Callable[[], bool] | None = None,
+                  failed: list[str] | None = None) -> dict:
     """The kill's tail, local and Slurm alike, once the signals are sent: when every
     process of the run is gone, wait up to `gpu_wait` s until no GPU lists one of them
     (`waiting_gpu` progress meanwhile). ``{"remaining", "gpus", "gpus_free"}``:
     gpus_free is None without a GPU reading (`gpu_query` None: no proof here).
     Without a finder (the run is on another node), `pids` are the run's processes
     there and `first` the reading already taken there; `stop()` true ends the wait
-    early (the node's agent is gone)."""
+    early (the node's agent is gone); `failed` collects why readings failed (`gpu_read`)."""
     remaining = finder.alive() if finder else []
     pids = set(finder.tracked) if finder else set(pids)
-    latest = first if first is not None else gpu_read(gpu_query)
+    latest = first if first is not None else gpu_read(gpu_query, failed)
     if latest is not None and pids and not remaining:
         report("waiting_gpu", _gpu_report(before, latest, pids))
         last_report = time.monotonic()
@@ -277,7 +281,7 @@ def wait_for_gpus(finder: RunFinder | None, before: list[dict] | None, gpu_query
             if time.monotonic() >= deadline or (stop is not None and stop()):
                 break
             time.sleep(0.25)
-            latest = gpu_read(gpu_query) or latest
+            latest = gpu_read(gpu_query, failed) or latest
             if time.monotonic() - last_report >= PROGRESS_EVERY:
                 report("waiting_gpu", _gpu_report(before, latest, pids))
                 last_report = time.monotonic()
@@ -360,7 +364,8 @@ def kill(
     def elapsed() -> float:
         return round(time.monotonic() - t0, 3)
 
-    before = gpu_read(gpu_query)
+    failed: list[str] = []  # why GPU readings failed: the proof then says it could not be read
+    before = gpu_read(gpu_query, failed)
     latest = before
     last_report = 0.0
 
@@ -417,9 +422,9 @@ def kill(
                 if not finder.alive():
                     break
             if time.monotonic() - last_report >= PROGRESS_EVERY:
-                latest = gpu_read(gpu_query) if gpu_query else None
+                latest = gpu_read(gpu_query, failed) if gpu_query else None
                 report(sig.name)
-    freed = wait_for_gpus(finder, before, gpu_query, gpu_wait, report)
+    freed = wait_for_gpus(finder, before, gpu_query, gpu_wait, report, failed=failed)
     result = {
         "run_id": run_id,
         "ok": not freed["remaining"] and freed["gpus_free"] is not False,
@@ -427,6 +432,8 @@ def kill(
         **freed,
         "elapsed": elapsed(),
     }
+    if freed["gpus_free"] is None and failed:  # a source that failed: say so, never "GPUs free"
+        result["note"] = "the GPU-free proof could not be read: %s" % failed[-1]
     report("done", freed["gpus"])
     if run_dir is not None and stages:
         write_killed(run_dir, result)

@@ -1,24 +1,26 @@
 """Restarts on the host: ``python restart.py RUN_DIR``, the run's main process when its
 launch request carries a restart policy (``launch.json``'s ``restart``, compiled by the
 client from eagle3.toml and the one signature table: tui/services/restartpolicy.py).
+This is the process work; what the policy decides (root cause, restart or not, the
+wait) is remote/restartpolicy.py.
 
 The supervisor shim starts this instead of the run's argv (``command``); this process
 runs the argv as attempt 1, 2, … in its own process group, with no client connected:
 
-- when an attempt ends it names the root cause from the attempt's part of the log with
-  the client's own regexes (``Matcher``), reads the attempt's progress (remote/pace.py),
-  and decides (``decide``): finished, killed, or restart / not, and why;
-- a restart waits ``min(restart_delay × 2^(n-1), restart_delay_max)`` seconds before
-  restart n; a SIGINT/SIGTERM/SIGHUP (``kill``) during an attempt or the wait ends the
-  run there: kill always wins, nothing starts later;
+- when an attempt ends it names the root cause from the attempt's part of the log
+  (``restartpolicy.Matcher``), reads the attempt's progress (remote/pace.py), and asks
+  ``restartpolicy.decide``: finished, killed, or restart / not, and why;
+- a restart waits ``restartpolicy.delay`` seconds; a SIGINT/SIGTERM/SIGHUP (``kill``)
+  during an attempt or the wait ends the run there: kill always wins, nothing starts later;
 - with ``on_hang`` = "kill" or "restart" it watches the shim's ``pace.json``: an attempt
   idle (no CPU, GPUs idle) for ``hang_s`` after its load is stopped (SIGINT, SIGTERM,
   SIGKILL after the run's graces), then ended or restarted;
 - ``attempts.json`` (atomic) keeps ``restarts``, ``attempts`` (started, ended, exit
   code, signal, cause, progress, decision and why) and ``restart_at`` while waiting;
   the run record carries them (rundir.record);
-- a marker line goes into the run's log between attempts (``MARK``): the client's log
-  analysis and the host's pace start afresh there.
+- a marker line goes into the run's log between attempts (``restartpolicy.MARK``): the
+  client's log analysis and the host's pace start afresh there;
+- a Slurm run restarts as a new job instead (``Supervisor.resubmit``, slurm.resubmit).
 
 It exits with the last attempt's exit status (dying of its signal when a signal ended
 it), so the shim's ``exit.json`` says what the run's end was. Stdlib only, Python 3.9+.
@@ -34,20 +36,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any
 
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from remote import atomicfile, pace, procfs
+from remote.restartpolicy import MARK, Matcher, decide, delay, span
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 ATTEMPTS_FILE = "attempts.json"
-MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
-# The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
-# start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
-STARTS = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
-LOSS = re.compile(r"(?i)\b(?:loss|grad_?norm)\b")  # a training metric line (a finite one ends a non-finite run)
 SCRIPT = os.path.abspath(__file__)
 READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
 POLL = 0.2
@@ -60,151 +58,6 @@ def command(run_dir: str, req: dict, python: str = sys.executable) -> list[str] 
     return [python, SCRIPT, run_dir] if isinstance(req.get("restart"), dict) else None
 
 
-def delay(policy: dict, n: int) -> float:
-    """Seconds before restart ``n`` (1-based): doubling from restart_delay, capped."""
-    base = float(policy.get("restart_delay", 30.0))
-    cap = float(policy.get("restart_delay_max", 600.0))
-    return float(min(cap, base * 2 ** max(0, n - 1)))
-
-
-# ---------------------------------------------------------------- the matcher
-
-
-class _Keep(dict):  # type: ignore[type-arg]
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-class Matcher:
-    """The client's failure classification over a log, with the regexes it compiled:
-    prefixes split the same way (tui/state/logline.split_prefix), quiet levels and
-    request handlers' errors skipped, signatures tried in the client's order, a bare
-    exception line the catch-all, and what dies after an interrupt no cause. The root
-    cause is the first failure of the best rank (specific, catch-all, wrapper)."""
-
-    def __init__(self, policy: dict) -> None:
-        ln = policy.get("lines") or {}
-        self.ansi = re.compile(ln["ansi"])
-        self.worker = re.compile(ln["worker"])
-        self.foreign = re.compile(ln["foreign"])
-        self.level = re.compile(ln["level"])
-        self.quiet = set(ln.get("quiet") or ())
-        self.exc = re.compile(ln["exception"])
-        self.interrupt = re.compile(ln["interrupt"])
-        self.request = re.compile(ln["request_source"])
-        self.sigs: list[dict] = []
-        self.generic: dict | None = None
-        self.persist: list[dict] = []  # a failure only after `persist` matching metric lines in a row
-        for s in policy.get("signatures") or []:
-            entry = dict(s, compiled=[re.compile(p) for p in s.get("patterns") or []])
-            if s.get("generic"):
-                self.generic = self.generic or entry
-            elif (s.get("persist") or 1) > 1:
-                self.persist.append(entry)
-            else:
-                self.sigs.append(entry)
-        self.sigs.sort(key=lambda s: bool(s.get("wrapper")))  # stable: specific, then wrappers
-
-    def split(self, line: str) -> tuple[str | None, str | None, str]:
-        """(level, source, message) as the client's split_prefix gives them."""
-        text = line[:8192]
-        worker = False
-        foreign_level = None
-        for _ in range(8):
-            m = self.worker.match(text)
-            if m:
-                worker, text = True, text[m.end():]
-                continue
-            f = self.foreign.match(text)
-            if f and f.end() > 0 and (not worker or f.group("plevel") or f.group("blevel") or f.group("glog")
-                                      or f.group("slevel") or text[:1] == "["):
-                lv = f.group("plevel") or f.group("blevel") or f.group("glog") or f.group("slevel")
-                if lv:
-                    lv = lv.upper()
-                    foreign_level = {"WARN": "WARNING", "I": "INFO", "W": "WARNING", "E": "ERROR",
-                                     "F": "CRITICAL"}.get(lv, lv)
-                text = text[f.end():]
-                continue
-            break
-        lm = self.level.match(text)
-        if not lm:
-            return foreign_level, None, text
-        return lm.group("level"), "%s:%s" % (lm.group("file"), lm.group("lineno")), text[lm.end():]
-
-    def match(self, msg: str) -> tuple[dict, Any] | None:
-        for s in self.sigs:
-            for pat in s["compiled"]:
-                m = pat.search(msg)
-                if m:
-                    return s, m
-        return None
-
-    def _persisting(self, line: str, run: list[Any]) -> bool:
-        """Count a line matching a persisting signature (any other metric line ends the
-        run); True when the run just reached the signature's `persist` lines."""
-        for s in self.persist:
-            for pat in s["compiled"]:
-                m = pat.search(line)
-                if m:
-                    if run[0] == 0:
-                        run[1] = (s, m, line)
-                    run[0] += 1
-                    return run[0] == (s.get("persist") or 1)
-        if LOSS.search(line):
-            run[0], run[1] = 0, None
-        return False
-
-    def root_cause(self, lines: Iterable[str]) -> dict | None:
-        """{"id", "title", "class", "line"} of the root cause, or None."""
-        best: tuple[int, dict, Any, str] | None = None
-        interrupted = False
-        run: list[Any] = [0, None]  # non-finite metric lines in a row, and (sig, match, line) of the first
-        for raw in lines:
-            line = self.ansi.sub("", raw) if "\x1b" in raw else raw
-            if line.startswith(MARK):  # this supervisor's own lines: never a failure
-                if STARTS.match(line):
-                    best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
-                continue
-            if self.persist and self._persisting(line, run):
-                if best is None or best[0] > 0:
-                    best = (0, *run[1])
-            level, source, msg = self.split(line)
-            if level in self.quiet:
-                continue
-            hit = self.match(msg)
-            if source is not None and self.request.search(source):
-                if not (hit and hit[0].get("serving_fatal") and self.exc.match(msg)):
-                    continue
-            continuation = not msg or msg[0].isspace()
-            if not continuation and self.interrupt.search(msg.rstrip()):
-                interrupted = True
-                continue
-            if hit is None:
-                if continuation or self.generic is None or not self.exc.match(msg):
-                    continue
-                hit = (self.generic, None)
-            if interrupted and best is None:
-                continue  # a consequence of the interrupt, not a failure of its own
-            sig = hit[0]
-            rank = 2 if sig.get("wrapper") else 1 if sig.get("generic") else 0
-            if best is None or rank < best[0]:
-                best = (rank, sig, hit[1], line)
-        if best is None:
-            return None
-        _, sig, m, line = best
-        title = str(sig.get("title") or sig["id"])
-        if m is not None and "{" in title:
-            try:
-                title = title.format_map(_Keep({k: v for k, v in m.groupdict().items() if v is not None}))
-            except (ValueError, IndexError, AttributeError):
-                pass
-        return {"id": sig["id"], "title": title, "class": sig.get("class") or "unclassified",
-                "line": line.strip()[:500]}
-
-
-# ---------------------------------------------------------------- the decision
-
-
 def progress_of(log: str, start: int, inode: Any) -> dict:
     """What the attempt that began at byte ``start`` of the log got to (remote/pace.py):
     its phase, its last step's label and, while extracting, its batch number."""
@@ -213,47 +66,6 @@ def progress_of(log: str, start: int, inode: Any) -> dict:
     mark = p.mark or []
     batch = mark[1] if len(mark) == 2 and mark[0] == "batch" and isinstance(mark[1], int) else None
     return {"phase": p.phase, "step": p.step, "batch": batch}
-
-
-def decide(policy: dict, attempts: list[dict], ended: dict, now: float) -> tuple[bool, str]:
-    """Whether the attempt that just ended (``ended``, not yet in ``attempts``) is
-    restarted, and why, in words. Kill and success first, then the cause's class, then
-    the limits: max_restarts and the thrash guard."""
-    if ended.get("killed"):
-        return False, "killed"
-    if ended.get("exit_code") == 0 and not ended.get("hung"):
-        return False, "finished"
-    cause = ended.get("cause") or {}
-    klass = cause.get("class") or "unclassified"
-    if ended.get("hung"):
-        if policy.get("on_hang") != "restart":
-            return False, "hung: stopped (on_hang = %s)" % policy.get("on_hang")
-        klass, what = "transient", "hung"
-    else:
-        what = "%s (%s)" % (cause.get("title"), cause.get("id")) if cause else "no cause in the log"
-        if policy.get("restart") != "on-failure":
-            return False, "not restarted: restart = never"
-    if klass == "deterministic":
-        return False, "not restarted: %s is deterministic" % what
-    if klass != "transient":
-        prev = next((a.get("progress") for a in reversed(attempts) if a.get("progress")), None) or {}
-        got, had = (ended.get("progress") or {}).get("batch"), prev.get("batch")
-        if got is None or (had is not None and got <= had):
-            return False, "not restarted: %s, and no progress beyond the previous attempt" % what
-        what += ", after progress to batch %d" % got
-    restarts = sum(1 for a in attempts if a.get("restarted"))
-    if restarts >= int(policy.get("max_restarts", 3)):
-        return False, "gave up: %s after %d restart(s) (max_restarts)" % (what, restarts)
-    burst, window = int(policy.get("thrash_failures", 4)), float(policy.get("thrash_window", 600))
-    failures = 1 + sum(1 for a in attempts if a.get("exit_code") != 0 and (a.get("ended_at") or 0) >= now - window)
-    if burst > 0 and failures >= burst:
-        return False, "gave up: %d failures within %s (thrash guard)" % (failures, _span(window))
-    return True, "restarting: %s" % what
-
-
-def _span(seconds: float) -> str:
-    s = int(seconds)
-    return "%d min" % (s // 60) if s >= 60 and s % 60 == 0 else "%d s" % s
 
 
 # ---------------------------------------------------------------- the supervisor
@@ -387,7 +199,7 @@ class Supervisor:
                 if self._hung(started):
                     hung = True
                     self.say("%d: hung (no CPU or GPU activity for %s after the load): stopping it"
-                             % (n, _span(float(self.policy.get("hang_s") or 0))))
+                             % (n, span(float(self.policy.get("hang_s") or 0))))
                     self.stop_attempt()
         code = self.child.returncode
         self.child = None
@@ -416,7 +228,7 @@ class Supervisor:
         rec["next_job"] = job
         if self.stop_sig is None:
             self.save(restart_at=rec["restart_at"], note=why, next_job=job)
-            self.say("%d ended (%s): %s in %s, as Slurm job %s" % (n, _how(rec), why, _span(wait), job))
+            self.say("%d ended (%s): %s in %s, as Slurm job %s" % (n, _how(rec), why, span(wait), job))
         if self.stop_sig is not None:  # killed while submitting: the new job never runs
             try:
                 slurm.cancel(job)
@@ -463,7 +275,7 @@ class Supervisor:
                 self.resubmit(n, rec, why, wait)
                 break
             self.save(restart_at=at, note=why)
-            self.say("%d ended (%s): %s in %s" % (n, _how(rec), why, _span(wait)))
+            self.say("%d ended (%s): %s in %s" % (n, _how(rec), why, span(wait)))
             self.wake.wait(wait)
             if self.stop_sig is not None:  # killed while waiting: nothing starts later
                 rec.update(restarted=False, why="killed while waiting to restart")

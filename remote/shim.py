@@ -236,8 +236,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     ended = time.time()
     if not detach and restart.resubmitted(run_dir):
         # A Slurm run restarted as a new job (restart.py): this job's end is not the run's.
-        if recorder is not None:
+        if recorder is not None:  # the next job's shim appends to the same timeline
             recorder.event(ended, "resubmitted", code=code, signal=sig_name)
+            recorder.release(ended)
             recorder.close()
         if reserve is not None:  # the next job's shim reserves its own
             os.close(reserve)

@@ -30,7 +30,15 @@ a phase change or an event at once. Bounded: past ``THIN_AT`` bytes samples come
 ``THIN_S`` s, past ``SAMPLE_CAP`` none, past ``MAX_BYTES`` nothing but the exit.
 Crash-safe: each line is one ``write()`` on an ``O_APPEND`` fd; a line torn by a crash
 is the last one, and the reader skips any line that is not a JSON object. The file is
-created ``O_EXCL``/``O_NOFOLLOW`` in the run's own dir (``trust.open_file``).
+opened ``O_NOFOLLOW`` in the run's own dir, and only when this user owns it and no one
+else may write it (``trust.open_file``).
+
+One timeline per run, across its attempts: local restarts run under the one shim; a
+Slurm run restarted as a new job (remote/restart.py) gets a new shim, which appends to
+the file the job before it left -- its header's ``t0`` kept (so ``t`` goes on), a torn
+last line from the dead job ended with a newline first (so it loses only itself), the
+file's size counted against the bounds. The job that ended writes ``resubmitted`` and an
+empty card set (``"c": [], "h": 0``: no cards held while the next job is queued).
 
 Stdlib only, Python >= 3.9. ``now`` is passed in, so tests use a fake clock.
 """
@@ -82,12 +90,34 @@ class Recorder:
         self.attempts_mtime: Optional[float] = None
         self.offset: Optional[int] = None  # the log bytes read, as last written
         try:
-            self.fd = trust.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
-                                      "timeline")
+            self.fd = trust.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, "timeline")
         except (OSError, trust.Untrusted):
             return
-        self._write({"v": 1, "t0": round(now, 2), "run": run_id or os.path.basename(run_dir),
-                     "launched_at": _r(launched_at, 2) if launched_at else None}, True)
+        if not self._go_on(self.fd):
+            self._write({"v": 1, "t0": round(now, 2), "run": run_id or os.path.basename(run_dir),
+                         "launched_at": _r(launched_at, 2) if launched_at else None}, True)
+
+    def _go_on(self, fd: int) -> bool:
+        """Carry on the run's timeline when the file already holds it (a Slurm run's next
+        job after a restart): keep its ``t0``, so every ``t`` stays on one axis, count its
+        bytes against the bounds, and end a torn last line (the job before died mid-write)
+        so that it stays the one line lost. False for a new or headerless file."""
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                size += os.write(fd, b"\n")
+            first = os.pread(fd, 4096, 0).split(b"\n", 1)[0] if size else b""
+        except OSError:
+            return False
+        self.size = size
+        try:
+            t0 = json.loads(first.decode("utf-8", "replace")).get("t0") if first else None
+        except (ValueError, AttributeError):
+            t0 = None
+        if not isinstance(t0, (int, float)) or isinstance(t0, bool):
+            return False  # a new file, or no header to go on from: a header after what is there
+        self.t0 = float(t0)
+        return True
 
     def _write(self, obj: Dict[str, Any], force: bool = False) -> None:
         if self.fd is None or (self.size >= MAX_BYTES and not force):
@@ -159,6 +189,13 @@ class Recorder:
             self.last[idx] = vals
         if any(v is not None for v in row):
             rec["g"] = row
+
+    def release(self, now: float) -> None:
+        """The run holds no card from now on (its Slurm job ended and the next one waits in
+        the queue): an empty card set, so GPU-hours stop until the next job's samples."""
+        if self.cards or self.held:
+            self.cards, self.held, self.last = [], 0, {}
+            self._write({"t": self._t(now), "c": [], "h": 0})
 
     def attempts(self, now: float, run_dir: str, read_json: Any) -> None:
         """An ``attempts`` event when the restart supervisor's ``attempts.json`` changed

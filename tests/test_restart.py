@@ -1,4 +1,4 @@
-"""Restarts decided on the host (remote/restart.py): the policy compiled from eagle3.toml
+"""Restarts decided on the host (remote/restartpolicy.py, remote/restart.py): the policy compiled from eagle3.toml
 and the one signature table, the host's matcher against the client's, and real runs
 launched through the real shim with no client connected until they end."""
 
@@ -14,7 +14,7 @@ import pytest
 from remote import kill as killer
 from remote import launch as launcher
 from remote import rundir
-from remote.restart import Matcher, decide, delay
+from remote.restartpolicy import Matcher, decide, delay
 from tui.services.config import parse_config
 from tui.services.restartpolicy import compile_policy
 from tui.state.loganalysis import LogAnalysis
@@ -95,8 +95,9 @@ def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
     for i, line in enumerate(lines[:2], 1):
         a = step(a, line, i)
     assert a.root_cause is None  # the client's analysis starts afresh there too
-    src = (REPO / "remote" / "restart.py").read_text()
-    assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
+    for name in ("restart.py", "restartpolicy.py"):
+        src = (REPO / "remote" / name).read_text()
+        assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
 
 
 def test_delay_doubles_up_to_the_cap() -> None:

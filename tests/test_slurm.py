@@ -31,6 +31,7 @@ from tests import checkout
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, NODE_SMI, Cluster
 from tui.protocol.ops import KillReport
+from tui.services import timeline
 from tui.state import view
 from tui.state.model import Run
 
@@ -226,7 +227,7 @@ def waiting(a: AgentProc, run_id: str) -> Callable[[], dict | None]:
     return check
 
 
-def test_a_transient_failure_resubmits_the_job(agent: AgentProc) -> None:
+def test_a_transient_failure_resubmits_the_job(agent: AgentProc, slurm_cluster: Cluster) -> None:
     toml = '[run]\nrestart = "on-failure"\nrestart_delay = 4\ngraces = [0.5, 0.5]\n'
     rec, out = launch_restartable(agent, "resubmit", "transient1", toml)
     first = rec["job_id"]
@@ -250,6 +251,27 @@ def test_a_transient_failure_resubmits_the_job(agent: AgentProc) -> None:
     assert "[eagle3-tui] attempt 2/4 starts (Slurm job %s)" % wait["job_id"] in log, log
     shown = view.run_row(Run.from_dict(done), "", time.time())
     say("restarted: run %s %s: %s" % (done["run_id"], shown.state, shown.note))
+    # One timeline across both jobs: the second job's shim appends to the first's file.
+    run_dir = agent.tmp / "runs" / rec["run_id"]  # type: ignore[attr-defined]
+    tl = timeline.parse((run_dir / "timeline.jsonl").read_bytes())
+    kinds = [ln.get("e") for ln in tl.lines]
+    cut = kinds.index("resubmitted")  # job 1 ended, the run goes on as job 2
+    assert tl.header["run"] == rec["run_id"] and tl.bad_lines == 0, tl
+    assert any("s" in ln for ln in tl.lines[:cut]) and any("s" in ln for ln in tl.lines[cut + 1:]), tl.lines
+    assert kinds.count("exit") == 1 and kinds[-1] == "exit", kinds  # the run's one end, after job 2
+    assert [ln["t"] for ln in tl.lines] == sorted(ln["t"] for ln in tl.lines), tl.lines  # one time axis
+    assert any(ln.get("e") == "attempts" and ln.get("restarts") == 1 for ln in tl.lines[:cut]), tl.lines
+    (agent.tmp / "eagle3.toml").write_text('[host]\nruns_dir = "%s"\npython = "%s"\n'  # type: ignore[attr-defined]
+                                           % (agent.tmp / "runs", sys.executable))  # type: ignore[attr-defined]
+    show = subprocess.run([sys.executable, "-m", "tui.cli", "runs", "show", "local", rec["run_id"], "--json"],
+                          cwd=agent.tmp, capture_output=True, text=True, timeout=60,  # type: ignore[attr-defined]
+                          env=checkout.env(slurm_cluster.env))
+    assert show.returncode == 0, show.stderr
+    s = json.loads(show.stdout)
+    assert (s["outcome"], s["attempts"], s["restarts"], s["timeline_bad_lines"]) == ("exit 0", 2, 1, 0), s
+    assert "resubmitted" in [e["e"] for e in s["events"]], s["events"]
+    say("timeline across jobs %s and %s: %d lines, events %s"
+        % (first, wait["job_id"], len(tl.lines), ", ".join(str(e["e"]) for e in s["events"])))
 
 
 def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:

@@ -153,12 +153,68 @@ def test_a_torn_last_line_loses_only_itself_and_host_text_is_cleaned(tmp_path: P
     assert os.stat(path).st_mode & 0o077 == 0
 
 
-def test_the_file_is_never_opened_through_a_symlink_or_twice(tmp_path: Path) -> None:
+def test_the_file_is_never_opened_through_a_symlink_nor_when_someone_else_may_write_it(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").write_text("")
     (tmp_path / hosttl.TIMELINE_FILE).symlink_to(tmp_path / "elsewhere")
     rec = hosttl.Recorder(str(tmp_path), 1000.0)
     rec.event(1001.0, "exit", code=0)
     assert rec.fd is None and (tmp_path / "elsewhere").read_text() == ""
+    # A timeline left by a job before (a Slurm restart) is carried on only when it is ours alone.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o755)
+    run_dir.chmod(0o755)  # others may enter: a file's own write bits count
+    path = run_dir / hosttl.TIMELINE_FILE
+    hosttl.Recorder(str(run_dir), 1000.0, "r1").close()
+    before = path.read_bytes()
+    path.chmod(0o666)
+    rec = hosttl.Recorder(str(run_dir), 1100.0, "r1")
+    rec.event(1101.0, "exit", code=0)
+    assert rec.fd is None and path.read_bytes() == before
+    if os.geteuid() == 0:  # a file another user owns (root can make one)
+        path.chmod(0o600)
+        os.chown(path, 65534, 65534)
+        rec = hosttl.Recorder(str(run_dir), 1100.0, "r1")
+        rec.event(1101.0, "exit", code=0)
+        assert rec.fd is None and path.read_bytes() == before
+
+
+def test_a_restart_as_a_new_job_carries_on_the_timeline_past_a_torn_line(tmp_path: Path) -> None:
+    """A Slurm run's next job starts a new shim in the same run dir: its recorder appends
+    to the file the dead job left, on the same time axis, and the dead job's torn last
+    line stays the one line lost."""
+    gpus = [{"index": 0, "mem_used": 2 ** 30 * 3, "util": 50, "power": 100.0, "processes": [{"pid": 7}]}]
+    job1 = hosttl.Recorder(str(tmp_path), 1000.0, "r1", launched_at=999.0, sample_s=10)
+    job1.look(1000.0, "loading", "shard 1/8", ["shard", 1, 8], None, gpus, [7])
+    job1.close()
+    path = tmp_path / hosttl.TIMELINE_FILE
+    with path.open("ab") as f:
+        f.write(b'{"t": 30, "g": [[1')  # the job died mid-write
+    job2 = hosttl.Recorder(str(tmp_path), 1100.0, "r1", launched_at=1099.0, sample_s=10)
+    job2.look(1100.0, "extracting", "batch 2", ["batch", 2], None, gpus, [8])  # pid 8 holds nothing
+    job2.event(1160.0, "exit", code=0, signal=None)
+    job2.close()
+    tl = timeline.parse(path.read_bytes())
+    assert tl.header == {"v": 1, "t0": 1000.0, "run": "r1", "launched_at": 999.0} and tl.bad_lines == 1
+    assert [ln["t"] for ln in tl.lines] == [0.0, 0.0, 0.0, 100.0, 100.0, 100.0, 160.0], tl.lines
+    assert [ln.get("s") for ln in tl.lines if "s" in ln] == ["shard 1/8", "batch 2"]
+    s = timeline.summary(tl)
+    assert s["duration_s"] == 161.0 and [p["phase"] for p in s["phases"]] == ["loading", "extracting"]
+    assert s["gpu_hours"] == round(100 / 3600, 4)  # held by job 1 until job 2's first sample says not
+
+
+def test_the_job_that_ends_for_a_restart_stops_the_run_s_gpu_hours(tmp_path: Path) -> None:
+    gpus = [{"index": 0, "mem_used": 2 ** 30, "util": 50, "power": 100.0, "processes": [{"pid": 7}]}]
+    job1 = hosttl.Recorder(str(tmp_path), 1000.0, "r1", sample_s=10)
+    job1.look(1000.0, "extracting", "batch 1", ["batch", 1], None, gpus, [7])
+    job1.event(1036.0, "resubmitted", code=1, signal=None)
+    job1.release(1036.0)
+    job1.close()
+    job2 = hosttl.Recorder(str(tmp_path), 1900.0, "r1", sample_s=10)  # queued for 864 s
+    job2.look(1900.0, "extracting", "batch 2", ["batch", 2], None, gpus, [7])
+    job2.event(1936.0, "exit", code=0, signal=None)
+    job2.close()
+    s = timeline.summary(timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes()))
+    assert s["gpu_hours"] == round(72 / 3600, 4), s  # 36 s in each job, none while queued
 
 
 def test_a_day_on_eight_cards_stays_under_two_megabytes(tmp_path: Path) -> None:
@@ -227,9 +283,11 @@ print("[extract] done: 3 samples", flush=True)
 def test_a_restarted_run_s_timeline_has_its_attempts(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(RESTARTED)
     env = {"EAGLE3_TUI_PACE_S": "0.2", "EAGLE3_TUI_TIMELINE_S": "0.5", "EAGLE3_TUI_GPU_SOURCE": "none"}
+    # The wait (1 s) spans several pace ticks (0.2 s), so the recorder sees attempts.json
+    # while the failed attempt is its last even on a loaded machine.
     run_id, _ = _launch_until_exit(
         tmp_path, f'name = "tl2"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
-        'restart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n', env)
+        'restart = "on-failure"\nrestart_delay = 1\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n', env)
     shown = _e3("runs", "show", "local", run_id, "--json", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
     s = json.loads(shown.stdout)

@@ -1,4 +1,5 @@
-"""The restart policy a launch hands to the host's supervisor (remote/restart.py).
+"""The restart policy a launch hands to the host's supervisor (remote/restart.py, which
+applies it with remote/restartpolicy.py).
 
 ``compile_policy(cfg)`` turns ``[run] restart …`` and ``[watch] on_hang`` into one JSON
 object: the numbers, and the failure classification the client itself uses — every

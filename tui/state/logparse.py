@@ -130,7 +130,7 @@ _LIFECYCLE_WORDS = ("Uvicorn", "startup complete", "throughput", "API server", "
                     "instance can use", "Memory pool end", "Load weight", "fired up", "Processed prompts")
 
 
-# The host's restart supervisor's line that begins attempt 2, 3, … (remote/restart.py STARTS).
+# The host's restart supervisor's line that begins attempt 2, 3, … (remote/restartpolicy.py STARTS).
 _ATTEMPT = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
 
 

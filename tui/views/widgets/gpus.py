@@ -40,9 +40,16 @@ class GpuPanel(Static):
         if state is None:
             return Text("waiting for the first snapshot…", style="dim")
         if not state.gpus:  # say why, one reason a line, and what would fill the panel
-            reasons = (state.gpu_error or "the host reported no GPUs").split("; ")
+            if not state.gpu_source:
+                head, reasons = "no GPU source:", (state.gpu_error or "the host reported no GPUs").split("; ")
+            elif state.gpu_error:  # the source is there but its reading failed: its own words
+                head, reasons = f"GPU reading failed ({state.gpu_source}):", [state.gpu_error]
+            else:
+                head = f"GPUs ({state.gpu_source}):"
+                reasons = ["the host reported no GPUs" if state.snapshot_time is not None
+                           else "waiting for the first reading"]
             fit = max((self.size.width or 60) - 1, 20)
-            out = Text("no GPU source:", style="bold yellow")
+            out = Text(head, style="bold yellow")
             for line in [w for r in reasons for w in textwrap.wrap(r, fit)]:
                 out.append("\n" + line, style="yellow")
             hint = ("On a host with the NVIDIA driver each GPU shows here: memory, load, "
