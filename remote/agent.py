@@ -6,8 +6,8 @@ processes that matter), follows logs, reads/writes files atomically and hands ru
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
 request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
 `proctable.py`, `follow.py` (logs), `fileops.py`, `actions.py` (action outcomes),
-`pace.py` (each live run's progress pace), `runner.py` and `kill.py` (runs), `slurm.py`
-(runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
+`pace.py` (each live run's progress pace), `runner.py` and `kill.py` (runs), `slurm.py` and
+`slurmkill.py` (runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
@@ -401,8 +401,8 @@ class Agent:
         run_id = arg(args, "run_id", str)
         slurm_run = (self.slurm is not None and not run_id.startswith("ext-")
                      and self.slurm.is_slurm_run(self._runs_dir(), run_id))
-        how = {"node": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
-        return (self.slurm if slurm_run else self.killer).kill(
+        how = {"nodes": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
+        return (__import__("remote.slurmkill", fromlist=["kill"]) if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
             gpu_query=lambda: self.gpus.read()[0] if self.gpus.source else None,

@@ -26,8 +26,6 @@ MAX_LINES = 500
 OVER_SIZE_ALLOWED: dict[str, str] = {
     "remote/restart.py": "Slurm restarts as new jobs (Supervisor.resubmit) grew it while remote/ "
                          "was being refactored in parallel; split after that merge",
-    "remote/slurm.py": "resubmit and the node agent's proof in kill grew it while kill.py's "
-                       "helpers were being made public in parallel; split kill out after that merge",
 }
 
 
