@@ -88,8 +88,13 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     job = rec["job_id"]
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
     agents = list(nodes or []) if rec["state"] == "running" else []
-    ready = [n for n in agents if n.wait_ready(5.0)]
-    before = {n.node: n.reading(5.0) for n in ready}
+    start = time.monotonic() + 10.0  # one deadline for all (they started together): ready, then a reading
+
+    def left() -> float:
+        return max(0.0, start - time.monotonic())
+
+    ready = [n for n in agents if n.wait_ready(left())]
+    before = {n.node: n.reading(left()) for n in ready}
     ready = [n for n in ready if before[n.node] is not None]
     unreached = [n for n in agents if n not in ready]
     on_node = bool(ready)

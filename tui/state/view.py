@@ -303,7 +303,8 @@ def describe_kill(report: KillReport) -> list[str]:
     lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
     several = len(report.node_proofs) > 1
     for proof in report.node_proofs if several else ():  # a job on several nodes: each one's verdict
-        verdict = {True: "GPUs free", False: "GPUs NOT free"}.get(proof.get("gpus_free"), "no proof")
+        free = proof.get("gpus_free")
+        verdict = "GPUs free" if free is True else "GPUs NOT free" if free is False else "no proof"
         why = proof.get("error") or proof.get("via")
         lines.append(f"{proof['node']}: {verdict}" + (f" ({why})" if why else ""))
     for g in report.gpus:
