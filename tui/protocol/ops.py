@@ -302,7 +302,7 @@ class KillReport:
             remaining=tuple(rec.get("remaining") or ()), gpus=gpus,
             gpus_free=free if isinstance(free, bool) else None,
             elapsed=float(rec.get("elapsed") or 0.0), note=_str_or_none(rec.get("note")), record=rec,
-            node_proofs=tuple(p for p in rec.get("node_proofs") or () if isinstance(p, Mapping)
+            node_proofs=tuple(dict(p) for p in rec.get("node_proofs") or () if isinstance(p, Mapping)
                               and isinstance(p.get("node"), str)))
 
 
