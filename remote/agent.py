@@ -6,8 +6,8 @@ processes that matter), follows logs, reads/writes files atomically and hands ru
 lifecycle to its sibling `runner.py`. It never interprets logs. This file holds the
 request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
 `proctable.py`, `follow.py` (logs), `fileops.py`, `actions.py` (action outcomes),
-`pace.py` (each live run's progress pace), `runner.py` and `kill.py` (runs), `slurm.py`
-(runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
+`pace.py` (each live run's progress pace), `runner.py` and `kill.py` (runs), `slurm.py` and
+`slurmkill.py` (runs launched with `scheduler: slurm`: launch, kill and runs dispatch on it).
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
@@ -56,18 +56,18 @@ PROTOCOL = 1
 RUN_ENV_FALLBACK = "EAGLE3_TUI_RUN_ID"  # same value as runner.RUN_ENV, used if runner is broken
 
 
-def load_runner() -> Tuple[Any, Any, Any, Optional[str]]:
-    """Import the sibling run modules: (runner, kill, slurm, None), or (None, None, None,
-    reason). A broken slurm.py only costs Slurm runs (slurm is None then)."""
+def load_runner() -> Tuple[Any, Any, Any, Any, Optional[str]]:
+    """Import the sibling run modules: (runner, kill, slurm, slurmkill, None), or (None, None,
+    None, None, reason). A broken Slurm module only costs Slurm runs (slurm is None then)."""
     try:
         from remote import kill, runner
     except Exception as exc:  # SyntaxError, ImportError, anything: the agent must live on
-        return None, None, None, "runner unavailable: %s" % one_line(exc)
+        return None, None, None, None, "runner unavailable: %s" % one_line(exc)
     try:
-        from remote import slurm
+        from remote import slurm, slurmkill
     except Exception:
-        return runner, kill, None, None
-    return runner, kill, slurm, None
+        return runner, kill, None, None, None
+    return runner, kill, slurm, slurmkill, None
 
 
 class Agent:
@@ -79,7 +79,7 @@ class Agent:
     FINISH_ON_EOF = ("launch", "kill")
 
     def __init__(self, runs_dir: Optional[str]) -> None:
-        self.runner, self.killer, self.slurm, self.runner_error = load_runner()
+        self.runner, self.killer, self.slurm, self.slurm_killer, self.runner_error = load_runner()
         self.nodes = Follower(self)  # a followed Slurm run's node
         self.run_env = getattr(self.runner, "RUN_ENV", RUN_ENV_FALLBACK)
         self.cli_runs_dir = user_path_or_none(runs_dir)
@@ -394,15 +394,13 @@ class Agent:
             raise BadRequest("graces must be [sigint_s, sigterm_s]")
 
         def progress(payload: Dict[str, Any]) -> None:
-            msg = dict(payload)
-            msg.update({"type": "kill_progress", "id": rid})
-            emit(msg)
+            emit(dict(payload, type="kill_progress", id=rid))
 
         run_id = arg(args, "run_id", str)
         slurm_run = (self.slurm is not None and not run_id.startswith("ext-")
                      and self.slurm.is_slurm_run(self._runs_dir(), run_id))
-        how = {"node": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
-        return (self.slurm if slurm_run else self.killer).kill(
+        how = {"nodes": self.nodes.for_run(run_id)} if slurm_run else {"match": self.match}  # scancel
+        return (self.slurm_killer if slurm_run else self.killer).kill(
             self._runs_dir(), run_id, graces=tuple(graces),
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
             gpu_query=self.gpus.proof if self.gpus.source else None,  # a failed reading proves nothing

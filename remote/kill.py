@@ -218,6 +218,14 @@ def gpu_read(gpu_query: GpuQuery | None, failed: list[str] | None = None) -> lis
     return gpus if isinstance(gpus, list) else None
 
 
+def unread(freed: dict, failed: list[str]) -> str | None:
+    """The kill's note when its GPU source failed (no proof either way), else None: a
+    failed reading is said, never taken for "GPUs free"."""
+    if freed["gpus_free"] is None and failed:
+        return "the GPU-free proof could not be read: %s" % failed[-1]
+    return None
+
+
 def _run_mem(gpu: dict, pids: set[int]) -> tuple[int | None, list[int]]:
     """Memory the run's pids hold on one GPU (None if unknown), and those pids."""
     procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict) and p.get("pid") in pids]
@@ -432,8 +440,8 @@ def kill(
         **freed,
         "elapsed": elapsed(),
     }
-    if freed["gpus_free"] is None and failed:  # a source that failed: say so, never "GPUs free"
-        result["note"] = "the GPU-free proof could not be read: %s" % failed[-1]
+    if unread(freed, failed):
+        result["note"] = unread(freed, failed)
     report("done", freed["gpus"])
     if run_dir is not None and stages:
         write_killed(run_dir, result)

@@ -7,9 +7,9 @@ login node's agent (the one the client reaches over SSH) as
 ``ssh -o BatchMode=yes NODE PYTHON nodeagent.py RUN_ID`` where the site allows ssh to a
 node that runs one's job (``how = "ssh"``, pam_slurm_adopt). There it runs the agent
 (agent.py, with no runner: it samples and answers, and runs nothing) and speaks the
-same JSON lines; the login agent (``Follower``) keeps its latest snapshot, shows that
-node's GPUs and the job's processes in its own snapshots, and reads the kill's GPU-free
-proof from it. The files are the login agent's own (a shared home), run by the same
+same JSON lines; the login agent (``Follower``) starts one for each node of the job,
+keeps each one's latest snapshot, shows those nodes' GPUs and the job's processes in
+its own snapshots, and reads the kill's GPU-free proof from each (slurmkill.py). The files are the login agent's own (a shared home), run by the same
 Python, as the batch script is. Standard library only; Python 3.9+.
 """
 
@@ -31,15 +31,22 @@ from remote import wire
 SCRIPT = os.path.abspath(__file__)
 END_S = 120.0  # seconds a node agent may outlive Slurm's SIGTERM, waiting for the proof
 START_S = 30.0  # seconds the step may take to say hello
+MAX_NODES = 16  # node agents one followed job starts at most (its first nodes)
 
 
-def command(how: str, run_id: str, job: str, node: str, python: str = sys.executable) -> List[str]:
-    """The argv that starts the node's agent (an argument list, never a shell line)."""
+def command(how: str, run_id: str, job: str, node: str, python: str = sys.executable,
+            gpus: Optional[int] = None) -> List[str]:
+    """The argv that starts the node's agent (an argument list, never a shell line).
+    ``gpus``: the job's GPUs on that node (squeue's gres_detail). The step asks for
+    them: a one-node step of a job that asked ``--gpus=N`` over several nodes would
+    otherwise inherit all N and be refused ("Invalid generic resource"), and where
+    Slurm confines devices a step sees only the GPUs it was given."""
     agent = [python, "-u", SCRIPT, run_id]
     if how == "ssh":
         return ["ssh", "-o", "BatchMode=yes", "-T", node] + agent
+    gres = ["--gres=gpu:%d" % gpus] if gpus else []
     return ["srun", "--jobid=%s" % job, "--overlap", "--nodelist=%s" % node, "-N1", "-n1",
-            "--quiet"] + agent
+            "--quiet"] + gres + agent
 
 
 class NodeAgent:
@@ -47,7 +54,7 @@ class NodeAgent:
     run it has seen there, and why it is not (or no longer) running."""
 
     def __init__(self, run_id: str, job: str, node: str, how: str = "srun",
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, gpus: Optional[int] = None) -> None:
         self.run_id, self.job, self.node, self.how = run_id, job, node, how
         self.hello: Optional[Dict[str, Any]] = None
         self.latest: Optional[Dict[str, Any]] = None
@@ -56,13 +63,14 @@ class NodeAgent:
         self.stderr: List[str] = []
         self.ended = threading.Event()
         self.lock = threading.Lock()
+        argv = command(how, run_id, job, node, gpus=gpus)
         try:
             self.proc: Optional[subprocess.Popen] = subprocess.Popen(
-                command(how, run_id, job, node), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
         except OSError as e:
             self.proc = None
-            self.error = "%s: %s" % (command(how, run_id, job, node)[0], e.strerror or e)
+            self.error = "%s: %s" % (argv[0], e.strerror or e)
             self.ended.set()
             return
         threading.Thread(target=self._read, daemon=True).start()
@@ -145,26 +153,29 @@ class NodeAgent:
             time.sleep(0.1)
         return self.gpus()
 
-    def merge(self, snap: Dict[str, Any]) -> None:
-        """Show the node in a login agent's snapshot: its GPUs and the job's processes in
-        place of the login node's, and `node` saying where they come from (or why not)."""
-        with self.lock:
-            latest = self.latest
+    def info(self) -> Dict[str, Any]:
+        """Where this node's view comes from (`via`), or why there is none (`error`)."""
         info: Dict[str, Any] = {"run_id": self.run_id, "job_id": self.job, "node": self.node,
                                 "how": self.how, "via": self.step(), "error": None}
+        with self.lock:
+            latest = self.latest
         if self.ended.is_set() or latest is None:
             info["error"] = self.error or ("starting" if not self.ended.is_set() else
                                            "the node agent ended")
-            snap["node"] = info
-            return
-        info["hostname"] = (latest.get("host") or {}).get("hostname") or self.node
-        snap["node"] = info
-        snap["gpus"] = latest.get("gpus") or []
-        snap["gpu_error"] = latest.get("gpu_error")
-        source = latest.get("gpu_source")
-        snap["gpu_source"] = "%s via %s" % (source, self.step()) if source else None
-        snap["processes"] = [p for p in latest.get("processes") or [] if isinstance(p, dict)
-                             and (p.get("run_id") == self.run_id or "gpu" in (p.get("why") or []))]
+        else:
+            info["hostname"] = (latest.get("host") or {}).get("hostname") or self.node
+        return info
+
+    def shown(self) -> Dict[str, Any]:
+        """The node's GPUs and the job's processes there (each naming the node), its GPU
+        source and error, from its latest snapshot."""
+        with self.lock:
+            latest = self.latest or {}
+        return {"gpus": [dict(g, node=self.node) for g in latest.get("gpus") or [] if isinstance(g, dict)],
+                "processes": [dict(p, node=self.node) for p in latest.get("processes") or []
+                              if isinstance(p, dict) and (p.get("run_id") == self.run_id
+                                                          or "gpu" in (p.get("why") or []))],
+                "gpu_source": latest.get("gpu_source"), "gpu_error": latest.get("gpu_error")}
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -185,36 +196,61 @@ class NodeAgent:
 
 
 
+def merge(snap: Dict[str, Any], agents: List[NodeAgent]) -> None:
+    """Show the job's nodes in a login agent's snapshot: `job_nodes` (each node's `via`
+    or `error`; `node` is the first, as one-node clients read it) and, when any node
+    answers, those nodes' GPUs and the job's processes in place of the login node's,
+    each naming its node. No node answering: the login node's view stays."""
+    infos = [a.info() for a in agents]
+    snap["node"], snap["job_nodes"] = infos[0], infos
+    up = [(a, a.shown()) for a, info in zip(agents, infos) if info["error"] is None]
+    if not up:
+        return
+    snap["gpus"] = [g for _, part in up for g in part["gpus"]]
+    snap["processes"] = [p for _, part in up for p in part["processes"]]
+    errors = ["%s: %s" % (a.node, part["gpu_error"]) for a, part in up if part["gpu_error"]]
+    snap["gpu_error"] = (up[0][1]["gpu_error"] if len(agents) == 1 else "; ".join(errors) or None)
+    source = next((part["gpu_source"] for _, part in up if part["gpu_source"]), None)
+    if source is None:
+        snap["gpu_source"] = None
+    elif len(agents) == 1:
+        snap["gpu_source"] = "%s via %s" % (source, up[0][0].step())
+    else:
+        snap["gpu_source"] = "%s via %s on %d of %d nodes" % (source, agents[0].how, len(up), len(agents))
+
+
 class Follower:
-    """The login agent's side: the run it was asked to follow (op ``follow_job``), the
-    node agent of that run's job while it runs, and its failure, said once."""
+    """The login agent's side: the run it was asked to follow (op ``follow_job``), one
+    node agent per node of that run's job while it runs (MAX_NODES at most), and each
+    node's failure, said once."""
 
     def __init__(self, agent: Any) -> None:
         self.want: Optional[tuple] = None  # (run id, how)
-        self.node: Optional[NodeAgent] = None
-        self.said: Optional[str] = None
+        self.agents: Dict[str, NodeAgent] = {}  # node name -> its agent, in the job's order
+        self.said: Set[tuple] = set()
 
     def follow_job(self, args: Dict[str, Any]) -> Any:
-        """Follow a running Slurm run to its node: its GPUs and the job's processes then
-        come from an agent inside its job (``run_id`` null: stop)."""
+        """Follow a running Slurm run to its nodes: their GPUs and the job's processes
+        then come from agents inside its job (``run_id`` null: stop)."""
         run_id, how = wire.arg(args, "run_id", str, None), wire.arg(args, "how", str, "srun")
         if how not in ("srun", "ssh"):
             raise wire.BadRequest('how must be "srun" or "ssh"')
-        self.want, self.said = ((run_id, how) if run_id else None), None
-        if self.node is not None and (self.node.run_id, self.node.how) != self.want:
+        self.want, self.said = ((run_id, how) if run_id else None), set()
+        if any((a.run_id, a.how) != self.want for a in self.agents.values()):
             self.stop()
         return {}
 
     def stop(self) -> None:
-        if self.node is not None:
-            self.node.close()
-            self.node = None
+        agents, self.agents = list(self.agents.values()), {}
+        for a in agents:
+            a.close()
 
-    def for_run(self, run_id: str) -> Optional[NodeAgent]:
-        return self.node if self.node is not None and self.node.run_id == run_id else None
+    def for_run(self, run_id: str) -> List[NodeAgent]:
+        """The node agents of run_id's job (the kill reads its proof from them)."""
+        return [a for a in self.agents.values() if a.run_id == run_id]
 
     def view(self, snap: Dict[str, Any], slurm: Any, interval: float) -> Dict[str, Any]:
-        """Start, keep or stop the followed run's node agent; show its node in `snap`."""
+        """Start, keep or stop the followed run's node agents; show its nodes in `snap`."""
         want = self.want
         run = next((r for r in snap["runs"] if want and r.get("run_id") == want[0]), None) or {}
         job, nodes = run.get("job_id"), run.get("nodes")
@@ -222,19 +258,27 @@ class Follower:
             self.stop()
             return snap
         if not job or not nodes:  # squeue did not answer this time: keep what runs
-            if self.node is not None:
-                self.node.merge(snap)
+            if self.agents:
+                merge(snap, list(self.agents.values()))
             return snap
-        node = slurm.first_node(nodes) if slurm is not None else nodes
-        if self.node is None or (self.node.job, self.node.node) != (job, node):
+        names = (slurm.hostnames(nodes) if slurm is not None else [nodes])[:MAX_NODES]
+        if any(a.job != job for a in self.agents.values()) or list(self.agents) != names:
             self.stop()
-            self.node = NodeAgent(want[0], job, node, want[1], interval)
-        self.node.merge(snap)
-        why = snap["node"]["error"]
-        if why and why != "starting" and why != self.said:  # once; the login view stays
-            self.said = why
-            wire.emit({"type": "error", "message": "no agent on %s for job %s (%s): %s; GPUs and "
-                       "processes are this login node's" % (node, job, want[1], why)})
+            counts = run.get("node_gpus") if isinstance(run.get("node_gpus"), list) else []
+            counts = counts if len(counts) >= len(names) else [None] * len(names)
+            self.agents = {n: NodeAgent(want[0], job, n, want[1], interval, gpus=c)
+                           for n, c in zip(names, counts)}
+        agents = list(self.agents.values())
+        merge(snap, agents)
+        up = any(info["error"] is None for info in snap["job_nodes"])
+        for info in snap["job_nodes"]:
+            why = info["error"]
+            if why and why != "starting" and (info["node"], why) not in self.said:  # once a node
+                self.said.add((info["node"], why))
+                rest = ("its GPUs are not shown, the job's other nodes are" if up else
+                        "GPUs and processes are this login node's")
+                wire.emit({"type": "error", "message": "no agent on %s for job %s (%s): %s; %s"
+                           % (info["node"], job, want[1], why, rest)})
         return snap
 
 
@@ -259,7 +303,7 @@ def main(run_id: str) -> int:
     class StepAgent(agent.Agent):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__(None)
-            self.runner = self.killer = self.slurm = None
+            self.runner = self.killer = self.slurm = self.slurm_killer = None
             self.runner_error = "a job step's agent runs nothing"
             self.read_ok = False  # the latest GPU reading worked
 

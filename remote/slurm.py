@@ -9,9 +9,8 @@ run's). Every scheduler call is an argument list, never a shell line.
 
 State: ``squeue --json --states=all`` (PENDING + reason, RUNNING + nodes, ended jobs
 for MinJobAge), then ``sacct --json`` when accounting exists, else the run dir's own
-records (``exit.json``, ``killed.json``). Kill: ``scancel --signal=TERM --full``, a
-grace, plain ``scancel``, then on this node whatever of the run is left gets SIGKILL
-and the GPUs are polled until no process of the run holds memory.
+records (``exit.json``, ``killed.json``). The kill (scancel escalation and the GPU-free
+proof on the job's nodes) is slurmkill.py.
 """
 
 from __future__ import annotations
@@ -19,15 +18,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 from remote import atomicfile, procfs, rundir, shim
-from remote import kill as killer
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -41,7 +37,8 @@ ACTIVE = PENDING + ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"
 _TIME_RE = re.compile(r"[0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE")
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
+def call(argv: list[str]) -> subprocess.CompletedProcess:
+    """One Slurm command (an argument list); a missing or hung command is a RunnerError."""
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT,
                               stdin=subprocess.DEVNULL)
@@ -51,7 +48,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
         raise RunnerError("%s did not answer within %gs" % (argv[0], TIMEOUT)) from None
 
 
-def _line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
     return lines[-1] if lines else "no output"
 
@@ -150,13 +147,13 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
             sbatch.append("--time=%s" % opts["time"])
         sbatch += opts["sbatch_args"] + [script]
         try:
-            done = _run(sbatch)
+            done = call(sbatch)
         except RunnerError as e:
             rundir.write_error(run_dir, str(e))
             raise
         job = done.stdout.strip().split(";")[0]
         if done.returncode != 0 or not job.isdigit():
-            why = "sbatch failed: %s" % _line(done.stderr or done.stdout)
+            why = "sbatch failed: %s" % last_line(done.stderr or done.stdout)
             rundir.write_error(run_dir, why)
             raise RunnerError("run %s: %s" % (run_id, why))
         atomicfile.write_json(os.path.join(run_dir, SLURM_FILE),
@@ -189,48 +186,69 @@ def resubmit(run_dir: str, wait: float) -> str:
         raise RunnerError("sbatch failed: %s" % e) from None
     job = done.stdout.strip().split(";")[0]
     if done.returncode != 0 or not job.isdigit():
-        raise RunnerError("sbatch failed: %s" % _line(done.stderr or done.stdout))
+        raise RunnerError("sbatch failed: %s" % last_line(done.stderr or done.stdout))
     jobs = [str(j) for j in info.get("jobs") or [info.get("job_id")] if j]
     atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch,
                                      jobs=jobs + [job]))
     return job
 
 
-def first_node(nodes: str) -> str:
-    """The first host of a Slurm node list ("gpu[3-4],gpu7" -> "gpu3"), by
-    ``scontrol show hostnames``; a plain name as it is."""
+_HOSTNAMES: dict[str, list[str]] = {}  # node list -> its hosts, once expanded
+
+
+def hostnames(nodes: str) -> list[str]:
+    """Every host of a Slurm node list ("gpu[3-4],gpu7" -> gpu3, gpu4, gpu7), by
+    ``scontrol show hostnames`` (once per list); a plain name as it is."""
     if "[" not in nodes and "," not in nodes:
-        return nodes
-    try:
-        done = _run(["scontrol", "show", "hostnames", nodes])
-    except RunnerError:
-        return nodes.split(",")[0]
-    names = done.stdout.split() if done.returncode == 0 else []
-    return names[0] if names else nodes.split(",")[0]
+        return [nodes]
+    if nodes not in _HOSTNAMES:
+        try:
+            done = call(["scontrol", "show", "hostnames", nodes])
+        except RunnerError:
+            return [n for n in nodes.split(",") if n]  # asked again next time
+        names = done.stdout.split() if done.returncode == 0 else []
+        if not names:
+            return [n for n in nodes.split(",") if n]
+        _HOSTNAMES[nodes] = names
+    return list(_HOSTNAMES[nodes])
 
 
 def cancel(job: str) -> None:
     """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
-    _run(["scancel", job])
+    call(["scancel", job])
 
 
 # ---------------------------------------------------------------- state
 
 
-def _exit(value: Any) -> tuple[int | None, str | None]:
-    """(exit code, signal name) of a Slurm exit_code: a wait status (22.05) or an
-    object with return_code / signal (23.02+)."""
+def _number(value: Any) -> int | None:
+    """An int, or data_parser's number object {set, infinite, number} (v0.0.39+) when
+    set; None otherwise (unset, infinite, absent)."""
     if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        value = value.get("number")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _exit(value: Any) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a Slurm exit_code, in each shape Slurm printed it
+    (tests/fixtures/slurm): a wait status, as an int (22.05) or a number object
+    (squeue 23.02); or {status, return_code, signal} (sacct 23.02: plain ints;
+    23.11+: number objects, where an unset return_code means the job was signalled
+    and `signal` is {id: number object, name: "TERM"})."""
+    if isinstance(value, dict) and ("return_code" in value or "signal" in value or "status" in value):
         sig = value.get("signal")
-        sig_id = sig.get("id", sig.get("signal_id")) if isinstance(sig, dict) else None
-        code = value.get("return_code")
-        code = code.get("number") if isinstance(code, dict) else code
-        name = rundir.signal_name(sig_id) if isinstance(sig_id, int) and sig_id > 0 else None
-        return (code if isinstance(code, int) else None), name
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value & 0x7F:
-            return None, rundir.signal_name(value & 0x7F)
-        return value >> 8, None
+        sig_id = _number(sig.get("id", sig.get("signal_id"))) if isinstance(sig, dict) else None
+        named = sig.get("name") if isinstance(sig, dict) else None
+        name = (rundir.signal_name(sig_id) if sig_id is not None and sig_id > 0 else
+                "SIG" + named if isinstance(named, str) and named.isalpha() and named.isupper() else None)
+        return _number(value.get("return_code")), name
+    status = _number(value)
+    if status is not None:
+        if status & 0x7F:
+            return None, rundir.signal_name(status & 0x7F)
+        return status >> 8, None
     return None, None
 
 
@@ -242,6 +260,23 @@ def _state_name(value: Any) -> str | None:
     return _state_name(value) if isinstance(value, list) else (value if isinstance(value, str) else None)
 
 
+_GRES_PART = re.compile(r",(?![^()]*\))")  # commas between gres, not inside "(IDX:0,2)"
+_GPUS = re.compile(r"gpu(?::[^:(,]+)?:([0-9]+)")
+
+
+def node_gpus(detail: Any) -> list[int | None] | None:
+    """GPUs the job holds on each of its nodes, from squeue's ``gres_detail`` (one
+    entry a node, in the node list's order: "gpu:2(IDX:0-1)", "gpu:a100:1(IDX:3)");
+    None when squeue did not say."""
+    if not isinstance(detail, list) or not all(isinstance(d, str) for d in detail):
+        return None
+    out: list[int | None] = []
+    for entry in detail:
+        counts = [int(m.group(1)) for part in _GRES_PART.split(entry) if (m := _GPUS.match(part.strip()))]
+        out.append(sum(counts) if counts else 0)
+    return out
+
+
 _SQUEUE: dict[str, Any] = {}  # "at": monotonic time, "jobs": {job id: info}
 
 
@@ -251,20 +286,30 @@ def squeue(fresh: bool = False) -> dict[str, dict]:
     now = time.monotonic()
     if not fresh and _SQUEUE and now - _SQUEUE["at"] < SQUEUE_TTL:
         return _SQUEUE["jobs"]
-    done = _run(["squeue", "--json", "--states=all"])
+    done = call(["squeue", "--json", "--states=all"])
     if done.returncode != 0:
-        raise RunnerError("squeue failed: %s" % _line(done.stderr))
+        raise RunnerError("squeue failed: %s" % last_line(done.stderr))
+    jobs = parse_squeue(done.stdout)
+    _SQUEUE.update(at=now, wall=time.time(), jobs=jobs)
+    return jobs
+
+
+def parse_squeue(text: str) -> dict[str, dict]:
+    """``squeue --json`` output -> job id -> {state, reason, nodes, exit_code, signal,
+    node_gpus}."""
     try:
-        data = json.loads(done.stdout)
+        data = json.loads(text)
     except ValueError:
         raise RunnerError("squeue --json printed no JSON (Slurm older than 21.08?)") from None
     jobs = {}
-    for j in data.get("jobs") or []:
+    for j in (data.get("jobs") if isinstance(data, dict) else None) or []:
+        if not isinstance(j, dict):
+            continue
         code, sig = _exit(j.get("exit_code"))
         jobs[str(j.get("job_id"))] = {"state": _state_name(j.get("job_state")),
                                       "reason": j.get("state_reason"), "nodes": j.get("nodes") or None,
-                                      "exit_code": code, "signal": sig}
-    _SQUEUE.update(at=now, wall=time.time(), jobs=jobs)
+                                      "exit_code": code, "signal": sig,
+                                      "node_gpus": node_gpus(j.get("gres_detail"))}
     return jobs
 
 
@@ -277,23 +322,29 @@ def sacct(job: str) -> dict | None:
     if _NO_ACCOUNTING:
         return None
     try:
-        done = _run(["sacct", "--json", "--jobs=%s" % job])
+        done = call(["sacct", "--json", "--jobs=%s" % job])
     except RunnerError as e:
         _NO_ACCOUNTING.append(str(e))
         return None
     if done.returncode != 0:
-        _NO_ACCOUNTING.append("sacct: %s" % _line(done.stderr))
+        _NO_ACCOUNTING.append("sacct: %s" % last_line(done.stderr))
         return None
+    return parse_sacct(done.stdout, job)
+
+
+def parse_sacct(text: str, job: str) -> dict | None:
+    """The job's record in ``sacct --json`` output: {state, reason, nodes, exit_code,
+    signal, elapsed, ended_at}, or None."""
     try:
-        jobs = json.loads(done.stdout).get("jobs") or []
+        jobs = json.loads(text).get("jobs") or []
     except (ValueError, AttributeError):
         return None
     for j in jobs:
         if str(j.get("job_id")) == job:
             code, sig = _exit(j.get("exit_code"))
             state = _state_name(j.get("state"))
-            if state == "FAILED" and code == 0 and sig is None:
-                code = None  # 22.05's sacct --json says SUCCESS / 0 for a failed batch job
+            if state not in ("COMPLETED", None) and code == 0 and sig is None:
+                code = None  # sacct says SUCCESS / 0 for a FAILED (22.05) or TIMEOUT (24.05+) job
             times = j.get("time") if isinstance(j.get("time"), dict) else {}
             end = times.get("end")
             return {"state": state, "reason": (j.get("state") or {}).get("reason")
@@ -360,6 +411,8 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
         st = found["state"]
         rec.update(slurm_state=st, slurm_reason=None if found["reason"] in (None, "None") else found["reason"],
                    nodes=found["nodes"])
+        if found.get("node_gpus"):
+            rec["node_gpus"] = found["node_gpus"]  # the job's GPUs on each node, as squeue said
         if st in PENDING:
             rec["state"] = "pending"
             tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
@@ -435,115 +488,10 @@ def overlay(runs: list[dict], runs_dir: str) -> list[dict]:
     return out
 
 
+def forget(run_dir: str) -> None:
+    """Read the run's record from Slurm again (a kill just rewrote it)."""
+    _FINAL.pop(run_dir, None)
+
+
 def list_runs(runs_dir: str, warnings: list[str] | None = None) -> list[dict]:
     return overlay(rundir.list_runs(runs_dir, warnings), runs_dir)
-
-
-# ---------------------------------------------------------------- kill
-
-
-def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float = 30.0,
-         gpu_query: Any = None, progress: Callable[[dict], None] | None = None,
-         node: Any = None) -> dict:
-    """``scancel --signal=TERM --full``, wait the grace, plain ``scancel``, wait for the
-    job to leave Slurm's active states; then SIGKILL whatever of the run is still on
-    this node and wait until no GPU lists a process of it (the same proof as a local
-    kill). ``node``: the agent inside the job on its node (remote/nodeagent.py); the
-    proof is then read there, from the last snapshot it sent before its step ended.
-    Other nodes get no proof: `gpus_free` is None there."""
-    run_dir = rundir.trusted_run_dir(runs_dir, run_id)
-    if not is_slurm(run_dir):
-        raise RunnerError("run %s is not a Slurm run" % run_id)
-    g_term = sum(max(0.0, float(g)) for g in graces)
-    t0 = time.monotonic()
-    rec = record(run_dir, squeue(fresh=True))
-    job = rec["job_id"]
-    manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
-    on_node = node is not None and rec["state"] == "running" and node.wait_ready(5.0)
-    if on_node:
-        gpu_query = node.gpus
-    here = not on_node and isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
-    finder = killer.RunFinder(run_id, manifest if here else None, None) if here else None
-    if finder is not None:
-        finder.scan()
-    before = node.reading(5.0) if on_node else killer.gpu_read(gpu_query) if here else None
-    stages: list[dict] = []
-
-    def elapsed() -> float:
-        return round(time.monotonic() - t0, 3)
-
-    def report(stage: str, _gpus: Any = None) -> None:
-        if progress is not None:
-            try:
-                progress({"run_id": run_id, "stage": stage, "job_id": job, "gpus": [],
-                          "alive": finder.alive() if finder else [], "elapsed": elapsed()})
-            except Exception:  # a broken progress sink must not abort a kill half-way
-                pass
-
-    def active() -> str | None:
-        st = (squeue(fresh=True).get(job) or {}).get("state")
-        return st if st in ACTIVE else None
-
-    if rec["state"] == "running":
-        stages.append({"signal": "scancel --signal=TERM", "at": elapsed(), "job_id": job})
-        done = _run(["scancel", "--signal=TERM", "--full", job])
-        if done.returncode != 0:
-            raise RunnerError("scancel --signal=TERM %s failed: %s" % (job, _line(done.stderr)))
-        report("scancel --signal=TERM")
-        end = time.monotonic() + g_term
-        while time.monotonic() < end and active() and (finder is None or finder.alive()):
-            time.sleep(0.2)
-    if active():
-        stages.append({"signal": "scancel", "at": elapsed(), "job_id": job})
-        done = _run(["scancel", job])
-        if done.returncode != 0:
-            raise RunnerError("scancel %s failed: %s" % (job, _line(done.stderr)))
-        report("scancel")
-        end = time.monotonic() + CANCEL_WAIT
-        while time.monotonic() < end and active():
-            time.sleep(0.2)
-    newer = str((rundir.read_json(os.path.join(run_dir, SLURM_FILE)) or {}).get("job_id") or "")
-    if newer and newer != job:  # the run restarted as a new job meanwhile: that one goes too
-        job = newer
-        if active():
-            stages.append({"signal": "scancel", "at": elapsed(), "job_id": job})
-            _run(["scancel", job])
-            end = time.monotonic() + CANCEL_WAIT
-            while time.monotonic() < end and active():
-                time.sleep(0.2)
-    if finder is not None:  # anything of the run Slurm did not track (escaped the job)
-        finder.scan()
-        for pid in finder.alive():
-            finder.send(pid, signal.SIGKILL)
-        end = time.monotonic() + killer.KILL_WAIT
-        while finder.alive() and time.monotonic() < end:
-            time.sleep(0.1)
-    if on_node:
-        freed = killer.wait_for_gpus(None, before, gpu_query, float(gpu_wait), report, pids=node.run_pids,
-                                     first=node.reading(gpu_wait), stop=node.ended.is_set)
-        if freed["gpus_free"] is False and node.ended.is_set():
-            freed["gpus_free"] = None  # its step ended (Slurm's SIGKILL) before it saw the memory go
-    else:
-        freed = killer.wait_for_gpus(finder, before, gpu_query if here else None, float(gpu_wait), report)
-    still = active()
-    final = record(run_dir, squeue(fresh=True))
-    result = {"run_id": run_id, "job_id": job,
-              "ok": not freed["remaining"] and not still and freed["gpus_free"] is not False,
-              "stages": stages, **freed,
-              "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
-              "elapsed": elapsed()}
-    if rec["state"] == "pending" and rec.get("restart_at") is not None:
-        result["note"] = "job %s was waiting to restart the run: cancelled, nothing starts later" % job
-    elif rec["state"] == "pending":
-        result["note"] = "job %s was still pending: no process of it ever ran" % job
-    elif on_node and freed["gpus_free"] is None:
-        result["note"] = "the agent on %s ended before the run's GPU memory was seen freed" % node.node
-    elif on_node:
-        result["note"] = "GPU proof read through %s" % node.step()
-    elif not here and rec.get("nodes"):
-        result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
-    report("done")
-    if stages:
-        killer.write_killed(run_dir, result)
-        _FINAL.pop(run_dir, None)
-    return result

@@ -37,6 +37,7 @@ NODE_SMI = """#!{python}
 import os, sys
 arg = sys.argv[1]
 job = os.environ.get("SLURM_JOB_ID")  # inside a job: the name says which job and step read it
+node = os.environ.get("SLURMD_NODENAME", "").encode()  # a node lists its own processes only
 if arg.startswith("--query-gpu="):
     print("0, Stand-in GPU%s, GPU-node-0, 0, 81920, 0, 30, 50.0, 700.0"
           % (" job %s step %s" % (job, os.environ.get("SLURM_STEP_ID")) if job else ""))
@@ -47,7 +48,8 @@ elif arg.startswith("--query-compute-apps="):
             state = open("/proc/%s/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):  # gone meanwhile
             continue
-        if b"HOLDS_GPU=1" in env and state not in (b"Z", b"X"):
+        mine = not node or b"SLURMD_NODENAME=" + node in env  # (every node here shares one kernel)
+        if b"HOLDS_GPU=1" in env and mine and state not in (b"Z", b"X"):
             print("GPU-node-0, %s, 1024" % pid)
 """
 LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
@@ -135,10 +137,13 @@ class ClusterError(RuntimeError):
 class Cluster:
     """slurmctld + slurmd + munged in `tmp`; use as a context manager."""
 
-    def __init__(self, tmp: Path, accounting: bool = False) -> None:
+    def __init__(self, tmp: Path, accounting: bool = False, nodes: int = 1) -> None:
         self.dir = Path(tmp)
         self.accounting = accounting
-        self.node = "e3node"
+        # One slurmd per node, all on this machine (Debian's slurmd takes `-N name` with
+        # its own port, spool, pid and log file each): e3node, or e3node1..e3nodeN.
+        self.nodes = ["e3node"] if nodes == 1 else ["e3node%d" % (i + 1) for i in range(nodes)]
+        self.node = self.nodes[0]
         self.procs: list[subprocess.Popen] = []
         self.conf = self.dir / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -191,16 +196,41 @@ class Cluster:
                                 # the munge socket for slurmdbd connections (slurm.conf(5))
                                 "AccountingStoragePass=%s/munge.sock\n" % (dbd_port, d))
             conf = conf.replace("MinJobAge=600", "MinJobAge=5")
+        if len(self.nodes) > 1:
+            one = "NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:2 State=UNKNOWN\n".format(
+                node=self.node, cpus=os.cpu_count() or 1)
+            lines = "".join(one.replace("NodeName=%s " % self.node, "NodeName=%s Port=%d " % (n, port))
+                            for n, port in zip(self.nodes, _free_ports(len(self.nodes))))
+            conf = (conf.replace(one, lines).replace("Nodes=%s " % self.node, "Nodes=%s " % ",".join(self.nodes))
+                    .replace("%s/spool\n" % d, "%s/spool/%%n\n" % d)
+                    .replace("%s/slurmd.pid" % d, "%s/slurmd.%%n.pid" % d)
+                    .replace("%s/log/slurmd.log" % d, "%s/log/slurmd.%%n.log" % d))
+            for n in self.nodes:
+                (d / "spool" / n).mkdir(exist_ok=True)
         self.conf.write_text(conf)
         if self.accounting:
             self._register()
         # Two fake GPUs: gres/gpu wants one device file per GPU (Count= alone registers 0).
-        (d / "gres.conf").write_text("".join("NodeName=%s Name=gpu File=%s\n" % (self.node, dev)
+        (d / "gres.conf").write_text("".join("NodeName=%s Name=gpu File=%s\n" % (n, dev) for n in self.nodes
                                              for dev in ("/dev/null", "/dev/zero")))
         self._spawn([_which("slurmctld") or "slurmctld", "-D", "-i", "-f", str(self.conf)], "ctld")
-        self._spawn([_which("slurmd") or "slurmd", "-D", "-N", self.node, "-f", str(self.conf)], "d")
+        for n in self.nodes:
+            self.start_slurmd(n)
         self._wait(self._idle, 30, "the node to come up idle")
         return self
+
+    def start_slurmd(self, node: str) -> subprocess.Popen:
+        """The node's slurmd (again, after `stop_slurmd`: it finds its running steps)."""
+        return self._spawn([_which("slurmd") or "slurmd", "-D", "-N", node, "-f", str(self.conf)],
+                           "d" if node == self.node else "d-" + node)
+
+    def stop_slurmd(self, node: str) -> None:
+        """Stop one node's slurmd, as a node that stops answering: its jobs' processes
+        (under slurmstepd) go on, and a new step there cannot start."""
+        p = next(p for p in self.procs if p.poll() is None and p.args[-3] == node)
+        p.terminate()
+        p.wait(timeout=15)
+        self.procs.remove(p)
 
     def _accounting(self) -> int:
         """MariaDB and slurmdbd, before slurmctld; the port slurmdbd listens on."""
@@ -250,7 +280,7 @@ class Cluster:
                 raise ClusterError("%r exited with %s\n%s" % (p.args, p.returncode, self.log_tail()))
         r = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env, capture_output=True,
                            text=True, timeout=10)
-        return r.returncode == 0 and r.stdout.strip() == "idle"
+        return r.returncode == 0 and r.stdout.split() == ["idle"] * len(self.nodes)
 
     def _wait(self, cond, timeout: float, what: str) -> None:
         end = time.monotonic() + timeout

@@ -28,15 +28,19 @@ def format_status(state: AppState) -> str:
         lines.append(f"GPUs: none ({state.gpu_error or 'no GPU source'})")
     for g in state.gpus:
         lines.append(
-            f"GPU {g.index} {g.name or 'N/A'}: {size(g.mem_used)}/"
+            f"{g.node + ' ' if g.node else ''}GPU {g.index} {g.name or 'N/A'}: {size(g.mem_used)}/"
             f"{size(g.mem_total)}  util {num(g.util, '{}%')}  "
             f"{num(g.temp, '{}°C')}  {num(g.power, '{:.0f} W')}"
             f"  procs {len(g.processes)}"
         )
+    for node in state.job_nodes:
+        if node.error is not None:  # a followed Slurm job's node that is not shown, and why
+            lines.append(f"{node.node}: not shown: {node.error}")
     lines.append(f"processes: {len(state.processes)}")
     for pr in state.processes:
         cmd = " ".join(pr.cmdline)
-        lines.append(f"  {pr.pid:>7} {','.join(pr.why):<10} {cmd[:100]}")
+        where = f"{pr.node}:" if pr.node else ""
+        lines.append(f"  {where + str(pr.pid):>7} {','.join(pr.why):<10} {cmd[:100]}")
     if state.runs:
         lines.append(format_runs(state))
     return "\n".join(lines)

@@ -49,12 +49,17 @@ class Snapshot:
     runs: list[dict[str, Any]]
     gpu_source: str | None = None
     gpu_error: str | None = None
+    # a followed Slurm job's nodes: {node, via, error} each (error: why its agent is not there)
+    job_nodes: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as the agent's object (without `type`), for JSON output."""
-        return {"seq": self.seq, "time": self.time, "host": self.host, "gpu_source": self.gpu_source,
-                "gpu_error": self.gpu_error, "gpus": self.gpus, "processes": self.processes,
-                "runs": self.runs}
+        out = {"seq": self.seq, "time": self.time, "host": self.host, "gpu_source": self.gpu_source,
+               "gpu_error": self.gpu_error, "gpus": self.gpus, "processes": self.processes,
+               "runs": self.runs}
+        if self.job_nodes:
+            out["job_nodes"] = self.job_nodes
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,7 @@ def parse_message(obj: Any) -> Message:
             runs=list(obj.get("runs") or []),
             gpu_source=_maybe(obj.get("gpu_source")),
             gpu_error=_maybe(obj.get("gpu_error")),
+            job_nodes=[n for n in obj.get("job_nodes") or [] if isinstance(n, dict)],
         )
     if kind == "log":
         return LogData(

@@ -261,6 +261,8 @@ class GpuFreed:
     run_pids: tuple[int, ...] = ()
     run_mem: int | None = None
     other_pids: tuple[Any, ...] = ()  # {pid, mem} objects (older agents: bare pids)
+    node: str | None = None  # a Slurm job's node where this GPU was read (several: each names its own)
+    run_mem_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +279,8 @@ class KillReport:
     elapsed: float = 0.0
     note: str | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    # a Slurm job on several nodes: each node's verdict, {node, via, gpus_free, error}
+    node_proofs: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def parse(cls, result: Any) -> KillReport:
@@ -289,14 +293,17 @@ class KillReport:
         gpus = tuple(
             GpuFreed(_int_or_none(g.get("index")), _int_or_none(g.get("freed")),
                      tuple(g.get("run_pids") or ()), _int_or_none(g.get("run_mem")),
-                     tuple(g.get("other_pids") or ()))
+                     tuple(g.get("other_pids") or ()), _str_or_none(g.get("node")),
+                     _int_or_none(g.get("run_mem_before")))
             for g in rec.get("gpus") or () if isinstance(g, Mapping))
         free = rec.get("gpus_free")
         return cls(
             run_id=_str_or_none(rec.get("run_id")), ok=bool(rec.get("ok")), stages=stages,
             remaining=tuple(rec.get("remaining") or ()), gpus=gpus,
             gpus_free=free if isinstance(free, bool) else None,
-            elapsed=float(rec.get("elapsed") or 0.0), note=_str_or_none(rec.get("note")), record=rec)
+            elapsed=float(rec.get("elapsed") or 0.0), note=_str_or_none(rec.get("note")), record=rec,
+            node_proofs=tuple(dict(p) for p in rec.get("node_proofs") or () if isinstance(p, Mapping)
+                              and isinstance(p.get("node"), str)))
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ class Gpu:
     power: float | None
     power_limit: float | None
     processes: tuple[GpuProc, ...] = ()
+    node: str | None = None  # a followed Slurm job's node this GPU is on
+
+    @property
+    def key(self) -> int | tuple[str, int]:
+        """The GPU among a snapshot's: its index, with its node on a job of several."""
+        return self.index if self.node is None else (self.node, self.index)
 
     @property
     def mem_fraction(self) -> float | None:
@@ -96,6 +102,7 @@ class Gpu:
             power=_num(d.get("power")),
             power_limit=_num(d.get("power_limit")),
             processes=procs,
+            node=_text(d.get("node")),
         )
 
 
@@ -115,6 +122,7 @@ class Proc:
     why: tuple[str, ...]
     run_id: str | None
     gpu_mem: int | None = None  # summed over GPUs, filled by the reducer
+    node: str | None = None  # a followed Slurm job's node this process runs on
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> Proc:
@@ -135,7 +143,22 @@ class Proc:
             cmdline=_texts(d.get("cmdline")),
             why=_texts(d.get("why")),
             run_id=_text(d.get("run_id")),
+            node=_text(d.get("node")),
         )
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """One node of a followed Slurm job: where its view comes from, or why there is none."""
+
+    node: str
+    via: str | None = None  # "srun step 12.1 on gpu-node3"
+    error: str | None = None  # its agent did not start or ended ("starting" while it starts)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> JobNode | None:
+        node = _text(d.get("node"))
+        return None if node is None else cls(node, _text(d.get("via")), _text(d.get("error")))
 
 
 @dataclass(frozen=True)
@@ -359,9 +382,10 @@ class AppState:
     gpu_source: str | None = None
     gpu_error: str | None = None
     gpus: tuple[Gpu, ...] = ()
-    gpu_history: dict[int, tuple[tuple[float | None, float | None], ...]] = field(
+    gpu_history: dict[int | tuple[str, int], tuple[tuple[float | None, float | None], ...]] = field(
         default_factory=dict
-    )  # index -> ((mem_fraction, util), ...) oldest first
+    )  # Gpu.key -> ((mem_fraction, util), ...) oldest first
+    job_nodes: tuple[JobNode, ...] = ()  # a followed Slurm job's nodes, each shown or saying why not
     processes: tuple[Proc, ...] = ()
     runs: tuple[Run, ...] = ()
     snapshot_time: float | None = None

@@ -301,8 +301,16 @@ def describe_kill(report: KillReport) -> list[str]:
         lines.append(f"{st.signal}: sent to {len(st.sent_to)} process(es) {list(st.sent_to)}")
     left = report.remaining
     lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
+    several = len(report.node_proofs) > 1
+    for proof in report.node_proofs if several else ():  # a job on several nodes: each one's verdict
+        free = proof.get("gpus_free")
+        verdict = "GPUs free" if free is True else "GPUs NOT free" if free is False else "no proof"
+        why = proof.get("error") or proof.get("via")
+        lines.append(f"{proof['node']}: {verdict}" + (f" ({why})" if why else ""))
     for g in report.gpus:
-        text = f"GPU {g.index}: freed {size(g.freed)}"
+        where = f"{g.node} " if g.node and several else ""
+        before = f" (held {size(g.run_mem_before)} before, {size(g.run_mem)} after)" if where else ""
+        text = f"{where}GPU {g.index}: freed {size(g.freed)}{before}"
         if g.run_pids:
             text += f"; the run still holds {size(g.run_mem)} in pid " + ", ".join(str(pid) for pid in g.run_pids)
         if g.other_pids:

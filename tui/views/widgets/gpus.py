@@ -1,5 +1,6 @@
 """The GPU panel: one card per GPU with memory bar, utilisation, temperature, power
-and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards."""
+and a sparkline of recent history. Reads well with 0, 1, 2 or 8 cards, and a Slurm
+job's several nodes as a block each (a line each where the cards do not fit)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ class GpuPanel(Static):
         super().__init__(**kwargs)
         self._state: AppState | None = None
         self._shown: tuple[Any, ...] | None = None
+        self._mode = ""  # how a job's several nodes were last drawn (_by_node)
 
     def show(self, state: AppState) -> None:
         """Repaint when a reading or the history changed; lay out again only when the
         number of cards did (the panel's height follows it)."""
-        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history)
+        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history, state.job_nodes)
         if shown == self._shown:
             return
-        relayout = self._shown is None or len(self._shown[0]) != len(state.gpus)
+        relayout = (self._shown is None or len(self._shown[0]) != len(state.gpus)
+                    or len(self._shown[4]) != len(state.job_nodes))
         self._state, self._shown = state, shown
         self.refresh(layout=relayout)
 
@@ -57,17 +60,69 @@ class GpuPanel(Static):
             out.append("\n\n" + "\n".join(textwrap.wrap(hint, fit)), style="dim")
             return out
         width = self.size.width or 80
+        room = self.parent.size.height if isinstance(self.parent, Widget) else 0
+        if len(state.job_nodes) > 1:
+            return self._by_node(state, width, room)
         # Two lines per card when there is room, one otherwise (100x30 with 8 cards, or
         # a narrow panel).
-        room = self.parent.size.height if isinstance(self.parent, Widget) else 0
         compact = 0 < room < 2 * len(state.gpus) or width < 50
         out = Text(no_wrap=True, overflow="crop")  # a narrow panel cuts lines, never wraps them
         for i, gpu in enumerate(state.gpus):
             if i:
                 out.append("\n")
-            hist = state.gpu_history.get(gpu.index, ())
+            hist = state.gpu_history.get(gpu.key, ())
             out.append_text(self._card(gpu, hist, width, bool(compact)))
         return out
+
+    def _by_node(self, state: AppState, width: int, room: int) -> Text:
+        """A Slurm job on several nodes: a block per node, its name and where it was read
+        above its cards; a node not reached is one line saying why, first. Where every card
+        does not fit even at one line each (8 GPUs on 2 nodes at 80x24), each node is one
+        line: a glyph per GPU for its memory, then the node's totals."""
+        groups = [(node, [g for g in state.gpus if g.node == node.node]) for node in state.job_nodes]
+        groups.sort(key=lambda group: bool(group[1]) and group[0].error is None)  # nodes not shown first
+        shown = [gpus for node, gpus in groups if node.error is None and gpus]
+        down = len(groups) - len(shown)
+        n = len(state.gpus)
+        # The most that fits: a title line per node above its cards (two lines a card,
+        # else one); else one line a card, each naming its node; else one line a node.
+        mode = ("cards" if not room or room >= len(shown) + 2 * n + down else
+                "compact" if room >= len(shown) + n + down else "tagged" if room >= n + down else "nodes")
+        if mode != self._mode:  # the panel's height follows the mode: lay it out again
+            self._mode = mode
+            self.call_after_refresh(self.refresh, layout=True)
+        tag_w = min(max(len(node.node) for node, _ in groups), 12)
+        out = Text(no_wrap=True, overflow="crop")
+        for node, gpus in groups:
+            if node.error is not None or not gpus:
+                why = node.error or "no GPU reading from its agent"
+                out.append_text(Text.assemble((node.node, "bold yellow"), (f" not shown: {why}\n", "yellow")))
+                continue
+            if mode == "nodes":
+                out.append_text(self._node_line(node.node, gpus, tag_w) + Text("\n"))
+                continue
+            if mode != "tagged":
+                out.append_text(Text.assemble((node.node, "bold"), (f" · {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} · {node.via or ''}\n", "dim")))
+            for gpu in gpus:
+                card = self._card(gpu, state.gpu_history.get(gpu.key, ()), width - (tag_w + 1) * (mode == "tagged"),
+                                  mode != "cards" or width < 50)
+                out.append_text((Text(f"{node.node[-tag_w:]:>{tag_w}} ", style="bold") if mode == "tagged" else Text())
+                                + card + Text("\n"))
+        out.rstrip()
+        return out
+
+    @staticmethod
+    def _node_line(name: str, gpus: list[Gpu], name_w: int) -> Text:
+        """A node in one line: its name's tail, a glyph per GPU for its memory, then the
+        node's mean load, memory and processes (cut from the right when narrow)."""
+        used = sum(g.mem_used or 0 for g in gpus)
+        total = sum(g.mem_total or 0 for g in gpus)
+        utils = [g.util for g in gpus if g.util is not None]
+        util = num(sum(utils) / len(utils) if utils else None, "{:.0f}%")
+        line = Text(f"{name[-name_w:]:>{name_w}} ", style="bold")
+        line.append_text(sparkline((g.mem_fraction for g in gpus), len(gpus), top=1.0))
+        line.append(f" {util:>4} {gib(used, 0)}/{gib(total, 0)} GiB {sum(len(g.processes) for g in gpus)}p")
+        return line
 
     @staticmethod
     def _card(gpu: Gpu, hist: tuple, width: int, compact: bool) -> Text:

@@ -168,8 +168,8 @@ class ProcessTable(KeyedTable):
     FLEX = "cmd"
 
     def show(self, state: AppState) -> None:
-        procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.pid))
-        self.sync({str(p.pid): self._cells(p) for p in procs})
+        procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.node or "", p.pid))
+        self.sync({f"{p.node}:{p.pid}" if p.node else str(p.pid): self._cells(p) for p in procs})
         set_title(self, f"Processes ({len(procs)})" if procs else
                   "Processes (0) · none of a run and none holding GPU memory on this host")
 
@@ -177,7 +177,7 @@ class ProcessTable(KeyedTable):
     def _cells(p: Proc) -> tuple[Any, ...]:
         cmd = " ".join(p.cmdline) or "N/A"
         return (
-            p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
+            f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
             gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
             duration(p.elapsed), ",".join(p.why), p.run_id or "-", cmd[:200],
         )
