@@ -154,6 +154,36 @@ def test_saving_phase_from_a_save_frame_and_finished_from_hf_summary() -> None:
     assert b.phase == "finished" and b.train.step == 1000
 
 
+def test_a_traceback_through_the_training_loop_says_it_failed_training() -> None:
+    """No progress line before the traceback: its frames are all that show where it died
+    (a training-loop frame, or autograd's backward); a save frame deeper still wins."""
+    head = ["Traceback (most recent call last):", '  File "train.py", line 266, in <module>', "    main(args)"]
+    a = fold(head + ['  File "train.py", line 235, in main',
+                     "    train_one_epoch(model, optimizer, scaler, data_loader, device, epoch, args)",
+                     '  File "/w/engine.py", line 35, in train_one_epoch',
+                     "    loss_dict = model(images, targets)",
+                     "RuntimeError: NCCL communicator was aborted on rank 2."])
+    assert a.failed_in == "training"
+    b = fold(head + ['  File "/x/torch/_tensor.py", line 648, in backward', "    torch.autograd.backward(",
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."])
+    assert b.failed_in == "training" and b.root_cause.id == "cuda-oom"
+    c = fold(head + ['  File "/w/trainer.py", line 20, in train_step', "    step()",
+                     '  File "/x/torch/serialization.py", line 423, in save', "    _save(obj)",
+                     "OSError: [Errno 28] No space left on device"])
+    assert c.failed_in == "saving"
+    d = fold([" 10%|█         | 10/100 [00:10<01:30,  1.00it/s]", "***** Running Evaluation *****"] + head
+             + ['  File "/w/trainer.py", line 20, in training_step', "    evaluate()",
+                "RuntimeError: boom"])
+    assert d.failed_in == "evaluating"  # already past training: a frame never moves it back
+    e = fold(head + ['  File "/w/serve.py", line 20, in handle', "    run()", "RuntimeError: boom"])
+    assert e.failed_in == "starting"
+    f = fold(["[E ProcessGroupNCCL.cpp:587] [Rank 4] Watchdog caught collective operation timeout: "
+              "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1809150 milliseconds before timing out."]
+             + head + ['  File "/w/engine.py", line 35, in train_one_epoch', "    loss_dict = model(images)",
+                       "RuntimeError: NCCL communicator was aborted on rank 2."])
+    assert f.failed_in == "training" and "[Rank 4] Watchdog" in f.root_cause.line  # its traceback tells where
+
+
 def test_report_names_the_training_line() -> None:
     r = inspect_log(b"Step 3 | loss:0.5 lr:2e-05 tokens_per_second_per_gpu:100.0\n")
     assert "train: step 3" in format_report(r) and "loss 0.5" in format_report(r)
@@ -175,6 +205,11 @@ def test_report_names_the_training_line() -> None:
      (1875, 1875, 0.2954)),
     ("Steps:  10%|█         | 100/1000 [01:00<09:00,  1.67it/s, loss=0.123, lr=0.0001]", (100, 1000, 0.123)),
     ("step:10 - actor/entropy:0.5 - actor/pg_loss:-0.01 - actor/lr:1e-06", (10, None, None)),
+    # BasicSR / mmsr: the iteration with a thousands separator
+    ("21-05-24 02:17:53.561 - INFO: <epoch: 32, iter:   3,000, lr:1.000e-04> l_g_pix: 1.7321e-03 "
+     "l_d_real: 9.0599e-08", (3000, None, None)),
+    ("Step 1,200/10,000 | loss: 0.52 | lr: 2e-05", (1200, 10000, 0.52)),
+    ("{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 2e-05, 'step': 12, 'epoch': 1.0}", (12, None, 0.5)),
     ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
      "val_loss=0.455, train_loss_epoch=0.498]", (100, 100, 0.412)),
 ])

@@ -51,10 +51,12 @@ _EVAL = re.compile(r"(?i)\b(?:val(?:id(?:at(?:e|ing|ion))?)?|eval(?:uat(?:e|ing|
 _TRAIN_DESC = re.compile(r"(?i)epoch|train|step|iter|loss|batch|fine.?tun|fit")
 _BAR_UNITS_OK = ("it", "s", "step", "steps", "batch", "batches", "ba", "iter", "sample", "samples")
 
+# A count written with thousands separators ("iter: 2,800", "Step 1,200/10,000").
+_GROUPED = r"\d{1,3}(?:,\d{3})+(?![\d.])"
 # key/value pairs: {'loss': 0.5}, loss=0.5, loss: 0.5, loss:0.5, "train_loss 5.7e-01"
 _KV = re.compile(
-    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _NUM + r")(?![\w.])"
-    r"(?:\s*/\s*(?P<of>\d+)\b)?"
+    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _GROUPED + "|" + _NUM
+    + r")(?![\w.])(?:\s*/\s*(?P<of>" + _GROUPED + r"|\d+)\b)?"
 )
 # Cheap first test: a metrics line names a loss, a step, a learning rate or a grad norm.
 _TRAIN_WORDS = re.compile(r"(?i)loss|step|iter|\blr\b|learning.rate|grad|epoch|update|\d/\d+ \[[=>.]")
@@ -96,6 +98,11 @@ _PHASE_LINES = re.compile(
 )
 _PHASE_WORDS = ("Evaluat", "alidation", "aving", "Running", "raining", "train_runtime", "Trainer.fit",
                 "verflow", "loss scale")
+# Frames of a training loop (and autograd's backward, only ever called to train): a
+# traceback through one died training, even when no progress line came before it.
+_TRAIN_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:train_one_epoch|train_epoch|_train_epoch|'
+                          r"training_step|train_step|_inner_training_loop|run_training_epoch|"
+                          r"run_training_batch|_run_train|fit_loop|backward)$")
 _SAVE_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:save|_save|save_checkpoint|_save_checkpoint|'
                          r"save_model|save_pretrained|_save_zero_checkpoint|save_state)$")
 # speculators' trainer logs one flattened metrics dict per step ("train/loss_0=…,
@@ -185,7 +192,7 @@ def _json_num(x: float | None) -> float | str | None:
 
 def _num(text: str) -> float | None:
     try:
-        return float(text)
+        return float(text.replace(",", ""))
     except ValueError:
         return None
 
@@ -211,7 +218,7 @@ def _pairs(text: str) -> dict[str, tuple[float, int | None]]:
         val = _num(m["val"])
         if val is None or key in out:
             continue
-        out[key] = (val, int(m["of"]) if m["of"] else None)
+        out[key] = (val, int(m["of"].replace(",", "")) if m["of"] else None)
     return out
 
 
@@ -383,6 +390,11 @@ def parse_train_line(msg: str) -> TrainLine | None:
 def is_save_frame(msg: str) -> bool:
     """A traceback frame inside a checkpoint save (``torch.save``, ``save_checkpoint``)."""
     return "File" in msg and _SAVE_FRAME.match(msg) is not None
+
+
+def is_train_frame(msg: str) -> bool:
+    """A traceback frame inside the training loop (``train_one_epoch``, ``backward``)."""
+    return "File" in msg and _TRAIN_FRAME.match(msg) is not None
 
 
 def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
