@@ -273,3 +273,29 @@ def test_headless_prints_the_training_step_loss_and_phase() -> None:
 
     a = fold(["Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]"])
     assert train_line(a.train, a.phase) == "[train] step 50/100  epoch 1  loss 0.7  (training)"
+
+
+def test_a_trainer_that_prints_no_rate_gets_one_from_the_steps_arrival_and_an_eta() -> None:
+    """speculators' trainer (and others) print no it/s: the rate comes from when the steps
+    arrived, so the bar has a rate and an ETA like the shard bar. Lines that arrived
+    together (the backlog read on attaching) never make a rate; a trainer's own rate
+    always wins."""
+    from tui.views.widgets.progress import train_line
+
+    a = LogAnalysis()
+    a = step(a, "***** Running training *****", 1, 100.0)
+    a = step(a, "  Total optimization steps = 100", 2, 100.0)
+    for n in range(1, 11):  # the backlog: ten steps at once, then one step every 2 s
+        a = step(a, f"Step {n} | loss: 0.5", 2 + n, 100.0)
+    assert a.train.rate is None
+    for n in range(11, 21):
+        a = step(a, f"Step {n} | loss: 0.5", 2 + n, 100.0 + 2 * (n - 10))
+    assert a.train.step == 20 and a.train.rate == pytest.approx(0.5)
+    text = train_line(a.train, 120).plain
+    assert "2 s/step" in text and "ETA 02:40" in text, text  # 80 steps at 2 s
+    b = fold(["Epoch 1:   0%|          | 0/100 [00:00<?, ?it/s]",
+              "Epoch 1:   1%|          | 1/100 [00:01<?, ?it/s]",
+              "Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]",
+              "Epoch 1:  60%|██████    | 60/100 [00:12<00:08,  5.00it/s, loss=0.7]",
+              "Epoch 1:  61%|██████    | 61/100 [00:12<?, ?it/s, loss=0.7]"])  # a redraw without one
+    assert b.train.rate == 5.0 and b.train.rate_unit == "it"

@@ -55,6 +55,7 @@ from tui.state.logline import (
 )
 from tui.state.logtrain import (
     TrainLine,
+    arrival_rate,
     is_save_frame,
     is_train_frame,
     merge,
@@ -230,6 +231,8 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
     old = b.get("train")
     tl = second_bar(old, tl)
     tp = merge(old, tl, line_no, line)
+    if t is not None and tl.progress and tl.rate is None:
+        tp = arrival_rate(tp, t)
     if tp is not old:
         b.set("train", tp)
     if tl.progress and t is not None and (old is None or tp.step != old.step or tp.lines != old.lines):

@@ -27,7 +27,7 @@ from typing import Any
 
 from tui.state.logline import MAX_SCAN, parse_duration
 
-__all__ = ["TrainLine", "TrainProgress", "parse_train_line"]
+__all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
 MAX_LOSSES = 512  # points of loss history kept for the plot (halved when full)
 NAN_STREAK = 3  # consecutive non-finite losses / grad norms that make a diverged run
@@ -159,6 +159,8 @@ class TrainProgress:
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
     bad_run: int = 0  # consecutive non-finite losses or grad norms
     bad_first: tuple[int, str] | None = None  # (line_no, line) where that run began
+    seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
+    rate_seen: bool = False  # the rate is measured from the steps' arrival, not printed
 
     @property
     def percent(self) -> float | None:
@@ -406,6 +408,21 @@ def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
     return tl
 
 
+def arrival_rate(tp: TrainProgress, t: float) -> TrainProgress:
+    """For a trainer that prints no rate (speculators' prints none): steps per second from
+    when the steps arrived, since the last step of the first lines that arrived together
+    (the backlog read on attaching says nothing about the pace); a step counter that
+    starts again (a new epoch) starts the measure again and keeps the last rate."""
+    if tp.step is None or (tp.rate is not None and not tp.rate_seen):
+        return tp
+    if tp.seen is None or t <= tp.seen[0] or tp.step < tp.seen[1]:
+        return replace(tp, seen=(t, tp.step))
+    t0, s0 = tp.seen
+    if tp.step == s0:
+        return tp
+    return replace(tp, rate=(tp.step - s0) / (t - t0), rate_unit="step", rate_seen=True)
+
+
 def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> TrainProgress:
     """Fold one line's training facts into the progress so far."""
     tp = tp or TrainProgress()
@@ -442,6 +459,8 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             v = getattr(tl, k)
             if v is not None:
                 ch[k] = v
+        if tl.rate is not None:
+            ch["rate_seen"] = False  # the trainer's own rate from now on
         if tl.loss is not None:
             ch["loss"] = tl.loss
             losses = tp.losses + (tl.loss,)
