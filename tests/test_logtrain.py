@@ -209,6 +209,8 @@ def test_report_names_the_training_line() -> None:
     ("21-05-24 02:17:53.561 - INFO: <epoch: 32, iter:   3,000, lr:1.000e-04> l_g_pix: 1.7321e-03 "
      "l_d_real: 9.0599e-08", (3000, None, None)),
     ("Step 1,200/10,000 | loss: 0.52 | lr: 2e-05", (1200, 10000, 0.52)),
+    # Coqui / mozilla TTS: the step heads its own line, the metrics follow on the next ones
+    ("   --> STEP: 10/13 -- GLOBAL_STEP: 25", (10, 13, None)),
     ("{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 2e-05, 'step': 12, 'epoch': 1.0}", (12, None, 0.5)),
     ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
      "val_loss=0.455, train_loss_epoch=0.498]", (100, 100, 0.412)),
@@ -216,6 +218,11 @@ def test_report_names_the_training_line() -> None:
 def test_trainer_line_shapes(text: str, want: tuple) -> None:
     tr = inspect_log(text.encode() + b"\n")["train"]
     assert (tr["step"], tr["total"], tr["loss"]) == want
+
+
+def test_a_counter_alone_is_training_only_when_it_heads_its_line() -> None:
+    for text in ("Warmup step 1/3", "INFO Downloading shard step 2/8", "Capturing batches (iteration 3/35)"):
+        assert inspect_log(text.encode() + b"\n")["train"] is None, text
 
 
 def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalled() -> None:

@@ -108,6 +108,10 @@ _SAVE_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:save|_save|save_checkp
 # speculators' trainer logs one flattened metrics dict per step ("train/loss_0=…,
 # train/loss=…, epoch=0, lr=…"; the step goes only to its tensorboard/wandb backends)
 _PER_STEP = re.compile(r"(?:^|[\s,])train/loss=")
+# A step counter heading a line of its own, its metrics on the lines after it (Coqui and
+# mozilla TTS: "   --> STEP: 10/13 -- GLOBAL_STEP: 25", then "| > loss: 35.6 (36.3)", …;
+# "Step 10/13", "=> iteration 5/100"): the line starts with the counter.
+_STEP_HEAD = re.compile(r"(?i)^[\s\-=>|*#]*(?:global[_ ])?(?:step|iteration|iter)s?\s*[:=]?\s*\d+\s*/\s*\d+\b")
 _EPOCH_DONE = re.compile(r"Training epoch (?P<e>\d+)/(?P<es>\d+) (?P<what>started|completed)")
 
 
@@ -313,7 +317,10 @@ def _metrics(text: str) -> TrainLine | None:
     stepv = _first(pairs, _STEP_KEYS)
     lr = _first(pairs, _LR_KEYS)
     gn = _first(pairs, _GNORM_KEYS)
-    if loss is None and not (stepv is not None and (lr is not None or gn is not None)):
+    counter = stepv is not None and stepv[1] is not None and loss is None and lr is None and gn is None
+    if counter and not _STEP_HEAD.search(text):
+        return None
+    if loss is None and not counter and not (stepv is not None and (lr is not None or gn is not None)):
         if lr is not None and stepv is None and text[:12].isspace():
             # the tail of a record rich wrapped over several lines ("epoch=0, lr=0.003")
             return TrainLine(lr=lr[0])
