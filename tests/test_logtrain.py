@@ -306,3 +306,17 @@ def test_a_trainer_that_prints_no_rate_gets_one_from_the_steps_arrival_and_an_et
               "Epoch 1:  60%|██████    | 60/100 [00:12<00:08,  5.00it/s, loss=0.7]",
               "Epoch 1:  61%|██████    | 61/100 [00:12<?, ?it/s, loss=0.7]"])  # a redraw without one
     assert b.train.rate == 5.0 and b.train.rate_unit == "it"
+
+
+def test_the_loss_plot_spans_the_whole_run_and_marks_a_nan() -> None:
+    """The progress panel's loss row: every point of the run folded into the cells (the
+    mean of each cell's share), a NaN/inf as a red ✗, the range beside it."""
+    from tui.views.widgets.progress import loss_line, loss_plot
+    from tui.views.widgets.render import BLOCKS
+
+    plot = loss_plot((4.0, 4.0, 2.0, 2.0, float("nan"), 1.0, 1.0, 1.0), 4).plain
+    assert plot == BLOCKS[-1] + BLOCKS[2] + "✗" + BLOCKS[0], plot  # 4, 2 (a third up), nan+1, 1
+    a = fold([f"Step {n} | loss: {10.0 / n:.3f}" for n in range(1, 201)])
+    row = loss_line(a.train, 80).plain
+    assert row.startswith("loss  0.05") and row.rstrip().endswith("0.05…10"), row
+    assert len(a.train.losses) == 200 and row.count(BLOCKS[-1]) >= 1  # the run's start is in it
