@@ -320,3 +320,23 @@ def test_the_loss_plot_spans_the_whole_run_and_marks_a_nan() -> None:
     row = loss_line(a.train, 80).plain
     assert row.startswith("loss  0.05") and row.rstrip().endswith("0.05…10"), row
     assert len(a.train.losses) == 200 and row.count(BLOCKS[-1]) >= 1  # the run's start is in it
+
+
+def test_a_new_run_never_shows_the_previous_runs_analysis() -> None:
+    """Between a new run's launch (the dashboard selects it) and the first bytes of its own
+    log, the followed log is still the previous run's: its finished training (step 24/24,
+    its loss plot) must not be drawn under the new run's name (seen on `demo --train`)."""
+    from dataclasses import replace
+
+    from tui.state import view
+    from tui.state.model import AppState, LogTail, Run
+
+    old = fold(["Step 24/24 | loss: 0.03", "Training completed. Do not forget to share your model"])
+    assert old.phase == "finished"
+    state = AppState(log=LogTail(path="/runs/a/output.log", analysis=old))
+    new = Run.from_dict({"run_id": "b", "name": "t", "state": "running", "argv": ["x"], "pid": 2,
+                         "launched_at": 1.0, "log": "/runs/b/output.log", "cwd": "/", "env": {}})
+    assert view.phase(state, new, 2.0) is None
+    assert view.analysis_of(state, new) is None
+    same = replace(state, log=replace(state.log, path="/runs/b/output.log"))
+    assert view.phase(same, new, 2.0) == "finished" and view.analysis_of(same, new) is old
