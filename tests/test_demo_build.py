@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -153,3 +154,26 @@ def test_no_venv_means_a_demo_without_patches_and_a_one_line_reason(
     cfg = parse_config(paths.config.read_text())
     assert cfg.patches.set is None and cfg.host.python == missing
     assert "[patches]" not in paths.config.read_text()
+
+
+def test_a_demo_stage_reports_its_newest_run(tmp_path: Path) -> None:
+    """`demo --train` run twice in one directory: the second reports its own training run
+    (the agent lists runs newest first), not the first one's outcome and exit code."""
+    from tui.cli.connect import newest_run
+
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\nname = "demo-train"\ncommand = ["{sys.executable}", "-c", "pass"]\ncwd = "{tmp_path}"\n'
+        "gpu_wait = 0\n")
+
+    def e3(*args: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    ids = [json.loads(e3("launch", "local", "--json"))["run_id"] for _ in range(2)]
+    runs = json.loads(e3("runs", "local", "--json"))["runs"]
+    assert {r["run_id"] for r in runs} == set(ids)
+    got = newest_run(runs, "demo-train")
+    assert got is not None and got["run_id"] == ids[1]

@@ -154,6 +154,36 @@ def test_saving_phase_from_a_save_frame_and_finished_from_hf_summary() -> None:
     assert b.phase == "finished" and b.train.step == 1000
 
 
+def test_a_traceback_through_the_training_loop_says_it_failed_training() -> None:
+    """No progress line before the traceback: its frames are all that show where it died
+    (a training-loop frame, or autograd's backward); a save frame deeper still wins."""
+    head = ["Traceback (most recent call last):", '  File "train.py", line 266, in <module>', "    main(args)"]
+    a = fold(head + ['  File "train.py", line 235, in main',
+                     "    train_one_epoch(model, optimizer, scaler, data_loader, device, epoch, args)",
+                     '  File "/w/engine.py", line 35, in train_one_epoch',
+                     "    loss_dict = model(images, targets)",
+                     "RuntimeError: NCCL communicator was aborted on rank 2."])
+    assert a.failed_in == "training"
+    b = fold(head + ['  File "/x/torch/_tensor.py", line 648, in backward', "    torch.autograd.backward(",
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.12 GiB."])
+    assert b.failed_in == "training" and b.root_cause.id == "cuda-oom"
+    c = fold(head + ['  File "/w/trainer.py", line 20, in train_step', "    step()",
+                     '  File "/x/torch/serialization.py", line 423, in save', "    _save(obj)",
+                     "OSError: [Errno 28] No space left on device"])
+    assert c.failed_in == "saving"
+    d = fold([" 10%|█         | 10/100 [00:10<01:30,  1.00it/s]", "***** Running Evaluation *****"] + head
+             + ['  File "/w/trainer.py", line 20, in training_step', "    evaluate()",
+                "RuntimeError: boom"])
+    assert d.failed_in == "evaluating"  # already past training: a frame never moves it back
+    e = fold(head + ['  File "/w/serve.py", line 20, in handle', "    run()", "RuntimeError: boom"])
+    assert e.failed_in == "starting"
+    f = fold(["[E ProcessGroupNCCL.cpp:587] [Rank 4] Watchdog caught collective operation timeout: "
+              "WorkNCCL(OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1809150 milliseconds before timing out."]
+             + head + ['  File "/w/engine.py", line 35, in train_one_epoch', "    loss_dict = model(images)",
+                       "RuntimeError: NCCL communicator was aborted on rank 2."])
+    assert f.failed_in == "training" and "[Rank 4] Watchdog" in f.root_cause.line  # its traceback tells where
+
+
 def test_report_names_the_training_line() -> None:
     r = inspect_log(b"Step 3 | loss:0.5 lr:2e-05 tokens_per_second_per_gpu:100.0\n")
     assert "train: step 3" in format_report(r) and "loss 0.5" in format_report(r)
@@ -175,12 +205,24 @@ def test_report_names_the_training_line() -> None:
      (1875, 1875, 0.2954)),
     ("Steps:  10%|█         | 100/1000 [01:00<09:00,  1.67it/s, loss=0.123, lr=0.0001]", (100, 1000, 0.123)),
     ("step:10 - actor/entropy:0.5 - actor/pg_loss:-0.01 - actor/lr:1e-06", (10, None, None)),
+    # BasicSR / mmsr: the iteration with a thousands separator
+    ("21-05-24 02:17:53.561 - INFO: <epoch: 32, iter:   3,000, lr:1.000e-04> l_g_pix: 1.7321e-03 "
+     "l_d_real: 9.0599e-08", (3000, None, None)),
+    ("Step 1,200/10,000 | loss: 0.52 | lr: 2e-05", (1200, 10000, 0.52)),
+    # Coqui / mozilla TTS: the step heads its own line, the metrics follow on the next ones
+    ("   --> STEP: 10/13 -- GLOBAL_STEP: 25", (10, 13, None)),
+    ("{'loss': 0.5, 'grad_norm': 1.0, 'learning_rate': 2e-05, 'step': 12, 'epoch': 1.0}", (12, None, 0.5)),
     ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
      "val_loss=0.455, train_loss_epoch=0.498]", (100, 100, 0.412)),
 ])
 def test_trainer_line_shapes(text: str, want: tuple) -> None:
     tr = inspect_log(text.encode() + b"\n")["train"]
     assert (tr["step"], tr["total"], tr["loss"]) == want
+
+
+def test_a_counter_alone_is_training_only_when_it_heads_its_line() -> None:
+    for text in ("Warmup step 1/3", "INFO Downloading shard step 2/8", "Capturing batches (iteration 3/35)"):
+        assert inspect_log(text.encode() + b"\n")["train"] is None, text
 
 
 def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalled() -> None:
@@ -238,3 +280,63 @@ def test_headless_prints_the_training_step_loss_and_phase() -> None:
 
     a = fold(["Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]"])
     assert train_line(a.train, a.phase) == "[train] step 50/100  epoch 1  loss 0.7  (training)"
+
+
+def test_a_trainer_that_prints_no_rate_gets_one_from_the_steps_arrival_and_an_eta() -> None:
+    """speculators' trainer (and others) print no it/s: the rate comes from when the steps
+    arrived, so the bar has a rate and an ETA like the shard bar. Lines that arrived
+    together (the backlog read on attaching) never make a rate; a trainer's own rate
+    always wins."""
+    from tui.views.widgets.progress import train_line
+
+    a = LogAnalysis()
+    a = step(a, "***** Running training *****", 1, 100.0)
+    a = step(a, "  Total optimization steps = 100", 2, 100.0)
+    for n in range(1, 11):  # the backlog: ten steps at once, then one step every 2 s
+        a = step(a, f"Step {n} | loss: 0.5", 2 + n, 100.0)
+    assert a.train.rate is None
+    for n in range(11, 21):
+        a = step(a, f"Step {n} | loss: 0.5", 2 + n, 100.0 + 2 * (n - 10))
+    assert a.train.step == 20 and a.train.rate == pytest.approx(0.5)
+    text = train_line(a.train, 120).plain
+    assert "2 s/step" in text and "ETA 02:40" in text, text  # 80 steps at 2 s
+    b = fold(["Epoch 1:   0%|          | 0/100 [00:00<?, ?it/s]",
+              "Epoch 1:   1%|          | 1/100 [00:01<?, ?it/s]",
+              "Epoch 1:  50%|█████     | 50/100 [00:10<00:10,  5.00it/s, loss=0.7]",
+              "Epoch 1:  60%|██████    | 60/100 [00:12<00:08,  5.00it/s, loss=0.7]",
+              "Epoch 1:  61%|██████    | 61/100 [00:12<?, ?it/s, loss=0.7]"])  # a redraw without one
+    assert b.train.rate == 5.0 and b.train.rate_unit == "it"
+
+
+def test_the_loss_plot_spans_the_whole_run_and_marks_a_nan() -> None:
+    """The progress panel's loss row: every point of the run folded into the cells (the
+    mean of each cell's share), a NaN/inf as a red ✗, the range beside it."""
+    from tui.views.widgets.progress import loss_line, loss_plot
+    from tui.views.widgets.render import BLOCKS
+
+    plot = loss_plot((4.0, 4.0, 2.0, 2.0, float("nan"), 1.0, 1.0, 1.0), 4).plain
+    assert plot == BLOCKS[-1] + BLOCKS[2] + "✗" + BLOCKS[0], plot  # 4, 2 (a third up), nan+1, 1
+    a = fold([f"Step {n} | loss: {10.0 / n:.3f}" for n in range(1, 201)])
+    row = loss_line(a.train, 80).plain
+    assert row.startswith("loss  0.05") and row.rstrip().endswith("0.05…10"), row
+    assert len(a.train.losses) == 200 and row.count(BLOCKS[-1]) >= 1  # the run's start is in it
+
+
+def test_a_new_run_never_shows_the_previous_runs_analysis() -> None:
+    """Between a new run's launch (the dashboard selects it) and the first bytes of its own
+    log, the followed log is still the previous run's: its finished training (step 24/24,
+    its loss plot) must not be drawn under the new run's name (seen on `demo --train`)."""
+    from dataclasses import replace
+
+    from tui.state import view
+    from tui.state.model import AppState, LogTail, Run
+
+    old = fold(["Step 24/24 | loss: 0.03", "Training completed. Do not forget to share your model"])
+    assert old.phase == "finished"
+    state = AppState(log=LogTail(path="/runs/a/output.log", analysis=old))
+    new = Run.from_dict({"run_id": "b", "name": "t", "state": "running", "argv": ["x"], "pid": 2,
+                         "launched_at": 1.0, "log": "/runs/b/output.log", "cwd": "/", "env": {}})
+    assert view.phase(state, new, 2.0) is None
+    assert view.analysis_of(state, new) is None
+    same = replace(state, log=replace(state.log, path="/runs/b/output.log"))
+    assert view.phase(same, new, 2.0) == "finished" and view.analysis_of(same, new) is old

@@ -45,7 +45,7 @@ def run(tmp_path: Path) -> Iterator[dict[str, Any]]:
     (tmp_path / "eagle3.toml").write_text(
         f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\ninterval = 0.5\n'
         f'[run]\nname = "served"\ncommand = ["{sys.executable}", "{tmp_path / "job.py"}"]\n'
-        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\n')
+        f'cwd = "{tmp_path}"\ngraces = [0.5, 0.5]\ngpu_wait = 0\nenv = {{ HOLDS_GPU = "1" }}\n')
     res = e3("launch", "local", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     record = json.loads(res.stdout)
@@ -71,13 +71,15 @@ class Served:
 
 
 @contextmanager
-def serve(tmp_path: Path, *args: str, url_shape: str = r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}"
-          ) -> Iterator[Served]:
-    """`eagle3-tui serve local --port 0 ARGS` in tmp_path; the URL it prints; SIGTERM at the end."""
+def serve(tmp_path: Path, *args: str, url_shape: str = r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}",
+          path: str | None = None) -> Iterator[Served]:
+    """`eagle3-tui serve local --port 0 ARGS` in tmp_path; the URL it prints; SIGTERM at the end.
+    ``path``: the server's PATH (its sessions' agents inherit it)."""
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **({"PATH": path} if path else {}))
     with open(out, "wb") as o, open(err, "wb") as e:
         proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "local", "--port", "0", *args],
-                                cwd=tmp_path, stdout=o, stderr=e, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                                cwd=tmp_path, stdout=o, stderr=e, env=env)
     try:
         deadline = time.monotonic() + 20
         while not out.read_text().strip():
@@ -169,8 +171,17 @@ def pid_alive(pid: int) -> bool:
 # ---- the browser -----------------------------------------------------------------------
 
 def test_browser_sees_the_run_and_kills_it(tmp_path: Path, run: dict[str, Any]) -> None:
+    """The kill's GPU-free proof read from a GPU: a stand-in `nvidia-smi` on the server's
+    PATH (tests/slurm.py's NODE_SMI: one 80 GiB card, every process started with
+    HOLDS_GPU=1, as the run is, holding 1 GiB of it), since this machine has none."""
+    from tests.slurm import NODE_SMI
+
     rid = run["run_id"]
-    with serve(tmp_path) as served, browser() as context:
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    (smi / "nvidia-smi").write_text(NODE_SMI.format(python=sys.executable))
+    (smi / "nvidia-smi").chmod(0o755)
+    with serve(tmp_path, path=f"{smi}:{os.environ['PATH']}") as served, browser() as context:
         screen = Screen(context.new_page())
         screen.open(served.url)
         screen.wait(lambda t: re.search(rf"{rid}\s+served\s+running", t))  # the runs table's row
@@ -181,6 +192,7 @@ def test_browser_sees_the_run_and_kills_it(tmp_path: Path, run: dict[str, Any]) 
         screen.page.keyboard.press("y")
         screen.wait(f"run {rid} killed")  # the kill report in the banner
         screen.wait("processes left: none")
+        screen.wait("GPUs free after")  # the card no longer lists the run's processes
         assert state_of(tmp_path, rid) == "killed"
         assert not pid_alive(run["pid"])
         log = served.log()

@@ -114,7 +114,7 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
 
         run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
-        run = next((r for r in runs if r.get("name") == cfg.run.name and not r.get("external")), None)
+        run = newest_run(runs, cfg.run.name)
     _say_end("demo run", run, paths.config,
              f"demo outputs: {paths.out}/ (data_config.json describes them); config: {paths.config}")
     if train:
@@ -148,8 +148,14 @@ def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> 
 
         run_app(make, client)
         runs = run_on_host(obj, "local", lambda c: services.list_runs(c, cfg), cfg=cfg)
-        run = next((r for r in reversed(runs) if r.get("name") == cfg.run.name and not r.get("external")), None)
+        run = newest_run(runs, cfg.run.name)
     _say_end("training run", run, tp.config, f"drafter checkpoints: {tp.save}/; config: {tp.config}")
+
+
+def newest_run(runs: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The stage's run: the newest of its name (the agent lists runs newest first), so a
+    second `demo --train` in the same directory reports its own run, not the first one."""
+    return next((r for r in runs if r.get("name") == name and not r.get("external")), None)
 
 
 def _say_end(what: str, run: dict[str, Any] | None, config: Any, where: str) -> None:

@@ -53,7 +53,15 @@ from tui.state.logline import (
     parse_shard_progress,
     split_prefix,
 )
-from tui.state.logtrain import TrainLine, is_save_frame, merge, parse_train_line, second_bar
+from tui.state.logtrain import (
+    TrainLine,
+    arrival_rate,
+    is_save_frame,
+    is_train_frame,
+    merge,
+    parse_train_line,
+    second_bar,
+)
 
 __all__ = [
     "ExtractProgress",
@@ -175,6 +183,11 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
         _on_train(b, tl, pre, line, line_no, t)
     elif msg[:1].isspace() and is_save_frame(msg) and b.get("phase") != "failed":
         b.set("phase", "saving")  # a traceback through a checkpoint save: it failed saving
+    elif msg[:1].isspace() and is_train_frame(msg):  # a traceback through the training loop:
+        if b.get("phase") in _BEFORE_TRAINING:  # it got that far
+            b.set("phase", "training")
+        elif b.get("phase") == "failed" and b.get("failed_in") in _BEFORE_TRAINING:
+            b.set("failed_in", "training")  # the failure (a watchdog) came before its traceback
     if "took" in msg or " is " in msg or "Using" in msg or "Resolved" in msg or "Starting" in msg:
         mm = _MILESTONES.search(msg)
         if mm:
@@ -209,6 +222,7 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
 
 
 _TRAIN_PHASES = ("training", "evaluating", "saving")
+_BEFORE_TRAINING = ("starting", "loading", "loaded")
 
 
 def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
@@ -217,6 +231,8 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
     old = b.get("train")
     tl = second_bar(old, tl)
     tp = merge(old, tl, line_no, line)
+    if t is not None and tl.progress and tl.rate is None:
+        tp = arrival_rate(tp, t)
     if tp is not old:
         b.set("train", tp)
     if tl.progress and t is not None and (old is None or tp.step != old.step or tp.lines != old.lines):

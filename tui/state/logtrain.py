@@ -27,7 +27,7 @@ from typing import Any
 
 from tui.state.logline import MAX_SCAN, parse_duration
 
-__all__ = ["TrainLine", "TrainProgress", "parse_train_line"]
+__all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
 MAX_LOSSES = 512  # points of loss history kept for the plot (halved when full)
 NAN_STREAK = 3  # consecutive non-finite losses / grad norms that make a diverged run
@@ -51,10 +51,12 @@ _EVAL = re.compile(r"(?i)\b(?:val(?:id(?:at(?:e|ing|ion))?)?|eval(?:uat(?:e|ing|
 _TRAIN_DESC = re.compile(r"(?i)epoch|train|step|iter|loss|batch|fine.?tun|fit")
 _BAR_UNITS_OK = ("it", "s", "step", "steps", "batch", "batches", "ba", "iter", "sample", "samples")
 
+# A count written with thousands separators ("iter: 2,800", "Step 1,200/10,000").
+_GROUPED = r"\d{1,3}(?:,\d{3})+(?![\d.])"
 # key/value pairs: {'loss': 0.5}, loss=0.5, loss: 0.5, loss:0.5, "train_loss 5.7e-01"
 _KV = re.compile(
-    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _NUM + r")(?![\w.])"
-    r"(?:\s*/\s*(?P<of>\d+)\b)?"
+    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _GROUPED + "|" + _NUM
+    + r")(?![\w.])(?:\s*/\s*(?P<of>" + _GROUPED + r"|\d+)\b)?"
 )
 # Cheap first test: a metrics line names a loss, a step, a learning rate or a grad norm.
 _TRAIN_WORDS = re.compile(r"(?i)loss|step|iter|\blr\b|learning.rate|grad|epoch|update|\d/\d+ \[[=>.]")
@@ -96,11 +98,20 @@ _PHASE_LINES = re.compile(
 )
 _PHASE_WORDS = ("Evaluat", "alidation", "aving", "Running", "raining", "train_runtime", "Trainer.fit",
                 "verflow", "loss scale")
+# Frames of a training loop (and autograd's backward, only ever called to train): a
+# traceback through one died training, even when no progress line came before it.
+_TRAIN_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:train_one_epoch|train_epoch|_train_epoch|'
+                          r"training_step|train_step|_inner_training_loop|run_training_epoch|"
+                          r"run_training_batch|_run_train|fit_loop|backward)$")
 _SAVE_FRAME = re.compile(r'^\s*File ".*", line \d+, in (?:save|_save|save_checkpoint|_save_checkpoint|'
                          r"save_model|save_pretrained|_save_zero_checkpoint|save_state)$")
 # speculators' trainer logs one flattened metrics dict per step ("train/loss_0=…,
 # train/loss=…, epoch=0, lr=…"; the step goes only to its tensorboard/wandb backends)
 _PER_STEP = re.compile(r"(?:^|[\s,])train/loss=")
+# A step counter heading a line of its own, its metrics on the lines after it (Coqui and
+# mozilla TTS: "   --> STEP: 10/13 -- GLOBAL_STEP: 25", then "| > loss: 35.6 (36.3)", …;
+# "Step 10/13", "=> iteration 5/100"): the line starts with the counter.
+_STEP_HEAD = re.compile(r"(?i)^[\s\-=>|*#]*(?:global[_ ])?(?:step|iteration|iter)s?\s*[:=]?\s*\d+\s*/\s*\d+\b")
 _EPOCH_DONE = re.compile(r"Training epoch (?P<e>\d+)/(?P<es>\d+) (?P<what>started|completed)")
 
 
@@ -152,6 +163,8 @@ class TrainProgress:
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
     bad_run: int = 0  # consecutive non-finite losses or grad norms
     bad_first: tuple[int, str] | None = None  # (line_no, line) where that run began
+    seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
+    rate_seen: bool = False  # the rate is measured from the steps' arrival, not printed
 
     @property
     def percent(self) -> float | None:
@@ -185,7 +198,7 @@ def _json_num(x: float | None) -> float | str | None:
 
 def _num(text: str) -> float | None:
     try:
-        return float(text)
+        return float(text.replace(",", ""))
     except ValueError:
         return None
 
@@ -211,7 +224,7 @@ def _pairs(text: str) -> dict[str, tuple[float, int | None]]:
         val = _num(m["val"])
         if val is None or key in out:
             continue
-        out[key] = (val, int(m["of"]) if m["of"] else None)
+        out[key] = (val, int(m["of"].replace(",", "")) if m["of"] else None)
     return out
 
 
@@ -304,7 +317,10 @@ def _metrics(text: str) -> TrainLine | None:
     stepv = _first(pairs, _STEP_KEYS)
     lr = _first(pairs, _LR_KEYS)
     gn = _first(pairs, _GNORM_KEYS)
-    if loss is None and not (stepv is not None and (lr is not None or gn is not None)):
+    counter = stepv is not None and stepv[1] is not None and loss is None and lr is None and gn is None
+    if counter and not _STEP_HEAD.search(text):
+        return None
+    if loss is None and not counter and not (stepv is not None and (lr is not None or gn is not None)):
         if lr is not None and stepv is None and text[:12].isspace():
             # the tail of a record rich wrapped over several lines ("epoch=0, lr=0.003")
             return TrainLine(lr=lr[0])
@@ -385,6 +401,11 @@ def is_save_frame(msg: str) -> bool:
     return "File" in msg and _SAVE_FRAME.match(msg) is not None
 
 
+def is_train_frame(msg: str) -> bool:
+    """A traceback frame inside the training loop (``train_one_epoch``, ``backward``)."""
+    return "File" in msg and _TRAIN_FRAME.match(msg) is not None
+
+
 def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
     """A nameless bar with a smaller total than the nameless training bar already seen is
     the evaluation loop's (HF Trainer draws both without a description)."""
@@ -392,6 +413,21 @@ def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
             and tl.total < tp.bar[1] and tl.loss is None):
         return TrainLine(step=tl.step, total=tl.total, evaluating=True)
     return tl
+
+
+def arrival_rate(tp: TrainProgress, t: float) -> TrainProgress:
+    """For a trainer that prints no rate (speculators' prints none): steps per second from
+    when the steps arrived, since the last step of the first lines that arrived together
+    (the backlog read on attaching says nothing about the pace); a step counter that
+    starts again (a new epoch) starts the measure again and keeps the last rate."""
+    if tp.step is None or (tp.rate is not None and not tp.rate_seen):
+        return tp
+    if tp.seen is None or t <= tp.seen[0] or tp.step < tp.seen[1]:
+        return replace(tp, seen=(t, tp.step))
+    t0, s0 = tp.seen
+    if tp.step == s0:
+        return tp
+    return replace(tp, rate=(tp.step - s0) / (t - t0), rate_unit="step", rate_seen=True)
 
 
 def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> TrainProgress:
@@ -430,6 +466,8 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             v = getattr(tl, k)
             if v is not None:
                 ch[k] = v
+        if tl.rate is not None:
+            ch["rate_seen"] = False  # the trainer's own rate from now on
         if tl.loss is not None:
             ch["loss"] = tl.loss
             losses = tp.losses + (tl.loss,)

@@ -234,8 +234,17 @@ def wanted_log(state: AppState) -> tuple[str | None, str | None]:
     return state.settings.log, None
 
 
+def analysis_of(state: AppState, run: Run | None) -> Any:
+    """The followed log's analysis, or None while the followed log is not ``run``'s own
+    (a run just launched and selected, its log not followed yet: the analysis is still the
+    previous run's, and its finished training must not show under the new run's name)."""
+    if run is not None and run.log and state.log.path != run.log:
+        return None
+    return state.log.analysis
+
+
 def phase(state: AppState, run: Run | None, now: float) -> str | None:
-    a = state.log.analysis
+    a = analysis_of(state, run)
     ph = getattr(a, "phase", None)
     if run is not None and run.state == "killed":
         return "killed"

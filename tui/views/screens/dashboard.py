@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 from textual import work
@@ -242,6 +243,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._progress_due = False
         run, st = self._run(), self.state
         phase = self._phase(run)
+        if view.analysis_of(st, run) is not st.log.analysis:  # the previous run's log, still followed
+            st = replace(st, log=replace(st.log, analysis=None))
         shards = list((getattr(st.log.analysis, "shards", None) or {}).values())
         now = st.snapshot_time or time.time()  # the host's clock, as the run's launch time is
         self._progress.show(st, phase, view.progress_label(run), history.load_line(run, shards, phase, now))
