@@ -127,3 +127,24 @@ async def test_the_runs_header_fits_beside_a_run(first_empty: bool) -> None:
         widths = [(str(c.label), c.get_render_width(table)) for c in table.columns.values()]
         assert table.virtual_size.width <= table.scrollable_content_region.width, widths
         assert widths[-1][0] in ("FAILURE / NOTE", "FAILURE")
+
+
+async def test_watch_says_once_how_a_finished_run_ended() -> None:
+    """`watch` printed "finished: run finished" and then "ended: finished": one line now,
+    that says how the run ended."""
+    import io
+
+    from tui.cli.watch import follow
+    from tui.services.notify import Notifier
+
+    now = time.time()
+    running = dict(RUN, launched_at=now - 16)
+    done = dict(running, state="exited", exit_code=0, pid=None, ended_at=now)
+    client = ReplayClient([snapshot(0, runs=[running]), snapshot(0, seq=1, runs=[done]), snapshot(0, seq=2, runs=[done])],
+                    answers={"runs": {"runs": [running]}})
+    out = io.StringIO()
+    await client.start()
+    code = await follow(client, NO_COMMAND, None, False, Notifier(), out)  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    assert code == 0
+    assert len(lines) == 1 and lines[0].endswith(f"run {RUN['run_id']} finished: exit 0 after 00:16"), lines
