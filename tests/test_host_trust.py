@@ -361,3 +361,36 @@ def test_a_symlink_posing_as_a_run_dir_is_warned_about_and_a_stray_file_is_not(t
     assert [r["run_id"] for r in rundir.list_runs(str(runs), warnings)] == [mine.name]
     (warning,) = warnings
     assert warning.startswith(f"refusing run dir {link}: a symlink")
+
+
+@pytest.mark.parametrize("when", ["swapped while followed", "there at subscribe"])
+def test_a_log_swapped_for_a_fifo_never_freezes_the_agent(tmp_path: Path, when: str) -> None:
+    """An adopted run's log is another user's file: swapped for a FIFO while the agent
+    followed it (a "rotation"), the agent's open waited for a writer and every snapshot,
+    reply and kill stopped behind it. Now the open never blocks and a FIFO is refused."""
+    runs, evil = tmp_path / "runs", tmp_path / "evil"
+    runs.mkdir(mode=0o700)
+    evil.mkdir()
+    log = evil / "out.log"
+
+    def swap() -> None:
+        if log.exists():
+            log.rename(evil / "out.old")
+        os.mkfifo(log)
+
+    if when == "there at subscribe":
+        swap()
+    else:
+        log.write_bytes(b"line one\n")
+    with _agent(runs) as agent:
+        agent.call("subscribe", {"sub": "log", "path": str(log), "offset": 0})
+        if when == "swapped while followed":
+            agent.wait_for(lambda m: m.get("type") == "log", what="the log's first bytes")
+            swap()
+        said = agent.wait_for(lambda m: m.get("type") == "error" and "not a regular file" in m.get("message", ""),
+                              what="the refusal of the FIFO")
+        assert str(log) in said["message"]
+        assert agent.call("snapshot", timeout=5)["seq"] >= 0  # the main loop still turns
+        with pytest.raises(AgentCallError, match="not a regular file"):  # the log viewer's read
+            agent.call("read_range", {"path": str(log), "offset": 0, "length": 100}, timeout=5)
+        assert agent.call("runs", {}, timeout=5) is not None  # still answering
