@@ -100,6 +100,40 @@ def test_clean_leaves_nothing_a_terminal_acts_on(raw: str | bytes) -> None:
     assert clean(out) == out
 
 
+# ---- a broken or hostile agent's messages ------------------------------------------------
+_SNAP_KEYS = ["pid", "ppid", "user", "state", "cpu", "rss", "cmdline", "why", "run_id", "index", "name", "mem_used",
+              "mem_total", "util", "processes", "hostname", "load", "argv", "launched_at", "exit_code", "log", "env"]
+_ANY = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=4)),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                            st.dictionaries(st.sampled_from(_SNAP_KEYS), inner, max_size=4)),
+                    max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from(["gpus", "processes", "runs", "host"]),
+       value=st.one_of(_ANY, st.lists(st.dictionaries(st.sampled_from(_SNAP_KEYS), _ANY, max_size=6), max_size=3)),
+       whole=st.booleans())
+def test_a_malformed_snapshot_is_a_protocol_error_never_a_crash(field: str, value: Any, whole: bool) -> None:
+    """A snapshot whose fields hold the wrong JSON types (`"gpus": 5`, `"host": [[]]`, a
+    load of strings, a pid of `true`) raised TypeError, AttributeError or ValueError in the
+    parser or the reducer, out of the link's read loop or the app. Now it is a
+    ProtocolError (one error line) or it is applied with the bad fields left out."""
+    from tui.state import reducer
+    from tui.state.model import AppState
+
+    base = snapshot(2, runs=[RUN])
+    obj = json.loads(json.dumps({"type": "snapshot", **{k: getattr(base, k) for k in base.__dataclass_fields__}}))
+    if whole or field == "host" or not obj[field]:
+        obj[field] = value
+    else:
+        obj[field][0] = value
+    try:
+        msg = p.parse_message(json.loads(json.dumps(obj)))
+    except p.ProtocolError:
+        return
+    reducer.apply(AppState(), msg, HOST_T)
+
+
 # ---- markup in host text (finding 1) --------------------------------------------------
 HOST_T = 1764460000.0  # the replayed host's clock (tests/replay.py): a run launched later is from the future
 RUN = {"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python", "02_extract.py"],

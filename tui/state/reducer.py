@@ -186,7 +186,7 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
                 gpu_mem[gp.pid] = gpu_mem.get(gp.pid, 0) + gp.mem
     procs = []
     for d in snap.processes:
-        if isinstance(d, dict) and isinstance(d.get("pid"), int):
+        if isinstance(d, dict) and isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool):
             proc = Proc.from_dict(d)
             procs.append(replace(proc, gpu_mem=gpu_mem.get(proc.pid)))
     history = dict(state.gpu_history)
