@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote import rundir
+from remote.procfs import CMDLINE_CUT
 from tests.agent_driver import AgentCallError, AgentProc
 from tui.services.actions import choose_run
 from tui.services.config import load_config
@@ -394,3 +395,31 @@ def test_a_log_swapped_for_a_fifo_never_freezes_the_agent(tmp_path: Path, when: 
         with pytest.raises(AgentCallError, match="not a regular file"):  # the log viewer's read
             agent.call("read_range", {"path": str(log), "offset": 0, "length": 100}, timeout=5)
         assert agent.call("runs", {}, timeout=5) is not None  # still answering
+
+
+def test_another_users_huge_command_line_is_cut_in_the_snapshot(tmp_path: Path) -> None:
+    """A process that matches (or holds a GPU) is in every snapshot with its argv, and in
+    the runs as an adopted run: a 2 MB argv (the kernel's limit) made each snapshot
+    ~4 MB, once a second, for every dashboard on the host. The agent keeps 32 KiB."""
+    marker = "huge-argv-%d" % os.getpid()
+    big = "A" * 120_000  # the kernel's limit is 128 KiB an argument, 2 MB in all
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker] + [big] * 12)
+    try:
+        with _agent(tmp_path / "runs") as agent:
+            agent.call("configure", {"interval": 3600, "match": marker})
+            deadline = time.monotonic() + 15
+            while True:
+                snap = agent.call("snapshot")
+                mine = [p for p in snap["processes"] if p["pid"] == child.pid]
+                if mine or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            (proc,) = mine
+            assert proc["cmdline"][:4] == [sys.executable, "-c", "import time; time.sleep(60)", marker]
+            assert proc["cmdline"][-1] == CMDLINE_CUT and len("\0".join(proc["cmdline"])) < 33 * 1024
+            (ext,) = [r for r in snap["runs"] if r.get("pid") == child.pid]
+            assert ext["argv"] == proc["cmdline"]
+            assert len(json.dumps(snap)) < 100_000
+    finally:
+        child.kill()
+        child.wait()
