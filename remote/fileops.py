@@ -3,12 +3,14 @@ fixed helper scripts run with the host's Python. Standard library only."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote import atomicfile
 from remote.wire import BadRequest, b64
@@ -94,16 +96,41 @@ def sha256_file(path: str) -> Optional[str]:
         return None
 
 
+class NotRegularFile(OSError):
+    """A log path that names a FIFO, a device or a socket."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str) -> Tuple[int, os.stat_result]:
+    """(fd, stat) of `path` opened for reading, refused unless a regular file. A log path
+    can be another user's (an adopted run's stdout), who can swap the file for a FIFO:
+    a blocking open would wait for a writer and freeze the agent, so the open never
+    blocks (O_NONBLOCK: no effect on a regular file's reads) and anything else is closed."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return fd, st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    raise NotRegularFile("%s, not a regular file" % next((kind for test, kind in _KINDS if test(st.st_mode)),
+                                                         "mode %06o" % st.st_mode))
+
+
 def read_range(path: str, offset: int, length: int) -> Dict[str, Any]:
     """`length` bytes of `path` from `offset` (base64), with the file's size and inode."""
     if offset < 0 or not 0 <= length <= READ_RANGE_MAX:
         raise BadRequest("read_range needs offset >= 0 and 0 <= length <= 4 MiB")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd, st = open_regular(path)
     except FileNotFoundError:
         raise BadRequest("%s does not exist" % path) from None
+    except NotRegularFile as exc:
+        raise BadRequest("%s: %s" % (path, exc)) from None
     try:
-        st = os.fstat(fd)
         data = os.pread(fd, length, offset)
     finally:
         os.close(fd)

@@ -9,6 +9,7 @@ import os
 import struct
 from typing import Any, Dict, Optional, Set, Tuple
 
+from remote.fileops import NotRegularFile, open_regular
 from remote.wire import b64, emit, one_line
 
 CHUNK = 256 * 1024
@@ -96,8 +97,7 @@ class Sub:
               "inode": self.inode, "offset": 0})
 
     def _open(self) -> os.stat_result:
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        st = os.fstat(fd)
+        fd, st = open_regular(self.path)  # never blocks on a FIFO put in the log's place
         self.close()
         self.fd, self.ident = fd, (st.st_dev, st.st_ino)
         return st
@@ -123,7 +123,9 @@ class Sub:
         """Open at subscribe time; resume at `offset` only if `inode` still matches."""
         try:
             st = self._open()
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotRegularFile) as exc:  # a FIFO: as if missing, said once
+            if not isinstance(exc, FileNotFoundError):
+                self._warn(exc)
             self.missing = True
             return {"inode": None, "size": None, "offset": 0}
         if offset < 0:

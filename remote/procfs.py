@@ -86,14 +86,21 @@ def start_time(stat: dict, btime: float) -> float:
     return btime + stat["start_ticks"] / CLK_TCK
 
 
+CMDLINE_MAX = 32 * 1024  # bytes of a command line kept (the kernel allows 2 MB of argv)
+CMDLINE_CUT = "…(command line cut at 32 KiB)"
+
+
 def read_cmdline(pid: int) -> Optional[List[str]]:
-    """argv of a process; [] for kernel threads and zombies, None when gone."""
+    """argv of a process; [] for kernel threads and zombies, None when gone. At most its
+    first CMDLINE_MAX bytes, then CMDLINE_CUT: another user's process with a 2 MB argv
+    that matches, or holds a GPU, would otherwise ride every snapshot, twice."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            raw = f.read()
+            raw = f.read(CMDLINE_MAX + 1)
     except OSError:
         return None
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    args = [a.decode("utf-8", "replace") for a in raw[:CMDLINE_MAX].split(b"\0") if a]
+    return args + [CMDLINE_CUT] if len(raw) > CMDLINE_MAX else args
 
 
 def read_environ_var(pid: int, name: str) -> Optional[str]:

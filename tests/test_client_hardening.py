@@ -152,6 +152,35 @@ def test_a_hanging_hook_is_killed_when_the_notifier_closes(tmp_path: Path) -> No
         time.sleep(0.05)
 
 
+def test_watch_kills_a_hanging_hook_when_it_exits(tmp_path: Path) -> None:
+    """`watch` itself, end to end: the run fails while watched, the `[notify] command`
+    hook starts and hangs with a child; `watch` exits with the run's outcome and, after
+    its grace, nothing of the hook is left (it lived on after `watch` exited)."""
+    pidfile, go = tmp_path / "child.pid", tmp_path / "go"
+    hook = json.dumps([sys.executable, "-c", HOOK, str(pidfile)])
+    job = json.dumps([sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+                                            "raise SystemExit(3)"])
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\ninterval = 0.3\n[run]\nname = "hook"\ncommand = {job}\n'
+        f'cwd = "{tmp_path}"\n[notify]\ncommand = {hook}\n')
+    assert e3("launch", "local", cwd=tmp_path).returncode == 0
+    watch = subprocess.Popen([sys.executable, "-m", "tui.cli", "watch", "local"], cwd=tmp_path, text=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert watch.stderr is not None and "watching run" in watch.stderr.readline()
+        go.touch()  # the run fails now, while watched: news, so the hook runs
+        out, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1 and "failed" in out, out + err
+    child = _wait_pid(pidfile)  # the hook did start
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        assert time.monotonic() < deadline, "the hanging hook's child outlived `watch`"
+        time.sleep(0.05)
+
+
 # ---- k while the agent is frozen ---------------------------------------------------------
 def test_a_kill_banner_keeps_the_stale_warning_in_view() -> None:
     now = time.time()

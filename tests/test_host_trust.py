@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote import rundir
+from remote.procfs import CMDLINE_CUT
 from tests.agent_driver import AgentCallError, AgentProc
 from tui.services.actions import choose_run
 from tui.services.config import load_config
@@ -361,3 +362,64 @@ def test_a_symlink_posing_as_a_run_dir_is_warned_about_and_a_stray_file_is_not(t
     assert [r["run_id"] for r in rundir.list_runs(str(runs), warnings)] == [mine.name]
     (warning,) = warnings
     assert warning.startswith(f"refusing run dir {link}: a symlink")
+
+
+@pytest.mark.parametrize("when", ["swapped while followed", "there at subscribe"])
+def test_a_log_swapped_for_a_fifo_never_freezes_the_agent(tmp_path: Path, when: str) -> None:
+    """An adopted run's log is another user's file: swapped for a FIFO while the agent
+    followed it (a "rotation"), the agent's open waited for a writer and every snapshot,
+    reply and kill stopped behind it. Now the open never blocks and a FIFO is refused."""
+    runs, evil = tmp_path / "runs", tmp_path / "evil"
+    runs.mkdir(mode=0o700)
+    evil.mkdir()
+    log = evil / "out.log"
+
+    def swap() -> None:
+        if log.exists():
+            log.rename(evil / "out.old")
+        os.mkfifo(log)
+
+    if when == "there at subscribe":
+        swap()
+    else:
+        log.write_bytes(b"line one\n")
+    with _agent(runs) as agent:
+        agent.call("subscribe", {"sub": "log", "path": str(log), "offset": 0})
+        if when == "swapped while followed":
+            agent.wait_for(lambda m: m.get("type") == "log", what="the log's first bytes")
+            swap()
+        said = agent.wait_for(lambda m: m.get("type") == "error" and "not a regular file" in m.get("message", ""),
+                              what="the refusal of the FIFO")
+        assert str(log) in said["message"]
+        assert agent.call("snapshot", timeout=5)["seq"] >= 0  # the main loop still turns
+        with pytest.raises(AgentCallError, match="not a regular file"):  # the log viewer's read
+            agent.call("read_range", {"path": str(log), "offset": 0, "length": 100}, timeout=5)
+        assert agent.call("runs", {}, timeout=5) is not None  # still answering
+
+
+def test_another_users_huge_command_line_is_cut_in_the_snapshot(tmp_path: Path) -> None:
+    """A process that matches (or holds a GPU) is in every snapshot with its argv, and in
+    the runs as an adopted run: a 2 MB argv (the kernel's limit) made each snapshot
+    ~4 MB, once a second, for every dashboard on the host. The agent keeps 32 KiB."""
+    marker = "huge-argv-%d" % os.getpid()
+    big = "A" * 120_000  # the kernel's limit is 128 KiB an argument, 2 MB in all
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker] + [big] * 12)
+    try:
+        with _agent(tmp_path / "runs") as agent:
+            agent.call("configure", {"interval": 3600, "match": marker})
+            deadline = time.monotonic() + 15
+            while True:
+                snap = agent.call("snapshot")
+                mine = [p for p in snap["processes"] if p["pid"] == child.pid]
+                if mine or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            (proc,) = mine
+            assert proc["cmdline"][:4] == [sys.executable, "-c", "import time; time.sleep(60)", marker]
+            assert proc["cmdline"][-1] == CMDLINE_CUT and len("\0".join(proc["cmdline"])) < 33 * 1024
+            (ext,) = [r for r in snap["runs"] if r.get("pid") == child.pid]
+            assert ext["argv"] == proc["cmdline"]
+            assert len(json.dumps(snap)) < 100_000
+    finally:
+        child.kill()
+        child.wait()

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.replay import ReplayClient, snapshot
@@ -98,6 +98,40 @@ def test_clean_leaves_nothing_a_terminal_acts_on(raw: str | bytes) -> None:
     out = clean(raw)
     assert FORBIDDEN.search(out.replace("\t", "").replace("\n", "")) is None
     assert clean(out) == out
+
+
+# ---- a broken or hostile agent's messages ------------------------------------------------
+_SNAP_KEYS = ["pid", "ppid", "user", "state", "cpu", "rss", "cmdline", "why", "run_id", "index", "name", "mem_used",
+              "mem_total", "util", "processes", "hostname", "load", "argv", "launched_at", "exit_code", "log", "env"]
+_ANY = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=4)),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                            st.dictionaries(st.sampled_from(_SNAP_KEYS), inner, max_size=4)),
+                    max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from(["gpus", "processes", "runs", "host"]),
+       value=st.one_of(_ANY, st.lists(st.dictionaries(st.sampled_from(_SNAP_KEYS), _ANY, max_size=6), max_size=3)),
+       whole=st.booleans())
+def test_a_malformed_snapshot_is_a_protocol_error_never_a_crash(field: str, value: Any, whole: bool) -> None:
+    """A snapshot whose fields hold the wrong JSON types (`"gpus": 5`, `"host": [[]]`, a
+    load of strings, a pid of `true`) raised TypeError, AttributeError or ValueError in the
+    parser or the reducer, out of the link's read loop or the app. Now it is a
+    ProtocolError (one error line) or it is applied with the bad fields left out."""
+    from tui.state import reducer
+    from tui.state.model import AppState
+
+    base = snapshot(2, runs=[RUN])
+    obj = json.loads(json.dumps({"type": "snapshot", **{k: getattr(base, k) for k in base.__dataclass_fields__}}))
+    if whole or field == "host" or not obj[field]:
+        obj[field] = value
+    else:
+        obj[field][0] = value
+    try:
+        msg = p.parse_message(json.loads(json.dumps(obj)))
+    except p.ProtocolError:
+        return
+    reducer.apply(AppState(), msg, HOST_T)
 
 
 # ---- markup in host text (finding 1) --------------------------------------------------
@@ -397,6 +431,46 @@ def test_fuzz_commands(tmp_path_factory: Any, log: list[bytes], run_id: str, nam
     for out in (result.output, format_status(state_), format_runs(state_)):
         bad = FORBIDDEN_OUT.search(out)
         assert bad is None, f"{bad.group()!r} in {out!r}"
+
+
+# A timeline line or run record as a torn write or a hand edit leaves it: any JSON where a
+# field was expected (`runs show`, `runs compare` and `replay` read copied run dirs too).
+_JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False),
+                       hostile_text(3), st.sampled_from(["phase", "exit", "attempts", "loading", "lines"]))
+_TL_KEYS = ["t", "e", "phase", "m", "s", "c", "g", "h", "code", "signal", "n", "restarts"]
+_JSON = st.recursive(_JSON_LEAF, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(_TL_KEYS), inner, max_size=3)), max_leaves=10)
+_TL_LINE = st.dictionaries(st.sampled_from(_TL_KEYS), _JSON, max_size=5).map(lambda d: {"t": 1.0, **d})
+_RECORD = st.dictionaries(st.sampled_from(["run_id", "state", "patch_state", "expected_load_s", "expected_load_runs",
+                                           "attempts", "restarts", "argv", "env", "exit_code"]), _JSON, max_size=6)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lines_a=st.lists(_TL_LINE, max_size=8), lines_b=st.lists(_TL_LINE, max_size=4), rec_a=_RECORD, rec_b=_RECORD)
+@example(lines_a=[{"t": 0.5, "e": "phase", "phase": "extracting"}, {"t": 1.0, "m": [["x"], 1]}, {"t": 2.0, "m": [["x"], 5]},
+                  {"t": 3.0, "e": "exit", "code": 0}], lines_b=[], rec_a={}, rec_b={"argv": 7, "attempts": 1.5})
+def test_fuzz_runs_show_and_compare(lines_a: list[dict[str, Any]], lines_b: list[dict[str, Any]],
+                                    rec_a: dict[str, Any], rec_b: dict[str, Any]) -> None:
+    """`runs show` and `runs compare` over timelines and records whose fields hold any JSON
+    (a progress mark `[["x"], 1]`, an argv that is a number, attempts that are a float):
+    no exception, nothing a terminal acts on in what they print. A mark whose kind was a
+    list ended both commands with a TypeError."""
+    from tui.cli.report import format_compare, format_show
+    from tui.protocol.hosttext import clean_tree
+    from tui.services import timeline
+
+    examples["runs show"] = examples.get("runs show", 0) + 1
+    header = json.dumps({"v": 1, "t0": 1.0, "run": "r", "launched_at": 0.5})
+
+    def summary(lines: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]:
+        data = "\n".join([header, *(json.dumps(ln) for ln in lines)]).encode()
+        return timeline.summary(timeline.parse(data), clean_tree(rec))
+
+    a, b = summary(lines_a, rec_a), summary(lines_b, rec_b)
+    out = format_show(a) + "\n" + format_compare(timeline.compare(a, b, clean_tree(rec_a), clean_tree(rec_b)))
+    json.dumps(a)  # --json prints it
+    bad = FORBIDDEN_OUT.search(out)
+    assert bad is None, f"{bad.group()!r} in {out!r}"
 
 
 async def test_fuzz_watch_lines() -> None:

@@ -127,3 +127,44 @@ async def test_the_runs_header_fits_beside_a_run(first_empty: bool) -> None:
         widths = [(str(c.label), c.get_render_width(table)) for c in table.columns.values()]
         assert table.virtual_size.width <= table.scrollable_content_region.width, widths
         assert widths[-1][0] in ("FAILURE / NOTE", "FAILURE")
+
+
+async def test_watch_says_once_how_a_finished_run_ended() -> None:
+    """`watch` printed "finished: run finished" and then "ended: finished": one line now,
+    that says how the run ended."""
+    import io
+
+    from tui.cli.watch import follow
+    from tui.services.notify import Notifier
+
+    now = time.time()
+    running = dict(RUN, launched_at=now - 16)
+    done = dict(running, state="exited", exit_code=0, pid=None, ended_at=now)
+    client = ReplayClient([snapshot(0, runs=[running]), snapshot(0, seq=1, runs=[done]), snapshot(0, seq=2, runs=[done])],
+                    answers={"runs": {"runs": [running]}})
+    out = io.StringIO()
+    await client.start()
+    code = await follow(client, NO_COMMAND, None, False, Notifier(), out)  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    assert code == 0
+    assert len(lines) == 1 and lines[0].endswith(f"run {RUN['run_id']} finished: exit 0 after 00:16"), lines
+
+
+@pytest.mark.parametrize("command", [False, True])
+async def test_an_empty_host_says_what_fills_each_panel_and_how(command: bool) -> None:
+    """`connect` to a host with no runs showed "waiting for log · no run" and an empty,
+    untitled log pane: each empty panel now says what would fill it and how."""
+    from tests.test_hosttext import screen_strips
+
+    cfg = parse_config('[run]\nname = "kimi"\n' + ('command = ["python", "x.py"]\n' if command else ""))  # no [run] log
+    app = make_app(ReplayClient([snapshot(0, runs=[])]), cfg, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(0.2)
+        screen = "\n".join(screen_strips(app))
+        runs_title = "Runs (0) · l: launch" if command else "Runs (0) · none: add a run command to eagle3.toml"
+        for said in (runs_title, "No run yet. l launches the [run] command", "a shows all runs",
+                     "Processes (0) · none of a run and none holding GPU memory on this host",
+                     "Log · none yet: the selected run's log is tailed here", "no GPU source"):
+            assert said in screen, (said, screen)
+        assert "waiting for log" not in screen

@@ -150,9 +150,25 @@ def _maybe(value: Any) -> str | None:
 
 
 def parse_message(obj: Any) -> Message:
-    """Turn one decoded JSON object into a message dataclass."""
+    """Turn one decoded JSON object into a message dataclass. Whatever the object holds
+    (a broken or hostile agent's wrong types too), the only error is ProtocolError."""
     if not isinstance(obj, dict):
         raise ProtocolError("agent line is not a JSON object")
+    try:
+        return _parse_message(obj)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise ProtocolError(f"agent sent a malformed {clean(str(obj.get('type')), newline=False)[:40]!r} message: "
+                            f"{type(exc).__name__}: {clean(str(exc), newline=False)[:120]}") from None
+
+
+def _list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key) or []
+    if not isinstance(value, list):
+        raise ProtocolError(f"{obj.get('type', '?')}.{key} has the wrong type")
+    return value
+
+
+def _parse_message(obj: dict[str, Any]) -> Message:
     kind = obj.get("type")
     num = (int, float)
     if kind == "hello":
@@ -172,10 +188,10 @@ def parse_message(obj: Any) -> Message:
         return Snapshot(
             seq=_req(obj, "seq", int),
             time=float(_req(obj, "time", num)),
-            host=obj.get("host") or {},
-            gpus=list(obj.get("gpus") or []),
-            processes=list(obj.get("processes") or []),
-            runs=list(obj.get("runs") or []),
+            host=_req(obj, "host", dict) if "host" in obj else {},
+            gpus=_list(obj, "gpus"),
+            processes=_list(obj, "processes"),
+            runs=_list(obj, "runs"),
             gpu_source=_maybe(obj.get("gpu_source")),
             gpu_error=_maybe(obj.get("gpu_error")),
             job_nodes=[n for n in obj.get("job_nodes") or [] if isinstance(n, dict)],

@@ -132,7 +132,7 @@ def _throughput(tl: Timeline, phases: list[dict[str, Any]], end: float | None) -
     for i, ph in enumerate(phases):
         start, stop = ph["t"], phases[i + 1]["t"] if i + 1 < len(phases) else end
         marks = [(ln["t"], ln["m"]) for ln in tl.lines
-                 if isinstance(ln.get("m"), list) and len(ln["m"]) >= 2
+                 if isinstance(ln.get("m"), list) and len(ln["m"]) >= 2 and isinstance(ln["m"][0], str)
                  and isinstance(ln["m"][1], int) and start <= ln["t"] <= (stop if stop is not None else ln["t"])]
         kinds = {m[0] for _, m in marks}
         if len(marks) < 2 or len(kinds) != 1 or stop is None:
@@ -180,7 +180,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "throughput": _throughput(tl, phases, end),
         "gpu_hours": _gpu_hours(tl, end),
         "peak_mem_gib": peak,
-        "attempts": len(run.get("attempts") or []) or max(_ints(a.get("n") for a in attempts), default=1),
+        "attempts": len(_list(run.get("attempts"))) or max(_ints(a.get("n") for a in attempts), default=1),
         "restarts": run["restarts"] if isinstance(run.get("restarts"), int) else max(
             _ints(a.get("restarts") for a in attempts), default=0),
         "patch_version": patch.get("version"),
@@ -191,6 +191,11 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "timeline_points": sum(1 for ln in tl.lines if "g" in ln or "s" in ln),
         "timeline_bad_lines": tl.bad_lines,
     }
+
+
+def _list(value: Any) -> list[Any]:
+    """A record's list field; anything else (a hand-edited or torn record) is empty."""
+    return value if isinstance(value, list) else []
 
 
 def _ints(values: Any) -> list[int]:
@@ -222,7 +227,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], run_a: dict[str, Any], run_b: 
     def rates(s: dict[str, Any]) -> dict[str, Any]:
         return {t["phase"]: t.get("per_s") for t in s.get("throughput") or []}
 
-    argv_a, argv_b = list(run_a.get("argv") or []), list(run_b.get("argv") or [])
+    argv_a, argv_b = [str(a) for a in _list(run_a.get("argv"))], [str(a) for a in _list(run_b.get("argv"))]
     pa: dict[str, Any] = a.get("peak_mem_gib") or {}
     pb: dict[str, Any] = b.get("peak_mem_gib") or {}
     env_a: dict[str, Any] = run_a["env"] if isinstance(run_a.get("env"), dict) else {}

@@ -175,7 +175,8 @@ class Host:
         load = d.get("load")
         return cls(
             hostname=_text(d.get("hostname")),
-            load=tuple(float(x) for x in load) if isinstance(load, list) else None,
+            load=tuple(float(x) for x in load) if isinstance(load, list) and all(_num(x) is not None for x in load)
+            else None,
             cpu_count=_int(d.get("cpu_count")),
             mem_total=_int(d.get("mem_total")),
             mem_available=_int(d.get("mem_available")),

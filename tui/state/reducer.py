@@ -187,7 +187,7 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
                 gpu_mem[gpu.node, gp.pid] = gpu_mem.get((gpu.node, gp.pid), 0) + gp.mem
     procs = []
     for d in snap.processes:
-        if isinstance(d, dict) and isinstance(d.get("pid"), int):
+        if isinstance(d, dict) and isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool):
             proc = Proc.from_dict(d)
             procs.append(replace(proc, gpu_mem=gpu_mem.get((proc.node, proc.pid))))
     history = dict(state.gpu_history)
