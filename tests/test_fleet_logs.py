@@ -23,7 +23,7 @@ from tui import protocol as p
 from tui.services.actions import new_client
 from tui.services.config import parse_config
 from tui.state import fleet
-from tui.state.events import LogFollowed
+from tui.state.events import LedgerRead, LogFollowed
 from tui.views.app import make_fleet_app
 from tui.views.screens import fleet as fleet_screen
 from tui.views.screens.dashboard import DashboardScreen
@@ -68,17 +68,26 @@ async def test_logs_are_followed_after_every_row_has_its_snapshot(tmp_path: Path
     clients = {t: new_client(t, cfg, ssh_config=ssh_config) for t in targets}
     app = make_fleet_app(clients, cfg, limit=1)  # one connect at a time: the first host waits longest
     followed: dict[str, float] = {}
+    ledger: dict[str, float] = {}  # past runs' summaries read: they wait too
+
+    def heard(host: str, ev: Any) -> None:
+        if isinstance(ev, LogFollowed) and ev.sub is not None:
+            followed.setdefault(host, time.monotonic())
+        if isinstance(ev, LedgerRead):
+            ledger.setdefault(host, time.monotonic())
+
     try:
         async with app.run_test(size=(160, 20)) as pilot:
             screen = app.screen
             assert isinstance(screen, FleetScreen)
             for host, feed in screen.feeds.items():
-                feed.listen(lambda ev, host=host: followed.setdefault(host, time.monotonic())
-                            if isinstance(ev, LogFollowed) and ev.sub is not None else None)
-            await until(pilot, lambda: all(cause(screen, t) for t in targets), "every host's failure cause")
+                feed.listen(lambda ev, host=host: heard(host, ev))
+            await until(pilot, lambda: all(cause(screen, t) for t in targets) and len(ledger) == len(targets),
+                        "every host's failure cause and past runs")
             assert screen.first_full_frame is not None
             assert sorted(followed) == sorted(targets)
             assert min(followed.values()) >= screen.first_full_frame  # none before every row was filled
+            assert min(ledger.values()) >= screen.first_full_frame
             assert all("out of memory" in str(cause(screen, t)).lower() for t in targets)
             await until(pilot, lambda: all(r.failures == 1 for r in screen.all_rows), "the rows' failures")
     finally:

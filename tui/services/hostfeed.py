@@ -71,8 +71,8 @@ class HostFeed:
         self._notifier: notify.Notifier | None = None
         self._analysing = False  # an AnalyseLog is scheduled on the loop
         self._older_task: asyncio.Task[None] | None = None
-        # True: the log is not followed yet (the fleet holds every host's log until each
-        # row has its first snapshot); `release_log` lets it follow.
+        # True: the log is not followed, nor past runs' summaries read, yet (the fleet holds
+        # them until each row has its first snapshot); `release_log` lets them come.
         self.log_held = False
 
     def notifier(self, write: Callable[[str], None] | None) -> notify.Notifier:
@@ -156,7 +156,7 @@ class HostFeed:
                 self._node_run = None
             if isinstance(event, p.Snapshot):
                 await self.follow_log()
-                if time.monotonic() - self._ledger_at > LEDGER_EVERY:
+                if not self.log_held and time.monotonic() - self._ledger_at > LEDGER_EVERY:
                     self._ledger_at = time.monotonic()
                     self.refresh_ledger()
 

@@ -95,6 +95,7 @@ class FleetScreen(Screen[None]):
         self._due = False
         self.logs_released = False  # every host's log followed (see LOG_STALL_S)
         self._filled = (0, time.monotonic())  # rows with their first snapshot or error, since when
+        self._shown: set[str] = set()  # hosts whose first snapshot came
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
@@ -148,10 +149,11 @@ class FleetScreen(Screen[None]):
         for ev in feed.notifier(lambda seq: terminal_write(self.app, seq)).send_new(feed.state.watch):
             self.notify(ev.message, title=f"{feed.target}: run {ev.run_id} {ev.kind}", timeout=15,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
-        if self.first_full_frame is None and isinstance(event, p.Snapshot) \
-                and self._filled_rows() == len(self.feeds):
-            self._repaint()  # the last row's first snapshot: the full frame now
-            return
+        if self.first_full_frame is None and isinstance(event, p.Snapshot) and feed.target not in self._shown:
+            self._shown.add(feed.target)  # a host's first snapshot; the last one's frame is drawn now
+            if self._filled_rows() == len(self.feeds):
+                self._repaint()
+                return
         if not self._due:  # one repaint for a burst of events from many hosts
             self._due = True
             self.set_timer(self.repaint_s, self._repaint)
