@@ -30,6 +30,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
 from tui import protocol as p
@@ -92,7 +93,7 @@ class FleetScreen(Screen[None]):
         self.rows: list[fleet.HostRow] = []
         self.first_full_frame: float | None = None  # monotonic time every row was settled
         self.frames = 0
-        self._due = False
+        self._due: Timer | None = None  # the gathered repaint on its way
         self.logs_released = False  # every host's log followed (see LOG_STALL_S)
         self._filled = (0, time.monotonic())  # rows with their first snapshot or error, since when
         self._shown: set[str] = set()  # hosts whose first snapshot came
@@ -154,16 +155,21 @@ class FleetScreen(Screen[None]):
             if self._filled_rows() == len(self.feeds):
                 self._repaint()
                 return
-        if not self._due:  # one repaint for a burst of events from many hosts
-            self._due = True
-            self.set_timer(self.repaint_s, self._repaint)
+        if self._due is None:  # one repaint for a burst of events from many hosts
+            self._due = self.set_timer(self.repaint_s, self._repaint_due)
 
     def _tick(self) -> None:
-        if not self._due:  # else the hosts' own repaint is on its way
+        if self._due is None:  # else the hosts' own repaint is on its way
             self._repaint()
 
+    def _repaint_due(self) -> None:
+        self._due = None
+        self._repaint()
+
     def _repaint(self) -> None:
-        self._due = False
+        if self._due is not None:  # drawn now (a key, the full frame): the gathered one is not needed
+            self._due.stop()  # else each such repaint started one more gathering for good
+            self._due = None
         now = time.time()
         rows = [fleet.host_row(h, f.state, now, f.error, f.retry_at) for h, f in self.feeds.items()]
         self.all_rows = rows
