@@ -71,6 +71,9 @@ class HostFeed:
         self._notifier: notify.Notifier | None = None
         self._analysing = False  # an AnalyseLog is scheduled on the loop
         self._older_task: asyncio.Task[None] | None = None
+        # True: the log is not followed, nor past runs' summaries read, yet (the fleet holds
+        # them until each row has its first snapshot); `release_log` lets them come.
+        self.log_held = False
 
     def notifier(self, write: Callable[[str], None] | None) -> notify.Notifier:
         """The feed's one notifier: the fleet and the host's dashboard both hand it the
@@ -153,7 +156,7 @@ class HostFeed:
                 self._node_run = None
             if isinstance(event, p.Snapshot):
                 await self.follow_log()
-                if time.monotonic() - self._ledger_at > LEDGER_EVERY:
+                if not self.log_held and time.monotonic() - self._ledger_at > LEDGER_EVERY:
                     self._ledger_at = time.monotonic()
                     self.refresh_ledger()
 
@@ -237,6 +240,8 @@ class HostFeed:
         `state.log` always agree; chunks of the previous log still in flight carry the
         old subscription name and are dropped by the reducer."""
         await self.follow_node()
+        if self.log_held:
+            return
         async with self._follow_lock:
             path, note = view.wanted_log(self.state)
             log = self.state.log
@@ -266,6 +271,12 @@ class HostFeed:
                     self.apply(LogOlder(sub, b""))  # the first tail is the whole file
             if ok is None and self.state.log.sub == sub:
                 self.apply(LogFollowed(path, None, f"cannot follow {path}", defer=True))  # tried again next snapshot
+
+    async def release_log(self) -> None:
+        """Follow the log from now on (`log_held` off), at once if the agent is up."""
+        self.log_held = False
+        if self.started:
+            await self.follow_log()
 
     async def _read_older(self, sub: str, path: str, inode: int, start: int) -> None:
         """The bytes of `path` before `start` (up to `tail_bytes` from the end), in

@@ -97,6 +97,21 @@ def agent_sha(files: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
+_bundles: dict[Path, tuple[tuple[tuple[str, int, int], ...], dict[str, bytes], str]] = {}
+
+
+def agent_bundle(agent_dir: Path) -> tuple[dict[str, bytes], str]:
+    """`agent_files` and their `agent_sha`, read and hashed again only when a file of
+    the package changed (name, size or mtime): a fleet starts hundreds of agents from
+    the same files (nvidia-ml-py's is read once per process, as `client_pynvml` is)."""
+    key = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(agent_dir.glob("*.py")) for st in [f.stat()])
+    hit = _bundles.get(agent_dir)
+    if hit is None or hit[0] != key:
+        files = agent_files(agent_dir)
+        hit = _bundles[agent_dir] = (key, files, agent_sha(files))
+    return hit[1], hit[2]
+
+
 class AgentStream:
     """The agent's stdin/stdout as lines of bytes, with exit diagnosis at EOF.
 

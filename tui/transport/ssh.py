@@ -32,7 +32,7 @@ from .errors import (
     HostUnreachable,
     TransportError,
 )
-from .local import AgentStream, agent_files, agent_sha, default_agent_dir
+from .local import AgentStream, agent_bundle, default_agent_dir
 from .targets import parse_target
 
 
@@ -332,8 +332,7 @@ class SshLink:
         conn = await self._connect()
         self._conn = conn
         trace.mark("ssh authenticated")
-        files = agent_files(self.agent_dir)
-        sha = agent_sha(files)
+        files, sha = agent_bundle(self.agent_dir)
         rdir = f"{self.cache_dir}/agent-{sha[:12]}"
         args = ["--runs-dir", self.runs_dir] if self.runs_dir else []
         try:

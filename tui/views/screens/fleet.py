@@ -12,6 +12,11 @@ A big fleet costs the client per event: hosts' events are gathered into one repa
 per `fleet.repaint_period` (0.1 s up to 10 hosts, 2 s past 100), a host's cells are
 rebuilt only when its row changed, and the host opened with enter gets the
 dashboard's `[host] interval` while it is on screen (the fleet's own is slower).
+The hosts' logs (read and analysed for each row's failure cause) wait until every
+row has its first snapshot, or until no row has filled in for LOG_STALL_S (the hosts
+left are slow to answer), or until the host is opened: at 256 hosts their reading and
+analysis competed with the connects for the client's CPU. The repaint that shows the
+last first snapshot comes at once, not after the gathering period.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
+from tui import protocol as p
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
 from tui.state.events import Event
@@ -35,6 +42,7 @@ from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
 
 FLEET_TAIL_BYTES = 256 * 1024  # each host's log tail at first (a dashboard alone reads 4 MiB)
+LOG_STALL_S = 2.0  # rows filled, then none for this long: the hosts' logs wait no more
 LINK_STYLE = {"ok": "green", "connecting": "dim", "stale": "yellow", "lost": "bold red", "error": "red"}
 
 
@@ -85,7 +93,10 @@ class FleetScreen(Screen[None]):
         self.rows: list[fleet.HostRow] = []
         self.first_full_frame: float | None = None  # monotonic time every row was settled
         self.frames = 0
-        self._due = False
+        self._due: Timer | None = None  # the gathered repaint on its way
+        self.logs_released = False  # every host's log followed (see LOG_STALL_S)
+        self._filled = (0, time.monotonic())  # rows with their first snapshot or error, since when
+        self._shown: set[str] = set()  # hosts whose first snapshot came
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
@@ -101,6 +112,7 @@ class FleetScreen(Screen[None]):
     def on_mount(self) -> None:
         gate = asyncio.Semaphore(self.limit)
         for feed in self.feeds.values():
+            feed.log_held = True  # until every row has its first snapshot: _release_logs
             feed.listen(functools.partial(self._changed, feed))
             self.run_worker(feed.run(gate, RETRY_S), group="feeds", exit_on_error=False)
         box = self.query_one("#fleet-filter", Input)
@@ -108,22 +120,56 @@ class FleetScreen(Screen[None]):
         self.query_one(FleetTable).focus()
         self._repaint()
         self.set_interval(max(1.0, self.repaint_s), self._tick)  # ages: "stale for N s"
+        self._log_timer = self.set_interval(0.5, self._check_logs)
+
+    def _filled_rows(self) -> int:
+        """Hosts with their first snapshot, or whose connect failed."""
+        return sum(1 for f in self.feeds.values() if f.state.seq >= 0 or f.error is not None)
+
+    def _check_logs(self) -> None:
+        """Rows filled in, then none for LOG_STALL_S: the hosts left are slow (a connect
+        that hangs until its timeout), and hold no other host's log."""
+        n, since = self._filled
+        filled = self._filled_rows()
+        if filled > n:
+            self._filled = (filled, time.monotonic())
+        elif filled and time.monotonic() - since >= LOG_STALL_S:
+            self._release_logs()
+
+    def _release_logs(self) -> None:
+        """Every host follows its log from now on."""
+        if self.logs_released:
+            return
+        self.logs_released = True
+        self._log_timer.stop()
+        for feed in self.feeds.values():
+            self.run_worker(feed.release_log(), group="logs", exit_on_error=False)
 
     def _changed(self, feed: HostFeed, event: Event) -> None:
         # any host's failed, finished, stalled or hung run: told once, whatever is on screen
         for ev in feed.notifier(lambda seq: terminal_write(self.app, seq)).send_new(feed.state.watch):
             self.notify(ev.message, title=f"{feed.target}: run {ev.run_id} {ev.kind}", timeout=15,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
-        if not self._due:  # one repaint for a burst of events from many hosts
-            self._due = True
-            self.set_timer(self.repaint_s, self._repaint)
+        if self.first_full_frame is None and isinstance(event, p.Snapshot) and feed.target not in self._shown:
+            self._shown.add(feed.target)  # a host's first snapshot; the last one's frame is drawn now
+            if self._filled_rows() == len(self.feeds):
+                self._repaint()
+                return
+        if self._due is None:  # one repaint for a burst of events from many hosts
+            self._due = self.set_timer(self.repaint_s, self._repaint_due)
 
     def _tick(self) -> None:
-        if not self._due:  # else the hosts' own repaint is on its way
+        if self._due is None:  # else the hosts' own repaint is on its way
             self._repaint()
 
+    def _repaint_due(self) -> None:
+        self._due = None
+        self._repaint()
+
     def _repaint(self) -> None:
-        self._due = False
+        if self._due is not None:  # drawn now (a key, the full frame): the gathered one is not needed
+            self._due.stop()  # else each such repaint started one more gathering for good
+            self._due = None
         now = time.time()
         rows = [fleet.host_row(h, f.state, now, f.error, f.retry_at) for h, f in self.feeds.items()]
         self.all_rows = rows
@@ -138,6 +184,7 @@ class FleetScreen(Screen[None]):
         settled = all(r.link == "error" or (r.link != "connecting" and r.gpus_total is not None) for r in rows)
         if self.first_full_frame is None and settled:  # every host shown with its first snapshot
             self.first_full_frame = time.monotonic()
+            self._release_logs()
 
     def _cached_cells(self, row: fleet.HostRow) -> tuple[Any, ...]:
         """The row's cells, built again only when the row changed."""
@@ -213,6 +260,8 @@ class FleetScreen(Screen[None]):
         if not feed.started:
             self.notify(f"{host}: still connecting", severity="warning")
             return
+        if feed.log_held:  # its log at once, the others' still wait for the first full frame
+            self.run_worker(feed.release_log(), group="logs", exit_on_error=False)
         if self.host_interval is not None:  # the host on screen at the dashboard's pace
             self._opened = (feed, feed.cfg.host.interval)
             self.run_worker(feed.set_interval(self.host_interval), group="interval")
