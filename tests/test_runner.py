@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from remote import kill as killer
-from remote import procfs, runner
+from remote import procfs, proctable, runner
 from tests import checkout
 
 REPO = checkout.ROOT
@@ -903,6 +903,32 @@ os.write(1, ("ready helper %d" % p.pid + "\\n").encode())
 while True:
     time.sleep(0.05)
 """
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process of another user needs root to start (CI runs as root)")
+def test_another_users_process_with_the_runs_marker_is_never_killed_for_the_run(env):
+    # On a shared host anyone can put a run's id in the environ of their own process;
+    # a root agent's kill must not take it for the run's (run ids show in ps).
+    rec = launch_sleeper(env)
+
+    def as_nobody() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.setgid(65534)
+        os.setuid(65534)
+
+    stranger = subprocess.Popen(["sleep", "60"], cwd="/", preexec_fn=as_nobody, start_new_session=True,
+                                env={"PATH": "/usr/bin:/bin", runner.RUN_ENV: rec["run_id"]})
+    env.adopt(stranger.pid)
+    wait_for(lambda: procfs.read_environ_var(stranger.pid, runner.RUN_ENV), what="stranger")
+    assert procfs.read_uid(stranger.pid) == 65534
+    # nor shown as the run's in the agent's process table (nor counted as its activity)
+    rows = {r["pid"]: r for r in proctable.ProcTable(runner.RUN_ENV).sample(
+        None, {"sid": {}, "pgid": {}}, {stranger.pid})}
+    assert rows[stranger.pid]["run_id"] is None and "run" not in rows[stranger.pid]["why"]
+    report = killer.kill(env.runs, rec["run_id"], graces=GRACES, gpu_wait=0)
+    assert report["ok"] is True
+    assert stranger.pid not in sum((s["sent_to"] for s in report["stages"]), [])
+    assert alive(stranger.pid)
 
 
 def test_kill_takes_the_clean_env_children_of_a_worker_found_by_its_marker(env):
