@@ -258,6 +258,15 @@ def test_timeline_screen_8_cards_160x50(snap_compare: Any, tmp_path: Path) -> No
     assert snap_compare(_screen_app(tmp_path, 8), terminal_size=(160, 50))
 
 
+def test_timeline_screen_of_a_training_run_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """The loss row first, on the same axis, with its lowest, highest and last value."""
+    assert snap_compare(_TimelineApp(timeline_fixture.record(tmp_path, 8, train=True)), terminal_size=(80, 24))
+
+
+def test_timeline_screen_of_a_training_run_160x50(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(_TimelineApp(timeline_fixture.record(tmp_path, 8, train=True)), terminal_size=(160, 50))
+
+
 def test_timeline_screen_without_gpus_80x24(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(_screen_app(tmp_path, 0), terminal_size=(80, 24))
 
