@@ -96,6 +96,8 @@ class Pace:
         self.gpu = r.get("gpu")
         self.sampled_at = r.get("sampled_at")
         self.loss = r.get("loss")  # the latest training loss (``loss_value``), or None
+        self.loss_step = r.get("loss_step")  # the training step it came at (None: no numbered step)
+        self.train_n: Optional[int] = None  # the last numbered training step read
         self.transitions: List[Tuple[float, str]] = []  # phases entered since the timeline's last look
         self._tail = b""
 
@@ -104,7 +106,7 @@ class Pace:
                 "lines": self.lines, "grew_at": self.grew_at, "phase": self.phase, "step": self.step,
                 "step_at": self.step_at, "intervals": list(self.intervals), "target": self.target,
                 "mark": self.mark, "cpu": self.cpu, "idle_since": self.idle_since, "gpu": self.gpu,
-                "sampled_at": self.sampled_at, "loss": self.loss}
+                "sampled_at": self.sampled_at, "loss": self.loss, "loss_step": self.loss_step}
 
     def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str]) -> bool:
         """One look at the run's activity: ``cpu`` its ticks (None: no process found),
@@ -163,7 +165,7 @@ class Pace:
         """One line's progress marker, if any; True when it was a step."""
         if _ATTEMPT.match(line):
             self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
-            self.loss = None
+            self.loss = self.loss_step = self.train_n = None
             self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
@@ -187,7 +189,11 @@ class Pace:
         step = self._train_step(line)
         if step is not None:
             self._enter("training", now)
-            self.loss = line_loss(line, self.loss)
+            if isinstance(step[0][0], int):
+                self.train_n = step[0][0]
+            loss = line_loss(line)
+            if loss is not None:  # a loss line without a step of its own: the last one read
+                self.loss, self.loss_step = loss, self.train_n
             return self._step(("train",) + step[0], step[1], now)
         if _SERVING.search(line):
             self._enter("serving", now)
@@ -237,8 +243,8 @@ def loss_value(text: str) -> Any:
 
 def line_loss(line: str, default: Any = None) -> Any:
     """The training loss a step's line prints (``loss_value``), else ``default``."""
-    if "oss" not in line and "OSS" not in line:
-        return default
+    if ("oss" not in line and "OSS" not in line) or "train_runtime" in line:
+        return default  # no loss, or HF Trainer's closing summary (its train_loss is the run's mean)
     found = {}
     for m in _LOSS_KV.finditer(line):
         found.setdefault(m.group(1).lower(), m.group(2))
@@ -371,7 +377,8 @@ def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
             found: Optional[List[Dict[str, Any]]], pids: List[int], last: bool = False) -> None:
     try:
         recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
-                      [p for _, p in pace.transitions], offset=pace.offset, loss=pace.loss, last=last)
+                      [p for _, p in pace.transitions], offset=pace.offset, loss=pace.loss,
+                      loss_step=pace.loss_step, last=last)
         pace.transitions = []
         recorder.attempts(now, run_dir, load_json)
     except Exception:  # the timeline must never take the pace down

@@ -15,11 +15,12 @@ Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
 * ``{"t": T, "s": STEP, "m": MARK}`` -- progress (pace's step label and mark: shard
   ``["shard", n, total]``, ``["batch", n]``, ``["train", n]``, ``["lines", n]``); with
   ``g`` on the same line when both fall due together.
-* ``"l": LOSS`` on a progress sample -- the training loss pace last read from the log
-  (``pace.loss_value``: a float to 4 significant digits, or ``"nan"`` / ``"inf"`` /
-  ``"-inf"``), written when it changed; a sample's ``s``/``m`` (when the step moved too)
-  is its step. The run's last look writes its progress and loss even when no sample is
-  due, so the last loss printed is the timeline's.
+* ``"l": [LOSS, STEP]`` or ``"l": LOSS`` on a progress sample -- the training loss pace
+  last read from the log (``pace.loss_value``: a float to 4 significant digits, or
+  ``"nan"`` / ``"inf"`` / ``"-inf"``) and the training step it came at (the line's own,
+  else the last numbered step before it; a bare ``LOSS`` when the trainer prints no step
+  number), written when either changed. The run's last look writes its progress and
+  loss even when no sample is due, so the last loss printed is the timeline's.
 * ``"o": BYTES`` on a sample or a ``phase`` event -- how much of the run's log pace had
   read by then (written when it changed): what lets a replay (``eagle3-tui replay``)
   play the log in step with the rest.
@@ -147,10 +148,10 @@ class Recorder:
     def look(self, now: float, phase: str, step: Any, mark: Any, idle_since: Optional[float],
              gpus: Optional[List[Dict[str, Any]]], pids: List[int],
              passed: Optional[List[str]] = None, offset: Optional[int] = None,
-             loss: Any = None, last: bool = False) -> None:
+             loss: Any = None, loss_step: Optional[int] = None, last: bool = False) -> None:
         """One tick of the pace loop: a phase change or idle change at once (``passed``:
         every phase entered since the last look, so one left within a tick is kept too);
-        progress, its training ``loss`` and ``gpus`` (a reading made because `sample_due`
+        progress, its training ``loss`` (at ``loss_step``) and ``gpus`` (a reading made because `sample_due`
         said so, else None) when due, progress and loss also on the run's ``last`` look;
         ``offset``: the log bytes pace has read, kept with both."""
         for p in (passed or [])[:32]:
@@ -172,8 +173,9 @@ class Recorder:
         if step != self.step:
             self.step = step
             rec.update(s=step, m=mark)
-        if loss is not None and loss != self.loss:
-            self.loss = rec["l"] = loss
+        lv = [loss, loss_step] if isinstance(loss_step, int) and loss is not None else loss
+        if lv is not None and lv != self.loss:
+            self.loss = rec["l"] = lv
         if gpus and due:
             self._cards(rec, gpus, pids)
         rec.update(self._offset(offset))

@@ -35,7 +35,8 @@ def record(run_dir: Path, cards: int = 8, train: bool = False) -> timeline.Timel
         if train and phase != "loading":
             step, mark = "step %d/9000" % batch, ["train", batch]
             loss = round(1 + 8 * 0.9993 ** batch + (3.0 if 3000 <= el < 3100 else 0.0), 3)
-        rec.look(now, phase, step, mark, None, gpus if rec.sample_due(now) else None, [7], loss=loss)
+        rec.look(now, phase, step, mark, None, gpus if rec.sample_due(now) else None, [7], loss=loss,
+                 loss_step=batch if loss is not None else None)
         now += 5.0
     rec.event(now, "exit", code=0, signal=None)
     rec.close()

@@ -112,17 +112,22 @@ def _loss(v: Any) -> float | None:
 
 
 def loss_series(tl: Timeline) -> list[tuple[float, float, int | None]]:
-    """The training loss over the run: [(t, loss, step)], ``step`` the training step of the
-    last ``train`` mark at or before it (None when the trainer prints none)."""
+    """The training loss over the run: [(t, loss, step)], ``step`` the one the host wrote
+    with it, else that of the last numbered ``train`` mark before it (None: no number)."""
     out: list[tuple[float, float, int | None]] = []
     step: int | None = None
     for ln in tl.lines:
         m = ln.get("m")
-        if isinstance(m, list) and len(m) >= 2 and m[0] == "train":
-            step = m[1] if isinstance(m[1], int) and not isinstance(m[1], bool) else None
-        loss = _loss(ln.get("l"))
+        if isinstance(m, list) and len(m) >= 2 and m[0] == "train" and isinstance(m[1], int) \
+                and not isinstance(m[1], bool):  # not ["train", "line", N]: a loss line, no step
+            step = m[1]
+        lv = ln.get("l")
+        at = step
+        if isinstance(lv, list) and len(lv) == 2:  # [loss, step]
+            lv, at = lv[0], lv[1] if isinstance(lv[1], int) and not isinstance(lv[1], bool) else None
+        loss = _loss(lv)
         if loss is not None:
-            out.append((ln["t"], loss, step))
+            out.append((ln["t"], loss, at))
     return out
 
 
