@@ -169,6 +169,24 @@ def test_a_training_run_nobody_watched_leaves_its_loss_on_the_timeline(tmp_path:
     (tmp_path / "show.txt").write_text(text.stdout)
 
 
+def test_the_recorder_writes_a_loss_when_it_changes_and_the_last_one_at_the_end(tmp_path: Path) -> None:
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r", sample_s=10.0)
+    for now, loss, step in ((0.0, 2.5, 10), (5.0, 2.0, 20), (10.0, 2.0, 20), (20.0, "nan", 30),
+                            (30.0, 1.5, None), (32.0, 1.25, 40)):
+        rec.look(now, "training", "step %d" % (step or 0), ["train", step or 0], None, None, [],
+                 loss=loss, loss_step=step, last=now == 32.0)  # 32 s: the run's last look, no sample due
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    assert [ln["l"] for ln in tl.lines if "l" in ln] == [[2.5, 10], [2.0, 20], ["nan", 30], 1.5, [1.25, 40]]
+    s = timeline.summary(tl)["loss"]
+    assert (s["last"], s["last_step"], s["min"], s["min_step"], s["max"], s["points"]) == (1.25, 40, 1.25, 40, 2.5, 5)
+    json.dumps(s, allow_nan=False)
+    from tui.cli.report import format_show
+
+    assert "  loss         last 1.25 (step 40, +32.0 s), lowest 1.25 (step 40, +32.0 s)" in format_show(
+        timeline.summary(tl)), format_show(timeline.summary(tl))
+
+
 def test_a_torn_last_line_loses_only_itself_and_host_text_is_cleaned(tmp_path: Path) -> None:
     rec = hosttl.Recorder(str(tmp_path), 1000.0, "r1", launched_at=999.0, sample_s=10)
     rec.look(1000.0, "loading", "shard 1/8", ["shard", 1, 8], None, None, [])
