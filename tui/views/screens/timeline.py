@@ -13,6 +13,7 @@ is binned on the same time axis first, so a column means the same moment in ever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -33,7 +34,7 @@ def letter(phase: str) -> str:
     return LETTERS.get(phase) or (phase[:1] or "?").upper()
 
 
-def _bin(points: list[tuple[float, float | None]], end: float, bins: int = BINS, before: float = 0.0) -> list[float]:
+def _bin(points: Sequence[tuple[float, float | None]], end: float, bins: int = BINS, before: float = 0.0) -> list[float]:
     """`points` (t, value) on `bins` equal slices of [0, end]: each slice its last value
     (carried forward), `before` before the first."""
     out, i, last = [], 0, before
