@@ -57,6 +57,13 @@ _TRAIN_STEP = re.compile(
     r"(?i)(?:\b(?:global_)?step\b['\"]?\s*[=:]?\s*|\biteration\s+)(?P<n>\d+)(?:\s*/\s*(?P<total>\d+))?"
     r"(?=.*\bloss\b|.*\blr\b|.*learning.rate)")
 _TRAIN_LOSS = re.compile(r"(?i)['\"]?\b(?:train[_/])?loss['\"]?\s*[:=]\s*[-+\d.na]")
+# The training loss of a line that is a training step: the first of ``_LOSS_KEYS`` among
+# its ``key: value`` / ``key=value`` pairs ({'loss': 0.5}, loss=0.5, train/loss=4.3e-04,
+# Loss: 1.77); an evaluation's loss or a loss's parts (val/loss, eval_loss, loss_0) never.
+_LOSS_KV = re.compile(r"""(?i)(?<![\w/.-])['"]?([a-z_/]*loss[a-z_/]*)['"]?\s*[:=]\s*(?:tensor\()?"""
+                      r"([-+]?(?:nan|inf|(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?))(?![\w.])")
+_LOSS_KEYS = ("loss", "train/loss", "train_loss", "training_loss", "train_loss_step", "train/loss_step",
+              "total_loss", "train/total_loss", "reduced_train_loss", "lm_loss", "step_loss", "avg_loss")
 _NOT_TRAIN = re.compile(r"(?i)shard|checkpoint|download|loading|processed prompts|map\b|tokeniz|"
                         r"val|eval|test|predict|rollout|capturing")
 # A restarted run's next attempt begins (remote/restart.py): its pace starts afresh.
@@ -88,6 +95,9 @@ class Pace:
         self.idle_since = r.get("idle_since")
         self.gpu = r.get("gpu")
         self.sampled_at = r.get("sampled_at")
+        self.loss = r.get("loss")  # the latest training loss (``loss_value``), or None
+        self.loss_step = r.get("loss_step")  # the training step it came at (None: no numbered step)
+        self.train_n: Optional[int] = None  # the last numbered training step read
         self.transitions: List[Tuple[float, str]] = []  # phases entered since the timeline's last look
         self._tail = b""
 
@@ -96,7 +106,7 @@ class Pace:
                 "lines": self.lines, "grew_at": self.grew_at, "phase": self.phase, "step": self.step,
                 "step_at": self.step_at, "intervals": list(self.intervals), "target": self.target,
                 "mark": self.mark, "cpu": self.cpu, "idle_since": self.idle_since, "gpu": self.gpu,
-                "sampled_at": self.sampled_at}
+                "sampled_at": self.sampled_at, "loss": self.loss, "loss_step": self.loss_step}
 
     def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str]) -> bool:
         """One look at the run's activity: ``cpu`` its ticks (None: no process found),
@@ -155,6 +165,7 @@ class Pace:
         """One line's progress marker, if any; True when it was a step."""
         if _ATTEMPT.match(line):
             self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
+            self.loss = self.loss_step = self.train_n = None
             self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
@@ -178,6 +189,11 @@ class Pace:
         step = self._train_step(line)
         if step is not None:
             self._enter("training", now)
+            if isinstance(step[0][0], int):
+                self.train_n = step[0][0]
+            loss = line_loss(line)
+            if loss is not None:  # a loss line without a step of its own: the last one read
+                self.loss, self.loss_step = loss, self.train_n
             return self._step(("train",) + step[0], step[1], now)
         if _SERVING.search(line):
             self._enter("serving", now)
@@ -212,6 +228,30 @@ class Pace:
             self.intervals = (self.intervals + [round(now - self.step_at, 3)])[-MAX_INTERVALS:]
         self.mark, self.step, self.step_at = mark, label, now
         return True
+
+
+def loss_value(text: str) -> Any:
+    """A printed loss as the record keeps it: a float to 4 significant digits (the
+    timeline's bytes), a non-finite one as the string "nan", "inf" or "-inf" (JSON has none)."""
+    v = float(text)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return float("%.4g" % v)
+
+
+def line_loss(line: str, default: Any = None) -> Any:
+    """The training loss a step's line prints (``loss_value``), else ``default``."""
+    if ("oss" not in line and "OSS" not in line) or "train_runtime" in line:
+        return default  # no loss, or HF Trainer's closing summary (its train_loss is the run's mean)
+    found = {}
+    for m in _LOSS_KV.finditer(line):
+        found.setdefault(m.group(1).lower(), m.group(2))
+    for key in _LOSS_KEYS:
+        if key in found:
+            return loss_value(found[key])
+    return default
 
 
 def load(run_dir: str) -> Optional[Dict[str, Any]]:
@@ -326,7 +366,7 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
             if changed:
                 save(run_dir, pace.record())
             if recorder is not None:
-                _record(recorder, run_dir, pace, now, found, pids)
+                _record(recorder, run_dir, pace, now, found, pids, ended)
             if ended:
                 return
     except Exception:  # a pace thread must never take the shim down
@@ -334,10 +374,11 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
 
 
 def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
-            found: Optional[List[Dict[str, Any]]], pids: List[int]) -> None:
+            found: Optional[List[Dict[str, Any]]], pids: List[int], last: bool = False) -> None:
     try:
         recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
-                      [p for _, p in pace.transitions], offset=pace.offset)
+                      [p for _, p in pace.transitions], offset=pace.offset, loss=pace.loss,
+                      loss_step=pace.loss_step, last=last)
         pace.transitions = []
         recorder.attempts(now, run_dir, load_json)
     except Exception:  # the timeline must never take the pace down

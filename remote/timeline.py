@@ -15,6 +15,12 @@ Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
 * ``{"t": T, "s": STEP, "m": MARK}`` -- progress (pace's step label and mark: shard
   ``["shard", n, total]``, ``["batch", n]``, ``["train", n]``, ``["lines", n]``); with
   ``g`` on the same line when both fall due together.
+* ``"l": [LOSS, STEP]`` or ``"l": LOSS`` on a progress sample -- the training loss pace
+  last read from the log (``pace.loss_value``: a float to 4 significant digits, or
+  ``"nan"`` / ``"inf"`` / ``"-inf"``) and the training step it came at (the line's own,
+  else the last numbered step before it; a bare ``LOSS`` when the trainer prints no step
+  number), written when either changed. The run's last look writes its progress and
+  loss even when no sample is due, so the last loss printed is the timeline's.
 * ``"o": BYTES`` on a sample or a ``phase`` event -- how much of the run's log pace had
   read by then (written when it changed): what lets a replay (``eagle3-tui replay``)
   play the log in step with the rest.
@@ -85,6 +91,7 @@ class Recorder:
         self.last: Dict[int, List[Any]] = {}
         self.due = now  # the next sample
         self.step: Any = None
+        self.loss: Any = None  # the training loss, as last written
         self.phase: Optional[str] = None
         self.idle = False
         self.attempts_mtime: Optional[float] = None
@@ -140,11 +147,13 @@ class Recorder:
 
     def look(self, now: float, phase: str, step: Any, mark: Any, idle_since: Optional[float],
              gpus: Optional[List[Dict[str, Any]]], pids: List[int],
-             passed: Optional[List[str]] = None, offset: Optional[int] = None) -> None:
+             passed: Optional[List[str]] = None, offset: Optional[int] = None,
+             loss: Any = None, loss_step: Optional[int] = None, last: bool = False) -> None:
         """One tick of the pace loop: a phase change or idle change at once (``passed``:
         every phase entered since the last look, so one left within a tick is kept too);
-        progress and ``gpus`` (a reading made because `sample_due` said so, else None)
-        when due; ``offset``: the log bytes pace has read, kept with both."""
+        progress, its training ``loss`` (at ``loss_step``) and ``gpus`` (a reading made because `sample_due`
+        said so, else None) when due, progress and loss also on the run's ``last`` look;
+        ``offset``: the log bytes pace has read, kept with both."""
         for p in (passed or [])[:32]:
             if p != self.phase:
                 self.phase = p
@@ -155,14 +164,19 @@ class Recorder:
         if (idle_since is not None) != self.idle:
             self.idle = idle_since is not None
             self.event(now, "idle" if self.idle else "awake")
-        if not self.sample_due(now):
+        due = self.sample_due(now)
+        if not due and not (last and self.size < SAMPLE_CAP):
             return
-        self.due = now + (THIN_S if self.size >= THIN_AT else self.sample_s)
+        if due:
+            self.due = now + (THIN_S if self.size >= THIN_AT else self.sample_s)
         rec: Dict[str, Any] = {"t": self._t(now)}
         if step != self.step:
             self.step = step
             rec.update(s=step, m=mark)
-        if gpus:
+        lv = [loss, loss_step] if isinstance(loss_step, int) and loss is not None else loss
+        if lv is not None and lv != self.loss:
+            self.loss = rec["l"] = lv
+        if gpus and due:
             self._cards(rec, gpus, pids)
         rec.update(self._offset(offset))
         if len(rec) > 1:

@@ -340,3 +340,50 @@ def test_a_new_run_never_shows_the_previous_runs_analysis() -> None:
     assert view.analysis_of(state, new) is None
     same = replace(state, log=replace(state.log, path="/runs/b/output.log"))
     assert view.phase(same, new, 2.0) == "finished" and view.analysis_of(same, new) is old
+
+
+@pytest.mark.parametrize("text,want", [
+    # (a training log line, the loss the host's pace keeps: 4 significant digits)
+    ("{'loss': 2.34567, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.1}", 2.346),
+    ("                    train/cond_acc_2=0.00e+00, train/loss=4.30e-04,", 0.00043),
+    ("Steps:  10%|█         | 100/1000 [01:00<09:00,  1.67it/s, loss=0.123, lr=0.0001]", 0.123),
+    ("Epoch 0: 100%|██████████| 100/100 [00:12<00:00,  8.20it/s, v_num=3, train_loss_step=0.412, "
+     "val_loss=0.455, train_loss_epoch=0.498]", 0.412),
+    (" iteration      100/   10000 | learning rate: 1.500000E-04 | lm loss: 7.123456E+00 | loss scale: 1.0 |",
+     7.123),
+    ("Epoch [1/10], Step [200/600], Loss: 0.1934", 0.1934),
+    ("train/loss_0=0.006, train/loss=nan, epoch=0, lr=0.003", "nan"),
+    ("step=5 loss=tensor(2.5000, device='cuda:0') lr=1e-05", 2.5),
+    # not a step's training loss: evaluation, a loss's parts, HF's closing mean
+    ("{'eval_loss': 7.777, 'eval_runtime': 0.51, 'epoch': 1.0}", None),
+    ("                    val/loss_epoch=2.68e-04, epoch=0", None),
+    ("[21:36:26] INFO     train/loss_0=0.006,                           trainer.py:190", None),
+    ("{'train_runtime': 4.9, 'train_steps_per_second': 8.2, 'train_loss': 8.888, 'epoch': 2.0}", None),
+])
+def test_host_pace_keeps_the_training_loss(tmp_path: Path, text: str, want: object) -> None:
+    import remote.pace as hostpace
+
+    log = tmp_path / "output.log"
+    log.write_text("Step 1 | loss:1.5 lr:2e-05\n")
+    p = hostpace.Pace(str(log))
+    p.update(100.0)
+    assert p.record()["loss"] == 1.5
+    with log.open("a") as f:
+        f.write(text + "\n")
+    p.update(110.0)
+    assert p.record()["loss"] == (1.5 if want is None else want), p.record()
+    json.dumps(p.record(), allow_nan=False)  # pace.json stays strict JSON
+
+
+def test_host_pace_gives_a_loss_the_step_before_it_and_a_new_attempt_none(tmp_path: Path) -> None:
+    import remote.pace as hostpace
+
+    log = tmp_path / "output.log"
+    log.write_text(" 40%|████      | 40/100 [00:04<00:06,  9.50it/s]\n{'loss': 1.25, 'epoch': 0.4}\n")
+    p = hostpace.Pace(str(log))
+    p.update(100.0)
+    assert (p.loss, p.loss_step) == (1.25, 40)
+    with log.open("a") as f:
+        f.write("[eagle3-tui] attempt 2/3 starts\n")
+    p.update(110.0)
+    assert (p.loss, p.loss_step) == (None, None)

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.app import App
 
+from remote import pace as hostpace
 from remote import timeline as hosttl
 from tests import checkout, timeline_fixture
 from tui.services import timeline
@@ -133,6 +135,58 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     assert pruned.returncode == 0 and not run_dir.exists(), pruned  # the timeline went with its run
 
 
+TRAIN_JOB = Path(__file__).parent / "jobs" / "train_job.py"
+SPECULATORS_LOG = Path(__file__).parent / "fixtures" / "logs" / "speculators030_train_cpu.log"
+
+
+@pytest.mark.parametrize("kind", ["speculators", "hf"])
+def test_a_training_run_nobody_watched_leaves_its_loss_on_the_timeline(tmp_path: Path, kind: str) -> None:
+    """A real process prints a trainer's log with no client connected; the host's timeline
+    keeps its training loss over the run (never an evaluation's loss, nor HF's closing mean),
+    its last loss is the last one printed, and `runs show` gives the last and the lowest."""
+    out = tmp_path / "printed.json"
+    env = {"EAGLE3_TUI_PACE_S": "0.2", "EAGLE3_TUI_TIMELINE_S": "0.5", "EAGLE3_TUI_GPU_SOURCE": "none"}
+    argv = [sys.executable, str(TRAIN_JOB), kind, str(out), str(SPECULATORS_LOG)]
+    run_id, run_dir = _launch_until_exit(tmp_path, f'name = "tr"\ncommand = {json.dumps(argv)}\n', env)
+    assert (run_dir / "exit.json").exists()
+    printed = [hostpace.loss_value(repr(x)) for x in json.loads(out.read_text())]
+    tl = timeline.parse((run_dir / hosttl.TIMELINE_FILE).read_bytes())
+    points = timeline.loss_series(tl)
+    kept = [v for _, v, _ in points]
+    assert len(kept) >= 3 and set(kept) <= set(printed), (kept, printed)
+    assert kept[-1] == printed[-1]  # the run's last look writes the last loss printed
+    assert [t for t, _, _ in points] == sorted(t for t, _, _ in points)  # on the run's time axis
+    assert 7.777 not in kept and 8.888 not in kept  # eval_loss, HF's closing train_loss
+
+    shown = _e3("runs", "show", "local", run_id, "--json", cwd=tmp_path, env=env)
+    assert shown.returncode == 0, shown.stderr
+    loss = json.loads(shown.stdout)["loss"]
+    assert loss["last"] == printed[-1] and loss["min"] == min(kept) and loss["points"] == len(kept), loss
+    if kind == "hf":  # the bar's step at the last loss (speculators prints no step)
+        assert loss["last_step"] == 40, loss  # the bar that ended just before it
+    text = _e3("runs", "show", "local", run_id, cwd=tmp_path, env=env)
+    assert text.returncode == 0 and f"loss         last {printed[-1]}" in text.stdout, text.stdout
+    (tmp_path / "show.txt").write_text(text.stdout)
+
+
+def test_the_recorder_writes_a_loss_when_it_changes_and_the_last_one_at_the_end(tmp_path: Path) -> None:
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r", sample_s=10.0)
+    for now, loss, step in ((0.0, 2.5, 10), (5.0, 2.0, 20), (10.0, 2.0, 20), (20.0, "nan", 30),
+                            (30.0, 1.5, None), (32.0, 1.25, 40)):
+        rec.look(now, "training", "step %d" % (step or 0), ["train", step or 0], None, None, [],
+                 loss=loss, loss_step=step, last=now == 32.0)  # 32 s: the run's last look, no sample due
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    assert [ln["l"] for ln in tl.lines if "l" in ln] == [[2.5, 10], [2.0, 20], ["nan", 30], 1.5, [1.25, 40]]
+    s = timeline.summary(tl)["loss"]
+    assert (s["last"], s["last_step"], s["min"], s["min_step"], s["max"], s["points"]) == (1.25, 40, 1.25, 40, 2.5, 5)
+    json.dumps(s, allow_nan=False)
+    from tui.cli.report import format_show
+
+    assert "  loss         last 1.25 (step 40, +32.0 s), lowest 1.25 (step 40, +32.0 s)" in format_show(
+        timeline.summary(tl)), format_show(timeline.summary(tl))
+
+
 def test_a_torn_last_line_loses_only_itself_and_host_text_is_cleaned(tmp_path: Path) -> None:
     rec = hosttl.Recorder(str(tmp_path), 1000.0, "r1", launched_at=999.0, sample_s=10)
     rec.look(1000.0, "loading", "shard 1/8", ["shard", 1, 8], None, None, [])
@@ -219,19 +273,24 @@ def test_the_job_that_ends_for_a_restart_stops_the_run_s_gpu_hours(tmp_path: Pat
 
 def test_a_day_on_eight_cards_stays_under_two_megabytes(tmp_path: Path) -> None:
     """24 h at the shim's pace, every card changing every sample (the worst case), a new
-    progress step and more log every sample: the file stays under MAX_BYTES."""
+    progress step, a new training loss of the longest spelling and more log every sample:
+    the file stays under MAX_BYTES, and a sample stays within the bytes the README states."""
     rec = hosttl.Recorder(str(tmp_path), 0.0, "day")
     now, n = 0.0, 0
     while now < 86400:
         gpus = [{"index": i, "mem_used": (70 + (n + i) % 9) * 2 ** 30, "util": (n * 7 + i) % 101,
                  "power": 300 + (n * 13 + i) % 400, "processes": [{"pid": 1}]} for i in range(8)]
-        rec.look(now, "extracting", "batch %d/999999" % n, ["batch", n], None,
-                 gpus if rec.sample_due(now) else None, [1], offset=n * 120)  # the log grows too
+        step = 982_000 + n  # 6 digits, as a trainer's step counter at most
+        rec.look(now, "training", "step %d/999999" % step, ["train", step], None,
+                 gpus if rec.sample_due(now) else None, [1], offset=n * 120,  # the log grows too
+                 loss=hostpace.loss_value("-%d.%03de-05" % (1 + n % 9, n % 1000)), loss_step=step)  # "-1.234e-05"
         now += 5.0
         n += 1
-    size = os.path.getsize(tmp_path / hosttl.TIMELINE_FILE)
-    print(f"24 h x 8 cards, worst case: {size} bytes")
-    assert size <= hosttl.MAX_BYTES
+    data = (tmp_path / hosttl.TIMELINE_FILE).read_bytes()
+    size, longest = len(data), max(len(ln) + 1 for ln in data.split(b"\n") if b'"g"' in ln)
+    assert b'"l":[-1.' in data
+    print(f"24 h x 8 cards, worst case: {size} bytes, a sample at most {longest} bytes")
+    assert size <= hosttl.MAX_BYTES and longest <= 219
 
 
 # ---------------------------------------------------------------- the timeline screen
@@ -256,6 +315,15 @@ def test_timeline_screen_8_cards_80x24(snap_compare: Any, tmp_path: Path) -> Non
 
 def test_timeline_screen_8_cards_160x50(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(_screen_app(tmp_path, 8), terminal_size=(160, 50))
+
+
+def test_timeline_screen_of_a_training_run_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """The loss row first, on the same axis, with its lowest, highest and last value."""
+    assert snap_compare(_TimelineApp(timeline_fixture.record(tmp_path, 8, train=True)), terminal_size=(80, 24))
+
+
+def test_timeline_screen_of_a_training_run_160x50(snap_compare: Any, tmp_path: Path) -> None:
+    assert snap_compare(_TimelineApp(timeline_fixture.record(tmp_path, 8, train=True)), terminal_size=(160, 50))
 
 
 def test_timeline_screen_without_gpus_80x24(snap_compare: Any, tmp_path: Path) -> None:

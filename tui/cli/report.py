@@ -88,6 +88,7 @@ def format_show(s: dict) -> str:
              f"  first output {secs(s.get('first_output_s'))}",
              f"  duration     {secs(s.get('duration_s'))}",
              f"  GPU-hours    {s.get('gpu_hours') if s.get('gpu_hours') is not None else '-'}",
+             *_loss(s.get("loss"), secs),
              f"  attempts     {s.get('attempts')} ({s.get('restarts') or 0} restart(s))",
              f"  patch        {s.get('patch_version') or '-'}"]
     for t in s.get("throughput") or []:
@@ -101,6 +102,19 @@ def format_show(s: dict) -> str:
     if s.get("note"):
         lines.append(f"  note         {s['note']}")
     return "\n".join(lines)
+
+
+def _loss(loss: Any, secs: Any) -> list[str]:
+    """The training loss the timeline kept: the last one and the lowest (none: no line)."""
+    if not isinstance(loss, dict):
+        return []
+
+    def at(step: Any, after: Any) -> str:
+        return f"(step {step}, +{secs(after)})" if step is not None else f"(+{secs(after)})"
+
+    low = loss.get("min")
+    return [f"  loss         last {loss.get('last')} {at(loss.get('last_step'), loss.get('last_after_s'))}"
+            + (f", lowest {low} {at(loss.get('min_step'), loss.get('min_after_s'))}" if low is not None else "")]
 
 
 def _expected(s: dict, secs: Any) -> list[str]:

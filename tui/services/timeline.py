@@ -10,6 +10,7 @@ values of the wrong type are dropped, and every string is cleaned
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,52 @@ def gpu_series(tl: Timeline) -> dict[int, list[tuple[float, list[Any]]]]:
     return out
 
 
+def _loss(v: Any) -> float | None:
+    """A loss the host wrote (``l``): a number, or "nan" / "inf" / "-inf" as a float."""
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    return _num(v)
+
+
+def loss_series(tl: Timeline) -> list[tuple[float, float, int | None]]:
+    """The training loss over the run: [(t, loss, step)], ``step`` the one the host wrote
+    with it, else that of the last numbered ``train`` mark before it (None: no number)."""
+    out: list[tuple[float, float, int | None]] = []
+    step: int | None = None
+    for ln in tl.lines:
+        m = ln.get("m")
+        if isinstance(m, list) and len(m) >= 2 and m[0] == "train" and isinstance(m[1], int) \
+                and not isinstance(m[1], bool):  # not ["train", "line", N]: a loss line, no step
+            step = m[1]
+        lv = ln.get("l")
+        at = step
+        if isinstance(lv, list) and len(lv) == 2:  # [loss, step]
+            lv, at = lv[0], lv[1] if isinstance(lv[1], int) and not isinstance(lv[1], bool) else None
+        loss = _loss(lv)
+        if loss is not None:
+            out.append((ln["t"], loss, at))
+    return out
+
+
+def _json_loss(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)  # "nan", "inf", "-inf": strict JSON
+
+
+def loss_summary(tl: Timeline, shift: float = 0.0) -> dict[str, Any] | None:
+    """The run's training loss for `runs show`: the last one (its step and time) and the
+    lowest finite one among the timeline's samples; None when the run logged no loss."""
+    pts = loss_series(tl)
+    if not pts:
+        return None
+    t, last, step = pts[-1]
+    finite = [p for p in pts if math.isfinite(p[1])]
+    low = min(finite, key=lambda p: p[1]) if finite else None
+    return {"last": _json_loss(last), "last_step": step, "last_after_s": round(t + shift, 1),
+            "min": low[1] if low else None, "min_step": low[2] if low else None,
+            "min_after_s": round(low[0] + shift, 1) if low else None,
+            "max": max(p[1] for p in finite) if finite else None, "points": len(pts)}
+
+
 def end_time(tl: Timeline) -> float | None:
     """The `t` of the run's exit line, else of its last line; None when it has no lines."""
     ends = [ln["t"] for ln in tl.lines if ln.get("e") == "exit"]
@@ -179,6 +226,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "duration_s": since_launch(end),
         "throughput": _throughput(tl, phases, end),
         "gpu_hours": _gpu_hours(tl, end),
+        "loss": loss_summary(tl, shift),
         "peak_mem_gib": peak,
         "attempts": len(_list(run.get("attempts"))) or max(_ints(a.get("n") for a in attempts), default=1),
         "restarts": run["restarts"] if isinstance(run.get("restarts"), int) else max(
@@ -188,7 +236,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
                     "after_s": since_launch(p["t"])} for p in phases],
         "events": [dict(ln, t=since_launch(ln["t"])) for ln in tl.lines
                    if ln.get("e") not in (None, "phase")],
-        "timeline_points": sum(1 for ln in tl.lines if "g" in ln or "s" in ln),
+        "timeline_points": sum(1 for ln in tl.lines if "g" in ln or "s" in ln or "l" in ln),
         "timeline_bad_lines": tl.bad_lines,
     }
 

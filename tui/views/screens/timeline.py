@@ -1,7 +1,8 @@
 """The timeline screen (`t` on the dashboard): a run's whole life from its timeline on the
-host (tui/services/timeline.py), not the dashboard's last 5 minutes. Per card a row of
-Textual's own `Sparkline` for memory and one for utilisation, the progress rate, and
-under them an axis with the phase boundaries and events marked where they fell.
+host (tui/services/timeline.py), not the dashboard's last 5 minutes. A training run's
+loss first (with its lowest, highest and last value), per card a row of Textual's own
+`Sparkline` for memory and one for utilisation, the progress rate, and under them an
+axis with the phase boundaries and events marked where they fell.
 
 Sparkline, Textual's own widget: it draws a series in one row of block characters,
 scales to its width, and needs no plotting dependency; the curves here are shapes over
@@ -11,6 +12,8 @@ is binned on the same time axis first, so a column means the same moment in ever
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -31,10 +34,10 @@ def letter(phase: str) -> str:
     return LETTERS.get(phase) or (phase[:1] or "?").upper()
 
 
-def _bin(points: list[tuple[float, float | None]], end: float, bins: int = BINS) -> list[float]:
+def _bin(points: Sequence[tuple[float, float | None]], end: float, bins: int = BINS, before: float = 0.0) -> list[float]:
     """`points` (t, value) on `bins` equal slices of [0, end]: each slice its last value
-    (carried forward), 0 before the first."""
-    out, i, last = [], 0, 0.0
+    (carried forward), `before` before the first."""
+    out, i, last = [], 0, before
     pts = sorted((t, v) for t, v in points if v is not None)
     for b in range(bins):
         edge = end * (b + 1) / bins
@@ -85,6 +88,7 @@ class TimelineScreen(Screen[None]):
     TimelineScreen .label { width: 14; }
     TimelineScreen Sparkline { width: 1fr; }
     TimelineScreen Axis { width: 1fr; }
+    TimelineScreen .range { width: 1fr; }
     TimelineScreen #head { height: auto; }
     """
 
@@ -103,6 +107,7 @@ class TimelineScreen(Screen[None]):
         end = max(1.0, tls.end_time(tl) or 1.0)
         yield Static(self._head(s, end), id="head")
         with VerticalScroll():
+            yield from self._loss_rows(tl, end)
             series = tls.gpu_series(tl)
             for idx in sorted(series):
                 for name, k in (("mem GiB", 0), ("util %", 1)):
@@ -117,6 +122,26 @@ class TimelineScreen(Screen[None]):
                 yield Axis(self._marks(tl), end)
             yield Static(self._legend(s), id="legend")
         yield Footer()
+
+    @staticmethod
+    def _loss_rows(tl: tls.Timeline, end: float) -> ComposeResult:
+        """A training run's loss on the same axis (first, so it shows on a small terminal),
+        and under it its lowest, highest and last value; nothing for a run without one."""
+        losses = tls.loss_series(tl)
+        finite = [(t, v) for t, v, _ in losses if math.isfinite(v)]
+        if not losses:
+            return
+        lo, hi = (min(v for _, v in finite), max(v for _, v in finite)) if finite else (0.0, 0.0)
+        with Horizontal(classes="row"):
+            yield Static(Text("train loss"), classes="label")
+            yield Sparkline(_bin(finite, end, before=lo), summary_function=max)
+        _, last, step = losses[-1]
+        text = (f"min {lo:.4g}  max {hi:.4g}  " if finite else "") + f"last {last:.4g}" + (
+            f" (step {step})" if step is not None else "")
+        bad = len(losses) - len(finite)
+        with Horizontal(classes="row"):
+            yield Static(Text(""), classes="label")
+            yield Static(Text(text + (f"  {bad} non-finite" if bad else "")), classes="range")
 
     @staticmethod
     def _head(s: dict[str, Any], end: float) -> Text:
