@@ -24,10 +24,10 @@ from tests.test_pace import _fake_smi
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
-from tui.state import view
-from tui.state.model import AppState, LogTail
+from tui.state import logparse, view
+from tui.state.model import AppState, LogTail, Run
 from tui.state.reducer import apply
-from tui.state.watch import WatchConfig, WatchState
+from tui.state.watch import WatchConfig, WatchState, observe
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "watch_job.py"
@@ -80,6 +80,99 @@ async def watch_run(tmp: Path, mode: str, watch_cfg: WatchConfig, until: Any, ti
 
 def kinds(state: AppState) -> list[str]:
     return [e.kind for e in state.watch.events]
+
+
+# --- the rules, one look at a time ----------------------------------------------------------
+# ``observe`` with a fake clock (T0 + seconds) on the real parser's analysis of real log
+# lines; the run records have the shape the agent sends (remote/restart.py's attempts).
+
+T0 = 1_764_460_000.0
+RUN_ID = "20261130-015500-ab12"
+
+
+def record(**kw: Any) -> Run:
+    return Run.from_dict({"run_id": RUN_ID, "name": "watched", "state": "running", **kw})
+
+
+def looks(ws: WatchState, run: Run, log: list[tuple[float, str]]) -> WatchState:
+    """``ws`` after one look per timed line of ``log``, each line new at its time."""
+    analysis = logparse.LogAnalysis()
+    for no, (t, line) in enumerate(log, 1):
+        analysis = logparse.step(analysis, line, no)
+        ws = observe(ws, run, analysis, no, (), (), T0 + t, (line,))
+    return ws
+
+
+STEPS = [(0, "step 5/100 | loss 1.23 | lr 1e-5"), (60, "step 6/100 | loss 1.20 | lr 1e-5")]
+LOSSES = [(0, "{'loss': 0.5, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}"),
+          (60, "{'loss': 0.4, 'grad_norm': 1.1, 'learning_rate': 1e-05, 'epoch': 0.2}")]
+CHATTER = [(300, "NCCL WARN Call to ibv_reg_mr failed, retrying"),
+           (700, "NCCL WARN Call to ibv_reg_mr failed, retrying")]
+
+
+@pytest.mark.parametrize(("log", "last"), [(STEPS, "step 6/100"), (LOSSES, "training log 2")],
+                         ids=["steps", "loss-lines-only"])
+def test_training_progress_is_its_steps_not_other_lines(log: list[tuple[float, str]], last: str) -> None:
+    """While training, progress is the trainer's step (or, for a trainer that prints
+    its loss but no step, each metrics line): a log still growing with warnings after
+    the last one is a stall (the 600 s training floor), named by the last step."""
+    ws = looks(WatchState(), record(), log + CHATTER)
+    assert ws.phase == "training" and ws.condition == "stalled", ws
+    assert ws.last_step == last and ws.last_step_t == T0 + 60
+    (ev,) = ws.events
+    assert ev.kind == "stalled" and ev.at == T0 + 700 and ev.detail["last"] == last
+
+
+def test_watch_of_a_given_run_starts_from_the_hosts_pace() -> None:
+    """``eagle3-tui watch --run ID`` starts with a state that names the run: its first
+    look still takes the host's pace, so a run stalled before anyone watched is stalled
+    at once; a run that had already ended is history, not news."""
+    pace = {"source": "shim", "phase": "loading", "step": "shard 3/8", "step_at": T0, "intervals": [60.0, 60.0]}
+    ws = observe(WatchState(run_id=RUN_ID), record(pace=pace), None, 0, (), (), T0 + 14 * 60)
+    assert ws.condition == "stalled" and ws.last_step == "shard 3/8" and ws.last_step_t == T0
+    assert [e.kind for e in ws.events] == ["stalled"]
+    ended = record(state="exited", exit_code=1, restarts=1, attempts=[
+        {"n": 1, "ended_at": T0, "exit_code": 1, "restarted": True, "why": "restarting: x"}])
+    ws = WatchState(run_id=RUN_ID)
+    for t in (0, 2, 4):
+        ws = observe(ws, ended, None, 0, (), (), T0 + 100 + t)
+        assert ws.condition == "ended" and ws.events == ()
+
+
+def test_a_restarted_attempt_and_giving_up_are_each_told_once() -> None:
+    """The host's restart decisions reach the watch as events: "restarting" for an
+    attempt it restarted, "gave up" for the one it did not, nothing for an attempt it
+    chose not to restart for another reason (the run's end says that)."""
+    nccl = {"id": "nccl-timeout", "title": "NCCL collective timed out", "class": "transient", "line": "..."}
+    first = {"n": 1, "started_at": T0, "ended_at": T0 + 600, "exit_code": 1, "signal": None, "hung": False,
+             "killed": False, "cause": nccl, "progress": {"phase": "extracting", "step": "batch 1203/4000",
+                                                          "batch": 1203},
+             "restarted": True, "why": "restarting: NCCL collective timed out (nccl-timeout)",
+             "restart_at": T0 + 630}
+    waiting = record(restarts=1, restart_at=T0 + 630, attempts=[first])
+    ws = observe(WatchState(), waiting, None, 0, (), (), T0 + 601)
+    ws = observe(ws, waiting, None, 0, (), (), T0 + 605)
+    assert [(e.kind, e.message) for e in ws.events] == [
+        ("restarting", "attempt 1 failed: NCCL collective timed out at batch 1,203/4,000; restarting")]
+    assert ws.events[0].detail["attempt"] == 1 and ws.events[0].detail["restart_at"] == T0 + 630
+    second = dict(first, n=2, started_at=T0 + 630, ended_at=T0 + 900, progress=None, restarted=False,
+                  restart_at=None, why="gave up: NCCL collective timed out (nccl-timeout) after 1 restart(s) "
+                                       "(max_restarts)")
+    ended = record(state="exited", exit_code=1, restarts=1, attempts=[first, second])
+    for t in (901, 903):
+        ws = observe(ws, ended, None, 0, (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["restarting", "gave up", "failed"]
+    assert ws.events[1].message == ("attempt 2 failed: NCCL collective timed out; gave up: NCCL collective "
+                                    "timed out (nccl-timeout) after 1 restart(s) (max_restarts)")
+    # an attempt not restarted for its own reason (a deterministic cause) is no event of its own
+    oom = dict(second, n=1, cause={"id": "cuda-oom", "title": "GPU out of memory", "class": "deterministic"},
+               why="not restarted: GPU out of memory (cuda-oom) is deterministic")
+    ws = WatchState()
+    for t in (0, 2):
+        ws = observe(ws, record(attempts=[oom]), None, 0, (), (), T0 + t)
+    ws = observe(ws, record(state="exited", exit_code=1, attempts=[oom]), None, 0, (), (), T0 + 4)
+    ws = observe(ws, record(state="exited", exit_code=1, attempts=[oom]), None, 0, (), (), T0 + 6)
+    assert [e.kind for e in ws.events] == ["failed"]
 
 
 async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
