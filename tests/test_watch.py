@@ -175,6 +175,20 @@ def test_a_restarted_attempt_and_giving_up_are_each_told_once() -> None:
     assert [e.kind for e in ws.events] == ["failed"]
 
 
+
+def test_the_next_runs_stall_is_news_after_one_that_ended_stalled() -> None:
+    """One watch follows run after run (the dashboard after a relaunch): a run that was
+    killed while stalled does not silence the stall of the run launched after it."""
+    ws = WatchState()
+    for run, t in ((record(), 0), (record(), 1000), (record(state="killed"), 1010), (record(state="killed"), 1012)):
+        ws = observe(ws, run, None, 1, (), (), T0 + t)
+    nxt = Run.from_dict({"run_id": "20261130-021000-cd34", "name": "watched", "state": "running"})
+    for t in (2000, 3000):
+        ws = observe(ws, nxt, None, 1, (), (), T0 + t)
+    assert [(e.kind, e.run_id) for e in ws.events] == [
+        ("stalled", RUN_ID), ("killed", RUN_ID), ("stalled", nxt.run_id)]
+    assert ws.condition == "stalled" and ws.events[-1].at == T0 + 3000
+
 async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
     cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
     state, _ = await watch_run(tmp_path, "stall", cfg, lambda s: s.watch.condition == "stalled")
