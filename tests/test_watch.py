@@ -25,9 +25,9 @@ from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
 from tui.state import logparse, view
-from tui.state.model import AppState, LogTail, Run
+from tui.state.model import AppState, Gpu, LogTail, Proc, Run
 from tui.state.reducer import apply
-from tui.state.watch import WatchConfig, WatchState, observe
+from tui.state.watch import WatchConfig, WatchState, assess, observe
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "watch_job.py"
@@ -188,6 +188,64 @@ def test_the_next_runs_stall_is_news_after_one_that_ended_stalled() -> None:
     assert [(e.kind, e.run_id) for e in ws.events] == [
         ("stalled", RUN_ID), ("killed", RUN_ID), ("stalled", nxt.run_id)]
     assert ws.condition == "stalled" and ws.events[-1].at == T0 + 3000
+
+
+def test_hung_counts_from_when_all_fell_asleep_and_ends_when_it_wakes() -> None:
+    """After the load, a run whose process sleeps on an idle GPU is hung ``hang_s`` after
+    it fell asleep, not before; waking clears it, and the next sleep is a new episode
+    counted from its own start."""
+    loaded = logparse.step(logparse.LogAnalysis(), "INFO Model loading took 3.1 GiB and 40.2 seconds", 1)
+    gpu = Gpu.from_dict({"index": 0, "util": 0, "processes": [{"pid": 4242}]}, 0)
+
+    def look(ws: WatchState, t: float, state: str) -> WatchState:
+        proc = Proc.from_dict({"pid": 4242, "state": state, "run_id": RUN_ID})
+        return observe(ws, record(), loaded, 1, (proc,), (gpu,), T0 + t)
+
+    ws = WatchState(config=WatchConfig(hang_s=300.0, stall_loaded_s=0.0))  # no stall rule here
+    for t, state, condition in ((0, "S", "ok"), (299, "S", "ok"), (300, "S", "hung"), (400, "R", "ok"),
+                                (500, "S", "ok"), (799, "S", "ok"), (800, "S", "hung")):
+        ws = look(ws, t, state)
+        assert ws.condition == condition, (t, ws)
+    assert [(e.kind, e.at - T0, e.detail["idle_s"]) for e in ws.events] == [("hung", 300, 300), ("hung", 800, 300)]
+    assert ws.events[0].message.startswith("processes asleep and GPUs idle, no progress for 5 min")
+
+
+def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() -> None:
+    """A run with a restart policy (its record lists attempts) whose log shows a root
+    cause is not "failed" while it runs: the host may restart it. Its end says failed,
+    with the log's cause."""
+    lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
+             '  File "/app/extract.py", line 12, in <module>',
+             "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
+    analysis = logparse.LogAnalysis()
+    for no, line in enumerate(lines, 1):
+        analysis = logparse.step(analysis, line, no)
+    assert analysis.root_cause is not None and analysis.root_cause.id == "cuda-oom"
+    attempt = {"n": 1, "started_at": T0}
+    ws = WatchState()
+    for t in (0, 5):
+        ws = observe(ws, record(attempts=[attempt]), analysis, 4, (), (), T0 + t)
+    assert ws.events == ()
+    ended = record(state="exited", exit_code=1, attempts=[dict(attempt, ended_at=T0 + 6, exit_code=1,
+                                                               restarted=False, why="not restarted: x")])
+    for t in (7, 9):
+        ws = observe(ws, ended, analysis, 4, (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["failed"] and ws.events[0].detail["id"] == "cuda-oom"
+
+
+@pytest.mark.parametrize(("phase", "condition"), [("training", "hung"), ("saving", "ok"), ("loading", "ok")])
+def test_the_hosts_idle_record_makes_hung_only_after_the_load_and_not_while_saving(phase: str,
+                                                                                   condition: str) -> None:
+    """``status --json`` for a run nobody watched: the host's ``idle_since`` says hung
+    after the load; a run saving a checkpoint may wait on its disk, and a loading one
+    is not past its load, so neither is hung by it (whatever the record still holds)."""
+    pace = {"source": "shim", "phase": phase, "step": "x", "step_at": T0 + 600, "intervals": [],
+            "idle_since": T0, "gpu": "none: no GPU"}
+    cfg = WatchConfig(hang_s=600.0, stall_training_s=0.0, stall_saving_s=0.0, stall_loading_s=0.0)
+    ws = assess(record(pace=pace), cfg, T0 + 700)
+    assert ws is not None and ws.condition == condition, ws
+    if condition == "hung":
+        assert ws.describe(T0 + 700) == "no CPU activity for 11 min (after the load)"
 
 async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
     cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
