@@ -233,19 +233,31 @@ def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() 
     assert [e.kind for e in ws.events] == ["failed"] and ws.events[0].detail["id"] == "cuda-oom"
 
 
-@pytest.mark.parametrize(("phase", "condition"), [("training", "hung"), ("saving", "ok"), ("loading", "ok")])
-def test_the_hosts_idle_record_makes_hung_only_after_the_load_and_not_while_saving(phase: str,
-                                                                                   condition: str) -> None:
+@pytest.mark.parametrize(("phase", "idle_since", "condition"),
+                         [("training", T0, "hung"), ("training", None, "ok"), ("saving", T0, "ok"),
+                          ("loading", T0, "ok")])
+def test_the_hosts_idle_record_makes_hung_only_after_the_load_and_not_while_saving(
+        phase: str, idle_since: float | None, condition: str) -> None:
     """``status --json`` for a run nobody watched: the host's ``idle_since`` says hung
     after the load; a run saving a checkpoint may wait on its disk, and a loading one
     is not past its load, so neither is hung by it (whatever the record still holds)."""
     pace = {"source": "shim", "phase": phase, "step": "x", "step_at": T0 + 600, "intervals": [],
-            "idle_since": T0, "gpu": "none: no GPU"}
+            "idle_since": idle_since, "gpu": "none: no GPU"}
     cfg = WatchConfig(hang_s=600.0, stall_training_s=0.0, stall_saving_s=0.0, stall_loading_s=0.0)
     ws = assess(record(pace=pace), cfg, T0 + 700)
     assert ws is not None and ws.condition == condition, ws
     if condition == "hung":
         assert ws.describe(T0 + 700) == "no CPU activity for 11 min (after the load)"
+
+
+def test_the_hosts_intervals_set_the_stall_limit() -> None:
+    """A run nobody watched is judged by the pace the host recorded: shards 5 min apart
+    give 5 × 5 min before a stall, not the loading floor of 2 min."""
+    pace = {"source": "shim", "phase": "loading", "step": "shard 4/8", "step_at": T0,
+            "intervals": [300.0, 300.0, 300.0]}
+    ok, late = assess(record(pace=pace), WatchConfig(), T0 + 1499), assess(record(pace=pace), WatchConfig(), T0 + 1501)
+    assert ok is not None and ok.condition == "ok" and ok.steps == (T0 - 900, T0 - 600, T0 - 300, T0)
+    assert late is not None and late.condition == "stalled" and late.last_step == "shard 4/8"
 
 async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
     cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
