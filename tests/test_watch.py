@@ -400,7 +400,9 @@ def start_watch(cwd: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def test_watch_cli_let_finish_exits_0(tmp_path: Path) -> None:
-    write_config(tmp_path, "finish")
+    # a run of ~12 s, so `watch` (seconds to start on a loaded machine) meets it running:
+    # a run that ended before the watch's first look is history, not a "finished" event
+    write_config(tmp_path, "finish", step=1.0)
     assert e3("launch", cwd=tmp_path).returncode == 0
     r = e3("watch", "--json", cwd=tmp_path)
     lines = [json.loads(x) for x in r.stdout.splitlines()]
@@ -427,7 +429,7 @@ def test_watch_cli_killed_mid_way_exits_1(tmp_path: Path) -> None:
 
 
 def test_watch_cli_failure_stall_and_config_thresholds(tmp_path: Path) -> None:
-    write_config(tmp_path / "f", "fail")
+    write_config(tmp_path / "f", "fail", step=1.0)  # ~10 s: the watch meets it running
     assert e3("launch", cwd=tmp_path / "f").returncode == 0
     r = e3("watch", cwd=tmp_path / "f")
     assert r.returncode == 1
