@@ -24,10 +24,10 @@ from tests.test_pace import _fake_smi
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
-from tui.state import view
-from tui.state.model import AppState, LogTail
+from tui.state import logparse, view
+from tui.state.model import AppState, Gpu, LogTail, Proc, Run
 from tui.state.reducer import apply
-from tui.state.watch import WatchConfig, WatchState
+from tui.state.watch import WatchConfig, WatchState, assess, observe
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jobs" / "watch_job.py"
@@ -81,6 +81,183 @@ async def watch_run(tmp: Path, mode: str, watch_cfg: WatchConfig, until: Any, ti
 def kinds(state: AppState) -> list[str]:
     return [e.kind for e in state.watch.events]
 
+
+# --- the rules, one look at a time ----------------------------------------------------------
+# ``observe`` with a fake clock (T0 + seconds) on the real parser's analysis of real log
+# lines; the run records have the shape the agent sends (remote/restart.py's attempts).
+
+T0 = 1_764_460_000.0
+RUN_ID = "20261130-015500-ab12"
+
+
+def record(**kw: Any) -> Run:
+    return Run.from_dict({"run_id": RUN_ID, "name": "watched", "state": "running", **kw})
+
+
+def looks(ws: WatchState, run: Run, log: list[tuple[float, str]]) -> WatchState:
+    """``ws`` after one look per timed line of ``log``, each line new at its time."""
+    analysis = logparse.LogAnalysis()
+    for no, (t, line) in enumerate(log, 1):
+        analysis = logparse.step(analysis, line, no)
+        ws = observe(ws, run, analysis, no, (), (), T0 + t, (line,))
+    return ws
+
+
+STEPS = [(0, "step 5/100 | loss 1.23 | lr 1e-5"), (60, "step 6/100 | loss 1.20 | lr 1e-5")]
+LOSSES = [(0, "{'loss': 0.5, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}"),
+          (60, "{'loss': 0.4, 'grad_norm': 1.1, 'learning_rate': 1e-05, 'epoch': 0.2}")]
+CHATTER = [(300, "NCCL WARN Call to ibv_reg_mr failed, retrying"),
+           (700, "NCCL WARN Call to ibv_reg_mr failed, retrying")]
+
+
+@pytest.mark.parametrize(("log", "last"), [(STEPS, "step 6/100"), (LOSSES, "training log 2")],
+                         ids=["steps", "loss-lines-only"])
+def test_training_progress_is_its_steps_not_other_lines(log: list[tuple[float, str]], last: str) -> None:
+    """While training, progress is the trainer's step (or, for a trainer that prints
+    its loss but no step, each metrics line): a log still growing with warnings after
+    the last one is a stall (the 600 s training floor), named by the last step."""
+    ws = looks(WatchState(), record(), log + CHATTER)
+    assert ws.phase == "training" and ws.condition == "stalled", ws
+    assert ws.last_step == last and ws.last_step_t == T0 + 60
+    (ev,) = ws.events
+    assert ev.kind == "stalled" and ev.at == T0 + 700 and ev.detail["last"] == last
+
+
+def test_watch_of_a_given_run_starts_from_the_hosts_pace() -> None:
+    """``eagle3-tui watch --run ID`` starts with a state that names the run: its first
+    look still takes the host's pace, so a run stalled before anyone watched is stalled
+    at once; a run that had already ended is history, not news."""
+    pace = {"source": "shim", "phase": "loading", "step": "shard 3/8", "step_at": T0, "intervals": [60.0, 60.0]}
+    ws = observe(WatchState(run_id=RUN_ID), record(pace=pace), None, 0, (), (), T0 + 14 * 60)
+    assert ws.condition == "stalled" and ws.last_step == "shard 3/8" and ws.last_step_t == T0
+    assert [e.kind for e in ws.events] == ["stalled"]
+    ended = record(state="exited", exit_code=1, restarts=1, attempts=[
+        {"n": 1, "ended_at": T0, "exit_code": 1, "restarted": True, "why": "restarting: x"}])
+    ws = WatchState(run_id=RUN_ID)
+    for t in (0, 2, 4):
+        ws = observe(ws, ended, None, 0, (), (), T0 + 100 + t)
+        assert ws.condition == "ended" and ws.events == ()
+
+
+def test_a_restarted_attempt_and_giving_up_are_each_told_once() -> None:
+    """The host's restart decisions reach the watch as events: "restarting" for an
+    attempt it restarted, "gave up" for the one it did not, nothing for an attempt it
+    chose not to restart for another reason (the run's end says that)."""
+    nccl = {"id": "nccl-timeout", "title": "NCCL collective timed out", "class": "transient", "line": "..."}
+    first = {"n": 1, "started_at": T0, "ended_at": T0 + 600, "exit_code": 1, "signal": None, "hung": False,
+             "killed": False, "cause": nccl, "progress": {"phase": "extracting", "step": "batch 1203/4000",
+                                                          "batch": 1203},
+             "restarted": True, "why": "restarting: NCCL collective timed out (nccl-timeout)",
+             "restart_at": T0 + 630}
+    waiting = record(restarts=1, restart_at=T0 + 630, attempts=[first])
+    ws = observe(WatchState(), waiting, None, 0, (), (), T0 + 601)
+    ws = observe(ws, waiting, None, 0, (), (), T0 + 605)
+    assert [(e.kind, e.message) for e in ws.events] == [
+        ("restarting", "attempt 1 failed: NCCL collective timed out at batch 1,203/4,000; restarting")]
+    assert ws.events[0].detail["attempt"] == 1 and ws.events[0].detail["restart_at"] == T0 + 630
+    second = dict(first, n=2, started_at=T0 + 630, ended_at=T0 + 900, progress=None, restarted=False,
+                  restart_at=None, why="gave up: NCCL collective timed out (nccl-timeout) after 1 restart(s) "
+                                       "(max_restarts)")
+    ended = record(state="exited", exit_code=1, restarts=1, attempts=[first, second])
+    for t in (901, 903):
+        ws = observe(ws, ended, None, 0, (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["restarting", "gave up", "failed"]
+    assert ws.events[1].message == ("attempt 2 failed: NCCL collective timed out; gave up: NCCL collective "
+                                    "timed out (nccl-timeout) after 1 restart(s) (max_restarts)")
+    # an attempt not restarted for its own reason (a deterministic cause) is no event of its own
+    oom = dict(second, n=1, cause={"id": "cuda-oom", "title": "GPU out of memory", "class": "deterministic"},
+               why="not restarted: GPU out of memory (cuda-oom) is deterministic")
+    ws = WatchState()
+    for t in (0, 2):
+        ws = observe(ws, record(attempts=[oom]), None, 0, (), (), T0 + t)
+    ws = observe(ws, record(state="exited", exit_code=1, attempts=[oom]), None, 0, (), (), T0 + 4)
+    ws = observe(ws, record(state="exited", exit_code=1, attempts=[oom]), None, 0, (), (), T0 + 6)
+    assert [e.kind for e in ws.events] == ["failed"]
+
+
+
+def test_the_next_runs_stall_is_news_after_one_that_ended_stalled() -> None:
+    """One watch follows run after run (the dashboard after a relaunch): a run that was
+    killed while stalled does not silence the stall of the run launched after it."""
+    ws = WatchState()
+    for run, t in ((record(), 0), (record(), 1000), (record(state="killed"), 1010), (record(state="killed"), 1012)):
+        ws = observe(ws, run, None, 1, (), (), T0 + t)
+    nxt = Run.from_dict({"run_id": "20261130-021000-cd34", "name": "watched", "state": "running"})
+    for t in (2000, 3000):
+        ws = observe(ws, nxt, None, 1, (), (), T0 + t)
+    assert [(e.kind, e.run_id) for e in ws.events] == [
+        ("stalled", RUN_ID), ("killed", RUN_ID), ("stalled", nxt.run_id)]
+    assert ws.condition == "stalled" and ws.events[-1].at == T0 + 3000
+
+
+def test_hung_counts_from_when_all_fell_asleep_and_ends_when_it_wakes() -> None:
+    """After the load, a run whose process sleeps on an idle GPU is hung ``hang_s`` after
+    it fell asleep, not before; waking clears it, and the next sleep is a new episode
+    counted from its own start."""
+    loaded = logparse.step(logparse.LogAnalysis(), "INFO Model loading took 3.1 GiB and 40.2 seconds", 1)
+    gpu = Gpu.from_dict({"index": 0, "util": 0, "processes": [{"pid": 4242}]}, 0)
+
+    def look(ws: WatchState, t: float, state: str) -> WatchState:
+        proc = Proc.from_dict({"pid": 4242, "state": state, "run_id": RUN_ID})
+        return observe(ws, record(), loaded, 1, (proc,), (gpu,), T0 + t)
+
+    ws = WatchState(config=WatchConfig(hang_s=300.0, stall_loaded_s=0.0))  # no stall rule here
+    for t, state, condition in ((0, "S", "ok"), (299, "S", "ok"), (300, "S", "hung"), (400, "R", "ok"),
+                                (500, "S", "ok"), (799, "S", "ok"), (800, "S", "hung")):
+        ws = look(ws, t, state)
+        assert ws.condition == condition, (t, ws)
+    assert [(e.kind, e.at - T0, e.detail["idle_s"]) for e in ws.events] == [("hung", 300, 300), ("hung", 800, 300)]
+    assert ws.events[0].message.startswith("processes asleep and GPUs idle, no progress for 5 min")
+
+
+def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() -> None:
+    """A run with a restart policy (its record lists attempts) whose log shows a root
+    cause is not "failed" while it runs: the host may restart it. Its end says failed,
+    with the log's cause."""
+    lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
+             '  File "/app/extract.py", line 12, in <module>',
+             "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
+    analysis = logparse.LogAnalysis()
+    for no, line in enumerate(lines, 1):
+        analysis = logparse.step(analysis, line, no)
+    assert analysis.root_cause is not None and analysis.root_cause.id == "cuda-oom"
+    attempt = {"n": 1, "started_at": T0}
+    ws = WatchState()
+    for t in (0, 5):
+        ws = observe(ws, record(attempts=[attempt]), analysis, 4, (), (), T0 + t)
+    assert ws.events == ()
+    ended = record(state="exited", exit_code=1, attempts=[dict(attempt, ended_at=T0 + 6, exit_code=1,
+                                                               restarted=False, why="not restarted: x")])
+    for t in (7, 9):
+        ws = observe(ws, ended, analysis, 4, (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["failed"] and ws.events[0].detail["id"] == "cuda-oom"
+
+
+@pytest.mark.parametrize(("phase", "idle_since", "condition"),
+                         [("training", T0, "hung"), ("training", None, "ok"), ("saving", T0, "ok"),
+                          ("loading", T0, "ok")])
+def test_the_hosts_idle_record_makes_hung_only_after_the_load_and_not_while_saving(
+        phase: str, idle_since: float | None, condition: str) -> None:
+    """``status --json`` for a run nobody watched: the host's ``idle_since`` says hung
+    after the load; a run saving a checkpoint may wait on its disk, and a loading one
+    is not past its load, so neither is hung by it (whatever the record still holds)."""
+    pace = {"source": "shim", "phase": phase, "step": "x", "step_at": T0 + 600, "intervals": [],
+            "idle_since": idle_since, "gpu": "none: no GPU"}
+    cfg = WatchConfig(hang_s=600.0, stall_training_s=0.0, stall_saving_s=0.0, stall_loading_s=0.0)
+    ws = assess(record(pace=pace), cfg, T0 + 700)
+    assert ws is not None and ws.condition == condition, ws
+    if condition == "hung":
+        assert ws.describe(T0 + 700) == "no CPU activity for 11 min (after the load)"
+
+
+def test_the_hosts_intervals_set_the_stall_limit() -> None:
+    """A run nobody watched is judged by the pace the host recorded: shards 5 min apart
+    give 5 × 5 min before a stall, not the loading floor of 2 min."""
+    pace = {"source": "shim", "phase": "loading", "step": "shard 4/8", "step_at": T0,
+            "intervals": [300.0, 300.0, 300.0]}
+    ok, late = assess(record(pace=pace), WatchConfig(), T0 + 1499), assess(record(pace=pace), WatchConfig(), T0 + 1501)
+    assert ok is not None and ok.condition == "ok" and ok.steps == (T0 - 900, T0 - 600, T0 - 300, T0)
+    assert late is not None and late.condition == "stalled" and late.last_step == "shard 4/8"
 
 async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp_path: Path) -> None:
     cfg = WatchConfig(factor=5.0, stall_loading_s=120.0)
@@ -223,7 +400,9 @@ def start_watch(cwd: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def test_watch_cli_let_finish_exits_0(tmp_path: Path) -> None:
-    write_config(tmp_path, "finish")
+    # a run of ~12 s, so `watch` (seconds to start on a loaded machine) meets it running:
+    # a run that ended before the watch's first look is history, not a "finished" event
+    write_config(tmp_path, "finish", step=1.0)
     assert e3("launch", cwd=tmp_path).returncode == 0
     r = e3("watch", "--json", cwd=tmp_path)
     lines = [json.loads(x) for x in r.stdout.splitlines()]
@@ -250,7 +429,7 @@ def test_watch_cli_killed_mid_way_exits_1(tmp_path: Path) -> None:
 
 
 def test_watch_cli_failure_stall_and_config_thresholds(tmp_path: Path) -> None:
-    write_config(tmp_path / "f", "fail")
+    write_config(tmp_path / "f", "fail", step=1.0)  # ~10 s: the watch meets it running
     assert e3("launch", cwd=tmp_path / "f").returncode == 0
     r = e3("watch", cwd=tmp_path / "f")
     assert r.returncode == 1

@@ -103,9 +103,10 @@ def observe(
     if run is None:
         return ws
     if ws.run_id != run.run_id or ws.last_step_t is None and ws.condition == "ok":
-        # a run seen for the first time: forget the old one's pace, keep the events; one
-        # that had already ended is history, not news
-        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq, once=ws.once,
+        # a run seen for the first time: forget the old one's pace and its stall or hang
+        # (this run's own is news), keep the events; one that had already ended is history
+        ws = WatchState(config=cfg, run_id=run.run_id, events=ws.events, seq=ws.seq,
+                        once=ws.once - {"stalled", "hung"},
                         condition="ended" if run.state in _ENDED else "ok")
         ws = seed(ws, run)
     if ws.condition == "ended":
