@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -291,18 +291,22 @@ def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
 
 # ---------------------------------------------------------------- the job's node
 
-@pytest.fixture()
-def login_agent(slurm_cluster: Cluster, tmp_path: Path):
+def login_agent_on(cluster: Cluster, tmp_path: Path) -> Iterator[AgentProc]:
     """The agent as on a login node: no GPU of its own (nvidia-smi is not on its PATH;
     jobs get the node's stand-in through TaskProlog, tests/slurm.py)."""
-    env = dict(slurm_cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi")
+    env = dict(cluster.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi")
     with AgentProc(env=env) as a:
         a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
         a.tmp = tmp_path  # type: ignore[attr-defined]
         yield a
     # a failed test's job must not hold the node's GPUs for the tests after it
-    subprocess.run(["scancel", "--user", getpass.getuser()], env=slurm_cluster.env, capture_output=True,
+    subprocess.run(["scancel", "--user", getpass.getuser()], env=cluster.env, capture_output=True,
                    timeout=30, check=False)
+
+
+@pytest.fixture()
+def login_agent(slurm_cluster: Cluster, tmp_path: Path) -> Iterator[AgentProc]:
+    yield from login_agent_on(slurm_cluster, tmp_path)
 
 
 def test_the_jobs_node_through_srun_overlap_and_the_kill_proof_there(login_agent: AgentProc) -> None:

@@ -14,7 +14,6 @@ too; the assertions read processes from each node's GPU listing.
 
 from __future__ import annotations
 
-import getpass
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from tests.agent_driver import AgentProc
 from tests.slurm import Cluster, missing
-from tests.test_slurm import GIB, in_state, say, wait_for
+from tests.test_slurm import GIB, in_state, login_agent_on, say, wait_for
 from tui.protocol.ops import KillReport
 from tui.state import view
 
@@ -43,13 +42,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture()
 def login(two_nodes: Cluster, tmp_path: Path) -> Iterator[AgentProc]:
     """The agent as on a login node: no GPU of its own."""
-    env = dict(two_nodes.env, EAGLE3_TUI_GPU_SOURCE="nvidia-smi")
-    with AgentProc(env=env) as a:
-        a.call("configure", {"interval": 0.5, "runs_dir": str(tmp_path / "runs")})
-        a.tmp = tmp_path  # type: ignore[attr-defined]
-        yield a
-    subprocess.run(["scancel", "--user", getpass.getuser()], env=two_nodes.env, capture_output=True,
-                   timeout=30, check=False)
+    yield from login_agent_on(two_nodes, tmp_path)
 
 
 def launch_on_two(a: AgentProc, name: str) -> dict:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.replay import ReplayClient, snapshot
 from tests.test_snapshots import CFG, LOG, RUNS, screen_text
+from tests.test_snapshots import settle as snapshots_settle
 from tui import protocol as p
 from tui.views.app import make_app
 
@@ -41,12 +42,7 @@ def app_with(snap: p.Snapshot) -> Any:
 
 
 async def settle(pilot: Any) -> None:
-    app = pilot.app
-    deadline = time.monotonic() + 10
-    while not (app.dashboard.state.seq == 0 and app.dashboard.state.log.offset == len(LOG)):
-        assert time.monotonic() < deadline
-        await pilot.pause(0.02)
-    await pilot.pause()
+    await snapshots_settle(pilot)
     await pilot.pause()  # the GPU panel's second layout, when the nodes' mode changed
 
 
