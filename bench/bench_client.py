@@ -15,7 +15,10 @@ generated log, toolong (`tl`) and `tail -F` on the same file, then:
    taken, then Escape and the time until it is gone; at its end, how long until the last line is on the pane; then the log viewer
    (`L`) must count every line of the file;
 5. RSS at 20 lines/s for --rss-minutes, sampled every 10 s, growth extrapolated per hour;
-6. with --ssh, through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py): OpenSSH's own
+6. a training run's log at 20 lines/s for --train s (Hugging Face Trainer-style metrics
+   dicts with a tqdm step bar every tenth line): each line changes the step and loss the
+   progress panel shows, and its loss plot (last: from then on the log reads as training);
+7. with --ssh, through a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py): OpenSSH's own
    `ssh HOST true` as the peer, the first full frame on a one-line log as in 1. (twice:
    the first connect uploads the agent when this version is new to the host) and on the
    bench's grown log, then idle.
@@ -148,10 +151,11 @@ class Tmux:
 
 # ---- the log ----------------------------------------------------------------------------
 class Writer:
-    """Appends vLLM-like lines at a set rate, in 10 ms batches; counts what it wrote."""
+    """Appends vLLM-like lines (or, with `train`, a training loop's) at a set rate, in
+    10 ms batches; counts what it wrote."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.lines, self.rate = path, 0, 0.0
+        self.path, self.lines, self.rate, self.train = path, 0, 0.0, False
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
         self._rng = random.Random(7)
@@ -159,6 +163,11 @@ class Writer:
 
     def line(self) -> str:
         n = self.lines + 1
+        if self.train:
+            if n % 10 == 0:
+                return f" {n // 100:2d}%|{'█' * (n // 500):<20}| {n}/10000 [00:{n % 60:02d}<09:00, 20.0it/s]"
+            return (f"{{'loss': {2 / (1 + n / 500) + self._rng.uniform(0, 0.05):.4f}, 'grad_norm': "
+                    f"{self._rng.uniform(0.5, 2):.3f}, 'learning_rate': 2e-05, 'epoch': {n / 10000:.2f}}}")
         if n % 10 == 0:
             pct = n % 100
             return (f"(Worker_TP{n % 8} pid={1000 + n % 8}) Processed prompts: {pct:3d}%|{'█' * (pct // 5):<20}| "
@@ -260,6 +269,7 @@ def main() -> int:
     ap.add_argument("--steady", type=float, default=60)
     ap.add_argument("--burst", type=float, default=60)
     ap.add_argument("--rss-minutes", type=float, default=10)
+    ap.add_argument("--train", type=float, default=60, help="seconds of training-log lines at 20 lines/s, last")
     ap.add_argument("--sparse", type=int, default=20, help="lines written one every 0.5 s for the latency phase")
     ap.add_argument("--ssh", action="store_true", help="also measure idle over loopback SSH")
     ap.add_argument("--first-frame-only", action="store_true",
@@ -368,6 +378,13 @@ def main() -> int:
             samples.append((time.monotonic(), s))
             time.sleep(10)
         writer.rate = 0
+        if args.train:
+            writer.train, writer.rate = True, 20
+            time.sleep(2)
+            results["20 training lines/s"] = procs.phase(args.train)
+            writer.rate = 0
+            if "loss" not in dash.screen():
+                print("!! the progress panel shows no loss; the pane:\n" + dash.screen())
     except _FirstFrameOnly:
         pass
     finally:

@@ -20,7 +20,8 @@ from tui.views.app import EagleApp, make_app
 from tui.views.screens.confirm import ConfirmScreen
 from tui.views.screens.help import HelpScreen
 from tui.views.widgets.gpus import GpuPanel
-from tui.views.widgets.logtail import TailLog
+from tui.views.widgets.logtail import BUSY_S, TailLog
+from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.tables import ProcessTable, RunsTable
 
 CFG = parse_config('[run]\nname = "kimi"\ncommand = ["python", "02_extract.py"]\nlog = "/srv/x.log"\n')
@@ -101,6 +102,44 @@ async def test_shard_progress_and_log_tail() -> None:
         await until(pilot, lambda: "25/64" in str(app.query_one("#progress").render()))
         # The first frame's tail is small; the older part of the analysis comes after it.
         assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -FIRST_TAIL, "inode": None}) in client.requests
+
+
+async def test_a_training_log_burst_repaints_the_progress_a_few_times_a_second_and_ends_on_the_newest_step() -> None:
+    """A training loop's every line changes the step and the loss: at 50 lines a second the
+    progress panel (and the panels the finished analysis redraws) repaint at most about
+    twice a second, never lay the screen out again for a same-height panel, and once the
+    lines stop the newest step and loss are on it. Snapshots come between the lines (here
+    four a second), each redrawing every panel at once."""
+    def line(i: int) -> bytes:
+        return b"INFO 12-01 21:00:00 [worker.py:1] step %d: extracted 256 tokens, loss %.5f\n" % (i, 1 / (i + 1))
+
+    first = line(0)
+    client = ReplayClient([snapshot(2, runs=[RUN]), log_event(first)])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        progress, runs = app.query_one(RunProgress), app.query_one(RunsTable)
+        await until(pilot, lambda: "step 0" in str(progress.render()))
+        await pilot.pause(0.6)
+        updates: list[bool] = []  # layout flag of each progress update
+        update, show = progress.update, runs.show
+        progress.update = lambda content, layout=True: (updates.append(layout), update(content, layout=layout))  # type: ignore[method-assign,func-returns-value,misc]
+        tables: list[int] = []
+        runs.show = lambda *a, **k: (tables.append(1), show(*a, **k))  # type: ignore[method-assign,func-returns-value]
+        offset, i, t0 = len(first), 0, time.monotonic()
+        while time.monotonic() - t0 < 2.0:  # a line every 20 ms for 2 s
+            i += 1
+            if i % 12 == 0:
+                client.push(snapshot(2, seq=i, runs=[RUN]))
+            client.push(log_event(line(i), offset=offset))
+            offset += len(line(i))
+            await pilot.pause(0.02)
+        await until(pilot, lambda: f"step {i} " in str(progress.render()))
+        await pilot.pause(0.6)
+        shown = str(progress.render())
+        assert f"step {i} " in shown and f"loss  {1 / (i + 1):.4g}" in shown, shown
+        assert i >= 40 and len(updates) <= 2.0 / BUSY_S + 3, (i, len(updates))  # ~2 a second, not one a line
+        assert len(tables) <= 2.0 / BUSY_S + 2.0 * 4 + 3, (i, len(tables))  # and one a snapshot
+        assert sum(updates) <= 1, updates  # the same rows: no layout
 
 
 async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() -> None:

@@ -36,7 +36,7 @@ from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
 from tui.views.screens.dashboard_actions import DashboardActions
 from tui.views.widgets.gpus import GpuPanel
-from tui.views.widgets.logtail import BUSY_S, LogPane
+from tui.views.widgets.logtail import BUSY_S, FRAME_S, LogPane
 from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.render import set_content, set_title, terminal_write
 from tui.views.widgets.status import StatusBar
@@ -73,7 +73,11 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._notified = feed.state.notice_serial if attached else 0  # last notice shown
         self._stale_shown = False
         self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
-        self._progress_due = False  # a progress repaint is scheduled for the next frame
+        # What the log's lines call for (None, "progress" or "all"), drawn by one timer at
+        # most once per BUSY_S while lines keep coming (`_repaint_soon`).
+        self._due: str | None = None
+        self._repaint_timer: Any = None
+        self._repainted_at = 0.0
         self._unlisten: Any = None
 
     # The host's state lives in its feed; the screen reads it from there.
@@ -188,25 +192,38 @@ class DashboardScreen(DashboardActions, Screen[None]):
     def _render_event(self, event: Event) -> None:
         if isinstance(event, (p.LogData, p.LogReset, LogFollowed, TailSize, LogOlder)):
             self._log_pane.show(self.state.log)  # drawn with the next frame
-            if not self._progress_due:  # the phase follows the log, once per frame too
-                self._progress_due = True
-                self.set_timer(BUSY_S, self._render_progress)
-        elif isinstance(event, AnalyseLog):  # the phase follows once per frame; all of it at the end
-            if not self.state.log.backlog:
-                self._render_all()
-            elif not self._progress_due:
-                self._progress_due = True
-                self.set_timer(BUSY_S, self._render_progress)
+            self._repaint_soon("progress")  # the phase follows the log
+        elif isinstance(event, AnalyseLog):  # the phase follows; all of it once the backlog is in
+            self._repaint_soon("progress" if self.state.log.backlog else "all")
         elif isinstance(event, p.KillProgress):
             self._render_banner()
         else:
             self._render_all()
+
+    def _repaint_soon(self, what: str) -> None:
+        """Draw `what` ("progress", or "all" the panels) with the next frame, or while
+        lines keep coming at most once per BUSY_S: a training log at 20 lines/s changes
+        the step and loss with every line, and each repaint lays the screen out again."""
+        self._due = "all" if "all" in (what, self._due) else what
+        if self._repaint_timer is None:
+            wait = max(FRAME_S, BUSY_S - (time.monotonic() - self._repainted_at))
+            self._repaint_timer = self.set_timer(wait, self._repaint_due)
+
+    def _repaint_due(self) -> None:
+        self._repaint_timer, self._repainted_at = None, time.monotonic()
+        with contextlib.suppress(NoMatches):  # the screen is being torn down
+            if self._due == "all":
+                self._render_all()
+            elif self._due == "progress":
+                self._render_progress()
 
     async def _follow_log(self) -> None:
         await self.feed.follow_log()
 
     # ---- rendering ----------------------------------------------------------------
     def _render_all(self) -> None:
+        throttled = self._repaint_timer is not None  # lines keep coming: the progress waits for that repaint
+        self._due = "progress" if throttled else None
         st = self.state
         self._status.show(st)
         self._gpus.show(st)
@@ -225,7 +242,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         if chosen is not None and runs_table.selected_run_id() != chosen.run_id:
             runs_table.select(chosen.run_id)  # the cursor shows the run actions apply to
         set_title(self.query_one("#gpu-box"), f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs")
-        self._render_progress()
+        if not throttled:
+            self._render_progress()
         self._render_banner()
         self._refresh_bindings()  # kill/relaunch availability follows the runs
         if st.seq >= 0:
@@ -240,7 +258,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self.refresh_bindings()
 
     def _render_progress(self) -> None:
-        self._progress_due = False
+        if self._due == "progress":
+            self._due = None
         run, st = self._run(), self.state
         phase = self._phase(run)
         if view.analysis_of(st, run) is not st.log.analysis:  # the previous run's log, still followed

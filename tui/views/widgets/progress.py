@@ -129,6 +129,7 @@ class RunProgress(Static):
     DEFAULT_CSS = """
     RunProgress { height: auto; min-height: 3; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
+    _rows: int | None = None  # rows of the content shown
 
     def show(self, state: AppState, phase: str | None, run_label: str, history: str | None = None) -> None:
         """``history``: the load from history (`tui.state.history.load_line`), under the bars."""
@@ -174,4 +175,8 @@ class RunProgress(Static):
                 if fix:
                     out.append(f"\n  fix: {fix}", style="yellow")
         out.no_wrap, out.overflow = True, "ellipsis"  # a narrow panel cuts lines, never wraps them
-        set_content(self, out)
+        # Its height is its rows: only a change in their number lays the screen out again
+        # (a training loop's step and loss change with every line, the rows seldom).
+        rows = len(out.plain.split("\n"))
+        if set_content(self, out, layout=rows != self._rows):
+            self._rows = rows
