@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_driver import AgentProc
+from tests.replay import ReplayClient, snapshot
 from tui.protocol.ops import KillReport
 from tui.services.config import parse_config
 from tui.state import view
@@ -87,3 +88,22 @@ async def test_the_dashboard_shows_the_gpu_source_s_error(
     assert text.startswith("GPU reading failed (nvidia-smi):\n"), text
     assert " ".join(text.split("\n\n")[0].split()[4:]) == ERROR, text  # its words, wrapped
     assert "no GPU source" not in text and "reported no GPUs" not in text, text
+
+
+async def test_a_source_with_no_cards_says_so_once_a_snapshot_came() -> None:
+    # Before the first snapshot the panel waits; after it, a working source that lists no
+    # card says the host reported none (the panel once kept "waiting" for good: the
+    # reading, [] before and after, had not changed).
+    client = ReplayClient([])
+    app = make_app(client, parse_config(""), "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.3)
+        assert "waiting for the first reading" in str(app.query_one(GpuPanel).render())
+        client.push(snapshot(0, gpu_source="nvml", gpu_error=None))  # the source the hello named
+        deadline = time.monotonic() + 10
+        while app.dashboard.state.snapshot_time is None:
+            assert time.monotonic() < deadline, "no snapshot came"
+            await pilot.pause(0.05)
+        await pilot.pause()
+        text = str(app.query_one(GpuPanel).render())
+    assert text.startswith("GPUs (nvml):\nthe host reported no GPUs"), text

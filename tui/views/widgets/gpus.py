@@ -28,9 +28,10 @@ class GpuPanel(Static):
         self._mode = ""  # how a job's several nodes were last drawn (_by_node)
 
     def show(self, state: AppState) -> None:
-        """Repaint when a reading or the history changed; lay out again only when the
+        """Repaint when a reading, the history or the first snapshot came; lay out again only when the
         number of cards did (the panel's height follows it)."""
-        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history, state.job_nodes)
+        shown = (state.gpus, state.gpu_source, state.gpu_error, state.gpu_history, state.job_nodes,
+                 state.snapshot_time is None)  # the first snapshot ends "waiting" even with no card
         if shown == self._shown:
             return
         relayout = (self._shown is None or len(self._shown[0]) != len(state.gpus)
