@@ -77,8 +77,9 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     this node and wait until no GPU lists a process of it (the same proof as a local
     kill). ``nodes``: the agents inside the job, one per node (remote/nodeagent.py);
     the proof is then read on each, from the last snapshot it sent before its step
-    ended, and `node_proofs` says each node's verdict. Without them, a job on another
-    node gets no proof: `gpus_free` is None there."""
+    ended, and `node_proofs` says each node's verdict; a job on this host whose GPUs
+    `gpu_query` reads is proven here instead. Without either, a job on another node
+    gets no proof: `gpus_free` is None there."""
     run_dir = rundir.trusted_run_dir(runs_dir, run_id)
     if not slurm.is_slurm(run_dir):
         raise RunnerError("run %s is not a Slurm run" % run_id)
@@ -87,7 +88,10 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     rec = slurm.record(run_dir, slurm.squeue(fresh=True))
     job = rec["job_id"]
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
-    agents = list(nodes or []) if rec["state"] == "running" else []
+    # A job on this very host whose GPUs this agent reads: the proof is read here, by an
+    # agent that outlives the job (a node agent ends with the job it lives in).
+    local = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname() and gpu_query is not None
+    agents = list(nodes or []) if rec["state"] == "running" and not local else []
     start = time.monotonic() + 10.0  # one deadline for all (they started together): ready, then a reading
 
     def left() -> float:

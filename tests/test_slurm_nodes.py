@@ -23,7 +23,7 @@ import pytest
 
 from tests.agent_driver import AgentProc
 from tests.slurm import Cluster, missing
-from tests.test_slurm import GIB, in_state, login_agent_on, say, wait_for
+from tests.test_slurm import GIB, e3, in_state, login_agent_on, say, wait_for
 from tui.protocol.ops import KillReport
 from tui.state import view
 
@@ -101,6 +101,20 @@ def test_a_two_node_job_shows_each_nodes_gpus_and_the_kill_proves_both(login: Ag
     assert any(line.startswith("e3node2 GPU 0: ") for line in lines), lines
     wait_for(in_state(a, run["run_id"], "killed"), 30, "the killed job")
     assert "job_nodes" not in a.call("snapshot")
+
+
+def test_the_kill_command_proves_both_nodes_free(login: AgentProc, two_nodes: Cluster) -> None:
+    # `eagle3-tui kill` (no dashboard following the job) reads the proof on every node too.
+    run = launch_on_two(login, "clikill")
+    tmp: Path = login.tmp  # type: ignore[attr-defined]
+    (tmp / "eagle3.toml").write_text('[host]\nruns_dir = "%s"\n[run]\ngraces = [5, 5]\ngpu_wait = 15\n'
+                                     % (tmp / "runs"))
+    out = e3(two_nodes, tmp, "kill", run["run_id"], "--yes", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    first = out.stdout.splitlines()[0]
+    assert "GPUs free after" in first and "(GPU proof read on 2 of 2 nodes)" in first, out.stdout
+    assert "e3node1: GPUs free" in out.stdout and "e3node2: GPUs free" in out.stdout, out.stdout
+    say("two nodes: CLI kill: " + first)
 
 
 def test_a_node_whose_step_cannot_start_is_one_line_and_the_other_node_stays(

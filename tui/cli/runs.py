@@ -319,6 +319,11 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
             return {"run_id": run.run_id, "ok": True, "already": run.state, "exit": code,
                     "message": view.already_ended(run)}, None
         await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?", yes, "kill")
+        if run.job_id and run.state == "running" and obj.cfg.run.node_agent != "off":
+            # the GPU-free proof is read on the job's nodes, by agents inside the job (README
+            # "Runs through Slurm"), as the dashboard's kill does
+            await client.follow_job(run.run_id, obj.cfg.run.node_agent)
+            await client.snapshot()  # the agent starts the job's node agents as it takes one
 
         def progress(ev: KillProgress) -> None:
             if not as_json:
