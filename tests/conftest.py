@@ -21,6 +21,12 @@ from tui.transport import AgentClient, LocalLink
 
 LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
 
+# The files and dirs the tests plant (a runs dir, records) are made as the agent makes its
+# own, under umask 022: with a login's umask of 002 (user-private groups) they would be
+# group-writable and the agent rightly refuses them. What a 002 login does to the product
+# itself is tested where it matters (test_host_trust sets it).
+os.umask(0o022)
+
 
 def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
     """(shim pid, process groups) of every supervisor shim whose run dir is under ``root``."""
