@@ -90,7 +90,8 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
     manifest = rundir.read_record(os.path.join(run_dir, "manifest.json"))
     # A job on this very host whose GPUs this agent reads: the proof is read here, by an
     # agent that outlives the job (a node agent ends with the job it lives in).
-    local = isinstance(manifest, dict) and manifest.get("host") == socket.gethostname() and gpu_query is not None
+    local = (isinstance(manifest, dict) and manifest.get("host") == socket.gethostname()
+             and gpu_query is not None and len(list(nodes or [])) <= 1)  # one node: this one
     agents = list(nodes or []) if rec["state"] == "running" and not local else []
     start = time.monotonic() + 10.0  # one deadline for all (they started together): ready, then a reading
 

@@ -33,7 +33,7 @@ from tui.state import watch as watcher
 from tui.state.events import ActionStarted, ActionUnconfirmed
 from tui.state.model import Action, AppState
 from tui.state.reducer import apply
-from tui.transport import AgentClient
+from tui.transport import AgentClient, AgentRequestError
 
 
 @click.command()
@@ -321,9 +321,13 @@ def kill(obj: Ctx, target: str | None, run_id: str | None, yes: bool, as_json: b
         await confirm(f"kill run {run.run_id} ({' '.join(run.argv)[:60]}, {view.whose(run)})?", yes, "kill")
         if run.job_id and run.state == "running" and obj.cfg.run.node_agent != "off":
             # the GPU-free proof is read on the job's nodes, by agents inside the job (README
-            # "Runs through Slurm"), as the dashboard's kill does
-            await client.follow_job(run.run_id, obj.cfg.run.node_agent)
-            await client.snapshot()  # the agent starts the job's node agents as it takes one
+            # "Runs through Slurm"), as the dashboard's kill does; without them the kill
+            # still goes ahead and says the proof needs an agent there
+            try:
+                await client.follow_job(run.run_id, obj.cfg.run.node_agent)
+                await client.snapshot()  # the agent starts the job's node agents as it takes one
+            except AgentRequestError:
+                pass
 
         def progress(ev: KillProgress) -> None:
             if not as_json:
