@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,15 @@ def test_a_kill_with_a_failing_nvidia_smi_says_the_proof_could_not_be_read(
     print(view.describe_kill(KillReport.parse(report))[0])
 
 
+async def panel_after_a_snapshot(app: Any, pilot: Any, timeout: float) -> str:
+    """The GPU panel's text once the dashboard has its first snapshot."""
+    deadline = time.monotonic() + timeout
+    while app.dashboard.state.snapshot_time is None:
+        assert time.monotonic() < deadline, "no snapshot came"
+        await pilot.pause(0.05)
+    await pilot.pause()
+    return str(app.query_one(GpuPanel).render())
+
 async def test_the_dashboard_shows_the_gpu_source_s_error(
         tmp_path: Path, broken_smi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in broken_smi_env.items():  # the local agent is started with this environment
@@ -79,12 +89,7 @@ async def test_the_dashboard_shows_the_gpu_source_s_error(
     cfg = parse_config(f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\ninterval = 0.3\n')
     app = make_app(AgentClient(LocalLink(runs_dir=cfg.host.runs_dir), reconnect=False), cfg, "local")
     async with app.run_test(size=(160, 50)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.dashboard.state.snapshot_time is None:
-            assert time.monotonic() < deadline, "no snapshot came"
-            await pilot.pause(0.05)
-        await pilot.pause()
-        text = str(app.query_one(GpuPanel).render())
+        text = await panel_after_a_snapshot(app, pilot, 20)
     assert text.startswith("GPU reading failed (nvidia-smi):\n"), text
     assert " ".join(text.split("\n\n")[0].split()[4:]) == ERROR, text  # its words, wrapped
     assert "no GPU source" not in text and "reported no GPUs" not in text, text
@@ -100,10 +105,5 @@ async def test_a_source_with_no_cards_says_so_once_a_snapshot_came() -> None:
         await pilot.pause(0.3)
         assert "waiting for the first reading" in str(app.query_one(GpuPanel).render())
         client.push(snapshot(0, gpu_source="nvml", gpu_error=None))  # the source the hello named
-        deadline = time.monotonic() + 10
-        while app.dashboard.state.snapshot_time is None:
-            assert time.monotonic() < deadline, "no snapshot came"
-            await pilot.pause(0.05)
-        await pilot.pause()
-        text = str(app.query_one(GpuPanel).render())
+        text = await panel_after_a_snapshot(app, pilot, 10)
     assert text.startswith("GPUs (nvml):\nthe host reported no GPUs"), text
