@@ -65,7 +65,8 @@ def load_seconds(path: str) -> Optional[float]:
             launched = header.get("launched_at") or t0
             if not all(isinstance(v, (int, float)) for v in (t, t0, launched)):
                 return None
-            return round(float(t) + float(t0) - float(launched), 1)
+            # the very sum `runs show` makes (t + (t0 - launched)): both round 13.95 alike
+            return round(float(t) + (float(t0) - float(launched)), 1)
     return None
 
 

@@ -169,3 +169,19 @@ def test_the_history_line_before_and_during_the_load() -> None:
     assert seen.load_line(_live(1180.0), [_bar(64, 0.0)], "extracting", 2000.0) is None  # loaded
     ended = Run.from_dict({"run_id": "r", "state": "exited", "launched_at": 1000.0, "expected_load_s": 9.0})
     assert seen.load_line(ended, [], "loading", 1001.0) is None
+
+
+def test_the_host_and_runs_show_round_a_load_alike(tmp_path: Path) -> None:
+    # Launched at .94, the process at .99, loaded at 13.9: the load is 13.95 s either way
+    # the sum is made, and the two sums round to 14.0 and 13.9 (seen: the ETA said 14.0
+    # where `runs show` said the last load took 13.9).
+    from tui.services import timeline as clienttl
+
+    data = (b'{"v":1,"t0":1796189113.99,"run":"20261202-052513-0187","launched_at":1796189113.94}\n'
+            b'{"t":0.2,"e":"phase","phase":"starting","o":0}\n'
+            b'{"t":13.9,"e":"phase","phase":"loaded","o":664}\n')
+    path = tmp_path / hosttl.TIMELINE_FILE
+    path.write_bytes(data)
+    path.chmod(0o600)
+    shown = clienttl.summary(clienttl.parse(data))["load_s"]
+    assert history.load_seconds(str(path)) == shown == 13.9
