@@ -444,8 +444,9 @@ def kill(
         **freed,
         "elapsed": elapsed(),
     }
-    if unread(freed, failed):
-        result["note"] = unread(freed, failed)
+    note = unread(freed, failed)
+    if note is not None:
+        result["note"] = note
     report("done", freed["gpus"])
     if run_dir is not None and stages:
         write_killed(run_dir, result)

@@ -174,14 +174,15 @@ def kill(runs_dir: str, run_id: str, graces: Any = (10.0, 10.0), gpu_wait: float
               "stages": stages, **freed,
               "slurm_state": final.get("slurm_state"), "nodes": final.get("nodes") or rec.get("nodes"),
               "elapsed": elapsed()}
+    unread = killer.unread(freed, failed)  # this host's GPU source failed: no proof either way
     if rec["state"] == "pending" and rec.get("restart_at") is not None:
         result["note"] = "job %s was waiting to restart the run: cancelled, nothing starts later" % job
     elif rec["state"] == "pending":
         result["note"] = "job %s was still pending: no process of it ever ran" % job
     elif on_node:
         result["note"] = _note(proofs, unreached)
-    elif here and killer.unread(freed, failed):
-        result["note"] = killer.unread(freed, failed)
+    elif here and unread is not None:
+        result["note"] = unread
     elif not here and rec.get("nodes"):
         result["note"] = "GPU proof needs the agent on %s (this is %s)" % (rec["nodes"], socket.gethostname())
     report("done")
