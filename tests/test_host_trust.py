@@ -225,7 +225,7 @@ def test_a_run_from_the_future_never_wins_the_default_selection(tmp_path: Path) 
 
 
 def _agent_rdir(cache: Path) -> Path:
-    from tui.transport.local import agent_files, agent_sha, default_agent_dir
+    from tui.transport.bundle import agent_files, agent_sha, default_agent_dir
 
     return cache / f"agent-{agent_sha(agent_files(default_agent_dir()))[:12]}"
 

@@ -23,6 +23,7 @@ import asyncssh
 from tui import trace
 
 from . import hostpython
+from .bundle import agent_bundle, default_agent_dir
 from .errors import (
     AgentStartFailed,
     AuthFailed,
@@ -32,7 +33,7 @@ from .errors import (
     HostUnreachable,
     TransportError,
 )
-from .local import AgentStream, agent_bundle, default_agent_dir
+from .link import AgentStream
 from .targets import parse_target
 
 
