@@ -32,7 +32,14 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _run(obj: Ctx, target: str | None, body: Any) -> Any:
-    return run_on_host(obj, target, body)
+    async def said_first(client: AgentClient) -> Any:
+        # The agent rolled back a push another agent left unfinished before it said
+        # hello: say so, and name each file someone else changed since (left as it is).
+        for line in client.hello.patch_recovery if client.hello else ():
+            click.echo(line, err=True)
+        return await body(client)
+
+    return run_on_host(obj, target, said_first)
 
 
 def _print_json(obj: Any) -> None:
