@@ -179,13 +179,22 @@ def recover() -> Optional[Dict[str, Any]]:
 def describe(recovered: Dict[str, Any]) -> str:
     """What `recover` did, for the user: one line, then one line for each file someone
     else changed since the push began (left as it is)."""
+    return "\n".join(_lines(recovered))
+
+
+def _lines(recovered: Dict[str, Any]) -> List[str]:
     if recovered.get("error"):
-        return str(recovered["error"])
+        return [str(recovered["error"])]
+
+    def one(path: str) -> str:  # a path is the user's text: one line whatever it holds
+        return path.replace("\r", "\\r").replace("\n", "\\n")
+
     lines = ["an interrupted patch push to %s was rolled back: %s" % (
-        recovered.get("target"), ", ".join(recovered.get("restored") or []) or "nothing had changed yet")]
+        recovered.get("target"), ", ".join(one(p) for p in recovered.get("restored") or [])
+        or "nothing had changed yet")]
     lines += ["%s was changed by someone else after the interrupted push began; left as it is"
-              % path for path in recovered.get("changed") or []]
-    return "\n".join(lines)
+              % one(path) for path in recovered.get("changed") or []]
+    return lines
 
 
 def _recover_locked(d: str) -> Optional[Dict[str, Any]]:
@@ -198,7 +207,7 @@ def _recover_locked(d: str) -> Optional[Dict[str, Any]]:
     _clear(d)
     out = {"target": journal.get("target"), "started": journal.get("started"),
            "restored": restored, "changed": changed}
-    out["lines"] = describe(out).split("\n")
+    out["lines"] = _lines(out)
     return out
 
 
