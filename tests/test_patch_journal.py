@@ -358,3 +358,18 @@ async def test_a_file_an_interrupted_push_created_is_removed_unless_someone_chan
         assert not made.exists()
         assert client.hello.patch_recovery == (f"an interrupted patch push to v9 was rolled back: {old}, {made}",)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp files
+
+
+def test_the_hello_recovery_lines_are_cleaned_bounded_and_never_a_crash() -> None:
+    """The lines come from the host (its paths): each one cleaned to one line, at most
+    50 of 500 characters; a hello with a malformed `patch_recovered` is no recovery."""
+    from tui.protocol import parse_message
+
+    def lines(rec: object) -> tuple[str, ...]:
+        msg = parse_message({"type": "hello", "protocol": 1, "patch_recovered": rec})
+        return msg.patch_recovery  # type: ignore[union-attr]
+
+    assert lines({"lines": ["/x/a\x1bc.py was changed\n\x1b]52;c;aGk=\x07", 7, "y" * 900] + ["z"] * 60}) == (
+        "/x/a.py was changed ", "7", "y" * 500, *["z"] * 47)
+    assert lines({"error": "cannot roll back \x9b2J"}) == ("cannot roll back ",)
+    assert lines(None) == lines([]) == lines({"lines": "nope"}) == ()
