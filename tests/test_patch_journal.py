@@ -373,3 +373,27 @@ def test_the_hello_recovery_lines_are_cleaned_bounded_and_never_a_crash() -> Non
         "/x/a.py was changed ", "7", "y" * 500, *["z"] * 47)
     assert lines({"error": "cannot roll back \x9b2J"}) == ("cannot roll back ",)
     assert lines(None) == lines([]) == lines({"lines": "nope"}) == ()
+
+
+async def test_the_dashboard_toasts_the_rollback_and_each_file_someone_changed(
+        site: Path, jdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The dashboard whose agent did the rollback (Textual pilot, the real local agent):
+    one toast, the rollback on its first line and the file someone changed on the next."""
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+
+    pristine = spec_wheel.pristine_files()
+    await _killed_after_first_write(site, tmp_path, monkeypatch)
+    pkg(site, WORKER).write_bytes(pristine[WORKER] + b"# mine\n")
+    client = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), reconnect=False)
+    app = make_app(client, parse_config(f'[host]\nruns_dir = {json.dumps(str(tmp_path / "runs"))}\n'), "local")
+    want = (f"agent: an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}\n"
+            f"{pkg(site, WORKER)} was changed by someone else after the interrupted push began; left as it is")
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        for _ in range(200):
+            if any(str(n.message) == want for n in app._notifications):
+                break
+            await pilot.pause(0.05)
+        assert [str(n.message) for n in app._notifications if "interrupted" in str(n.message)] == [want]
+        await pilot.press("q")
+    assert pkg(site, WORKER).read_bytes() == pristine[WORKER] + b"# mine\n"
