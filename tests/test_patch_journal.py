@@ -127,6 +127,8 @@ async def test_a_journal_left_by_a_dead_agent_is_rolled_back_and_reported(
         agent.wait_for(lambda m: m["type"] == "error" and m["message"]
                        == f"an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}")
     assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+    # the pristine backup the push made went with it: a whole rollback leaves no trace
+    assert not Path(str(pkg(site, GEN)) + S.BACKUP_SUFFIX).exists()
 
 
 def test_a_planted_journal_is_refused(site: Path, jdir: Path, tmp_path: Path) -> None:  # noqa: F811
