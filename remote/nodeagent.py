@@ -4,7 +4,7 @@ login node's agent (the one the client reaches over SSH) as
     srun --jobid=JOB --overlap --nodelist=NODE -N1 -n1 PYTHON stepagent.py RUN_ID
 
 (``how = "srun"``, the default: every Slurm lets a job's owner step into the job), or
-``ssh -o BatchMode=yes NODE PYTHON stepagent.py RUN_ID`` where the site allows ssh to a
+``ssh -o BatchMode=yes -T -- NODE PYTHON stepagent.py RUN_ID`` where the site allows ssh to a
 node that runs one's job (``how = "ssh"``, pam_slurm_adopt). There it runs the agent
 (stepagent.py: agent.py with no runner, which samples and answers, and runs nothing) and speaks the
 same JSON lines; the login agent (``Follower``) starts one for each node of the job,
@@ -41,7 +41,12 @@ def command(how: str, run_id: str, job: str, node: str, python: str = sys.execut
     Slurm confines devices a step sees only the GPUs it was given."""
     agent = [python, "-u", SCRIPT, run_id]
     if how == "ssh":
-        return ["ssh", "-o", "BatchMode=yes", "-T", node] + agent
+        # A node name is Slurm's (squeue's) text, not ours: one like `-oProxyCommand=…`
+        # would be an ssh option. `--` ends ssh's options, and a name that starts with
+        # `-` is refused outright (no real host is called that).
+        if node.startswith("-"):
+            raise ValueError("node name %r starts with '-'; not passed to ssh" % node)
+        return ["ssh", "-o", "BatchMode=yes", "-T", "--", node] + agent
     gres = ["--gres=gpu:%d" % gpus] if gpus else []
     return ["srun", "--jobid=%s" % job, "--overlap", "--nodelist=%s" % node, "-N1", "-n1",
             "--quiet"] + gres + agent
@@ -61,9 +66,15 @@ class NodeAgent:
         self.stderr: List[str] = []
         self.ended = threading.Event()
         self.lock = threading.Lock()
-        argv = command(how, run_id, job, node, gpus=gpus)
+        self.proc: Optional[subprocess.Popen] = None
         try:
-            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+            argv = command(how, run_id, job, node, gpus=gpus)
+        except ValueError as e:
+            self.error = str(e)
+            self.ended.set()
+            return
+        try:
+            self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
         except OSError as e:
