@@ -15,8 +15,13 @@ import json
 import os
 import shlex
 import socket
+import warnings
 from pathlib import Path
 from typing import Any
+
+# cryptography >= 51 warns at asyncssh's import that DSA is deprecated: a line of library
+# noise on the stderr of every command, before its own one-line message. Only that warning.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
 
 import asyncssh
 
