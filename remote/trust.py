@@ -38,6 +38,7 @@ import fcntl
 import grp
 import os
 import pwd
+import shlex
 import stat
 from typing import Dict, List, Optional, Tuple
 
@@ -114,7 +115,7 @@ def _fix(path: str, st: os.stat_result, bits: int) -> str:
     if bits & 0o002:
         who.append("any user may write it")
     return " -- run chmod %s-w %s (%s: they could plant files the agent would act on)" % (
-        {0o020: "g", 0o002: "o", 0o022: "go"}[bits], path, "; ".join(who))
+        {0o020: "g", 0o002: "o", 0o022: "go"}[bits], shlex.quote(path), "; ".join(who))
 
 
 def problem(path: str, st: os.stat_result, what: str = "", sealed: bool = False) -> Optional[str]:
@@ -157,6 +158,7 @@ def _walk(path: str, what: str, full: str) -> int:
     directory swapped while we looked is refused. OSError when a part is missing."""
     parts: List[str] = [p for p in path.split("/") if p]
     fds = [os.open("/", _DIR_FLAGS)]  # fds[-1] is where we are; ".." pops
+    names: List[str] = []  # the path of fds[-1], for the messages
     links = 0
     try:
         while parts:
@@ -166,6 +168,7 @@ def _walk(path: str, what: str, full: str) -> int:
             if name == "..":
                 if len(fds) > 1:
                     os.close(fds.pop())
+                    names.pop()
                 continue
             st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
@@ -174,8 +177,8 @@ def _walk(path: str, what: str, full: str) -> int:
                     raise Untrusted(
                         "refusing %s %s: on its path, %s is a symlink in a directory that is not "
                         "yours or root's alone (owner %s, mode %04o), which could point it anywhere; "
-                        "give the path without it" % (what, full, name, owner_name(dir_st.st_uid),
-                                                      stat.S_IMODE(dir_st.st_mode)))
+                        "give the path without it" % (what, full, "/" + "/".join(names + [name]),
+                                                      owner_name(dir_st.st_uid), stat.S_IMODE(dir_st.st_mode)))
                 links += 1
                 if links > MAX_LINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), full)
@@ -183,7 +186,7 @@ def _walk(path: str, what: str, full: str) -> int:
                 if target.startswith("/"):
                     for fd in fds[1:]:
                         os.close(fd)
-                    del fds[1:]
+                    del fds[1:], names[:]
                 parts[:0] = [p for p in target.split("/") if p]
                 continue
             if not stat.S_ISDIR(st.st_mode):
@@ -194,6 +197,7 @@ def _walk(path: str, what: str, full: str) -> int:
                 os.close(fd)
                 raise Untrusted("refusing %s %s: %s changed while it was checked" % (what, full, name))
             fds.append(fd)
+            names.append(name)
         return fds.pop()
     finally:
         for fd in fds:

@@ -131,7 +131,7 @@ def test_a_cwd_reached_through_their_symlink_is_refused_and_a_fresh_log_in_their
     old = os.umask(0o002)
     try:
         with AgentProc(env=NO_GPU, args=["--runs-dir", str(runs)]) as a:
-            with pytest.raises(AgentCallError, match=r"refusing log .*proj/output.log: on its path, proj is a "
+            with pytest.raises(AgentCallError, match=r"refusing log .*proj/output.log: on its path, /.*/theirs/proj is a "
                                                      r"symlink in a directory that is not yours or root's alone "
                                                      r"\(owner nobody \(uid 65534\), mode 0755\)"):
                 a.call("launch", {"argv": ["true"], "cwd": str(theirs / "proj"), "log": "output.log"})
@@ -176,6 +176,35 @@ def test_open_file_never_blocks_on_a_fifo_nor_follows_a_symlink(tmp_path: Path) 
         assert os.get_blocking(fd) and os.fstat(fd).st_mode & 0o777 == 0o644 & ~os.umask(os.umask(0))
     finally:
         os.close(fd)
+
+
+def test_a_symlink_in_a_directory_of_ours_is_followed(tmp_path: Path) -> None:
+    """Our own links keep working (a ~/.cache moved to a data disk): a symlink in a
+    directory only we (or root) may change is followed, `..` included."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "via").symlink_to(real)
+    trust.make_dir(str(tmp_path / "via" / "runs"), "runs dir")
+    assert (real / "runs").is_dir()
+    os.close(trust.open_file(str(tmp_path / "via" / "runs" / ".." / "runs" / "x"), os.O_WRONLY | os.O_CREAT))
+    assert (real / "runs" / "x").is_file()
+
+
+@ROOT_ONLY
+def test_in_a_sticky_directory_only_our_own_or_roots_symlink_is_followed(tmp_path: Path) -> None:
+    """/tmp-like (1777, root's): another user's link there is refused, ours is followed."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (sticky / "ours").symlink_to(real)
+    (sticky / "theirs").symlink_to(real)
+    os.lchown(sticky / "theirs", NOBODY, NOBODY)
+    os.close(trust.open_file(str(sticky / "ours" / "x"), os.O_WRONLY | os.O_CREAT))
+    with pytest.raises(trust.Untrusted, match=r"on its path, .*/sticky/theirs is a symlink .*mode 1777"):
+        trust.open_file(str(sticky / "theirs" / "y"), os.O_WRONLY | os.O_CREAT, "log")
+    assert sorted(os.listdir(real)) == ["x"]
 
 
 # ---------------------------------------------------------------- the run marker's real uid
