@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from remote import kill as killer
-from remote import procfs, proctable, rundir, trust
+from remote import procfs, proctable, restart, rundir, trust
 from tests.agent_driver import AgentCallError, AgentProc
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
@@ -249,6 +249,10 @@ def test_a_setuid_program_another_user_starts_with_the_marker_is_not_the_runs(tm
         rows = {r["pid"]: r for r in proctable.ProcTable(rundir.RUN_ENV).sample(
             None, {"sid": {}, "pgid": {}}, {stranger.pid})}
         assert rows[stranger.pid]["run_id"] is None and "run" not in rows[stranger.pid]["why"]
+        # nor the restart supervisor's "leftovers of an attempt", which it SIGKILLs
+        sup = restart.Supervisor.__new__(restart.Supervisor)  # _others needs only the run id
+        sup.run_id = rec["run_id"]
+        assert stranger.pid not in sup._others()
         report = killer.kill(runs, rec["run_id"], graces=(0.5, 0.5), gpu_wait=0)
         assert report["ok"] is True
         assert stranger.pid not in sum((s["sent_to"] for s in report["stages"]), [])
