@@ -154,8 +154,9 @@ def _may_follow(dir_st: os.stat_result, link_st: os.stat_result) -> bool:
 
 def _walk(path: str, what: str, full: str) -> int:
     """A directory fd of `path` (absolute), reached from / one component at a time: a
-    symlink is followed only where `_may_follow` allows (else Untrusted, naming it), a
-    directory swapped while we looked is refused. OSError when a part is missing."""
+    symlink is followed only where `_may_follow` allows (else Untrusted, naming it); each
+    directory is opened O_NOFOLLOW, so the fd is what was checked. OSError when a part
+    is missing."""
     parts: List[str] = [p for p in path.split("/") if p]
     fds = [os.open("/", _DIR_FLAGS)]  # fds[-1] is where we are; ".." pops
     names: List[str] = []  # the path of fds[-1], for the messages
@@ -170,8 +171,14 @@ def _walk(path: str, what: str, full: str) -> int:
                     os.close(fds.pop())
                     names.pop()
                 continue
-            st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
+            try:  # a directory, never through a link: the fd is what the next step uses
+                fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fds[-1])
+            except OSError as e:
+                if e.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode):
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), full) from None
                 dir_st = os.fstat(fds[-1])
                 if not _may_follow(dir_st, st):
                     raise Untrusted(
@@ -181,7 +188,7 @@ def _walk(path: str, what: str, full: str) -> int:
                                                       owner_name(dir_st.st_uid), stat.S_IMODE(dir_st.st_mode)))
                 links += 1
                 if links > MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), full)
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), full) from None
                 target = os.readlink(name, dir_fd=fds[-1])
                 if target.startswith("/"):
                     for fd in fds[1:]:
@@ -189,13 +196,6 @@ def _walk(path: str, what: str, full: str) -> int:
                     del fds[1:], names[:]
                 parts[:0] = [p for p in target.split("/") if p]
                 continue
-            if not stat.S_ISDIR(st.st_mode):
-                raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), full)
-            fd = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fds[-1])
-            got = os.fstat(fd)
-            if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
-                os.close(fd)
-                raise Untrusted("refusing %s %s: %s changed while it was checked" % (what, full, name))
             fds.append(fd)
             names.append(name)
         return fds.pop()
