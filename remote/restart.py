@@ -138,7 +138,7 @@ class Supervisor:
         """Live processes of the run other than this supervisor and the shim above it."""
         me, shim = os.getpid(), os.getppid()
         return [p for p in procfs.list_pids() if p not in (me, shim)
-                and procfs.read_environ_var(p, RUN_ENV) == self.run_id
+                and procfs.run_marker(p, RUN_ENV) == self.run_id  # this user's only (real uid)
                 and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
 
     def _reap(self) -> None:
