@@ -262,8 +262,9 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._due = None
         run, st = self._run(), self.state
         phase = self._phase(run)
-        if view.analysis_of(st, run) is not st.log.analysis:  # the previous run's log, still followed
-            st = replace(st, log=replace(st.log, analysis=None))
+        shown = view.analysis_of(st, run)  # None: the previous run's log, still followed
+        if shown is not st.log.analysis:  # or, while the analysis catches up, the newest lines'
+            st = replace(st, log=replace(st.log, analysis=shown))
         shards = list((getattr(st.log.analysis, "shards", None) or {}).values())
         now = st.snapshot_time or time.time()  # the host's clock, as the run's launch time is
         self._progress.show(st, phase, view.progress_label(run), history.load_line(run, shards, phase, now))
