@@ -23,7 +23,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
@@ -90,6 +90,7 @@ class TailLog(ScrollView, can_focus=True):
         self._rows: list[str] = []
         self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
+        self._base: Style | None = None  # the widget's style while a repaint runs
 
     @property
     def lines(self) -> Sequence[str]:
@@ -115,7 +116,15 @@ class TailLog(ScrollView, can_focus=True):
         if len(self._rows) > self.max_lines:
             del self._rows[: len(self._rows) - self.max_lines]
         self._widest = max(self._widest, max(cell_len(ln) for ln in new))
-        self.virtual_size = Size(self._widest, len(self._rows))
+        size = Size(self._widest, len(self._rows))
+        if size.width == self.virtual_size.width and self.virtual_size.height and self.is_mounted:
+            # Only taller (a tail still short of max_lines): the scrollbar's range
+            # follows, nothing moves on screen, so no layout of the whole screen, which
+            # would repaint every panel the log pane's region crosses.
+            self.set_reactive(TailLog.virtual_size, size)
+            self.vertical_scrollbar.window_virtual_size = size.height
+        else:
+            self.virtual_size = size
         self.refresh()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -130,9 +139,16 @@ class TailLog(ScrollView, can_focus=True):
         self.virtual_size = Size(0, 0)
         self.refresh()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style  # one walk up the DOM per repaint, not one per row
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index, width, base = scroll_y + y, self.size.width, self.rich_style
+        index, width, base = scroll_y + y, self.size.width, self._base or self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, base)
         return self._row(index, base).crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
