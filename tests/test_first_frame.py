@@ -82,3 +82,20 @@ async def test_one_eta_at_a_time_while_a_run_loads_with_a_history() -> None:
         shown = str(progress.render())
         assert "3/8" in shown and "~00:" in shown, shown
         assert "ETA" not in shown, shown
+
+
+async def test_a_toast_leaves_the_last_log_lines_in_sight() -> None:
+    """A notification (a run's "finished", 15 s) sits where it covers no line of the log."""
+    lines = b"".join(b"INFO step %d: a long line that runs across the whole width of the pane " % i
+                     + b"x" * 60 + b"\n" for i in range(60))
+    client = ReplayClient([snapshot(2, runs=[RUN]), log_event(lines)])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        pane = app.query_one(TailLog)
+        await until(pilot, lambda: bool(pane.lines) and pane.lines[-1].startswith("INFO step 59"))
+        app.dashboard.notify("the run ended: exit 0", title="run 20261130-015500-ab12 finished", timeout=15)
+        await pilot.pause(0.3)
+        toasts = list(app.screen.query("Toast"))
+        assert toasts, "the toast is up"
+        for toast in toasts:
+            assert not toast.region.overlaps(pane.region), (toast.region, pane.region)
