@@ -42,7 +42,7 @@ from tui.views.widgets.render import set_content, set_title, terminal_write
 from tui.views.widgets.status import StatusBar
 from tui.views.widgets.tables import ProcessTable, RunsTable
 
-LIVENESS_EVERY = 0.1  # seconds between checks of how old the agent's last message is (a float compare)
+LIVENESS_EVERY = 0.1  # at most this late, the link is shown stale once its last message is too old
 
 
 class DashboardScreen(DashboardActions, Screen[None]):
@@ -137,7 +137,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         if not self.attached:  # `connect HOST`: this screen starts its host's feed
             self.connect_agent()
         self.set_interval(1.0, self._tick)
-        self.set_interval(LIVENESS_EVERY, self._check_liveness)
+        self._check_liveness()
 
     def on_unmount(self) -> None:
         if self._unlisten is not None:
@@ -285,12 +285,21 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._render_banner()  # ages: "stale for N s", a finished kill's verdict expiring
 
     def _check_liveness(self) -> None:
-        """Repaint as soon as the agent's last message is older than two intervals + 1 s."""
-        stale = view.link_text(self.state, time.time())[0].startswith("stale")
+        """Repaint as soon as the agent's last message is older than two intervals + 1 s.
+
+        Checked when that moment comes (then again at the next one: messages keep moving
+        it), not ten times a second: an idle dashboard's timer wake-ups cost more than
+        the comparison."""
+        now = time.time()
+        stale = view.link_text(self.state, now)[0].startswith("stale")
         if stale != self._stale_shown and self.app.is_running:
             self._stale_shown = stale
             with contextlib.suppress(NoMatches):  # the screen is being torn down
                 self._tick()
+        last = self.state.link.last_data
+        due = None if last is None else last + view.stale_after(self.state) - now
+        wait = due + LIVENESS_EVERY / 2 if due is not None and due > 0 else 1.0  # stale, or no data: the tick's pace
+        self.set_timer(max(LIVENESS_EVERY, wait), self._check_liveness)
 
     def _run_notes(self) -> dict[str, str]:
         return view.run_notes(self.state)
