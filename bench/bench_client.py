@@ -112,7 +112,8 @@ def descendant(root: int, needle: bytes) -> int | None:
     return max(found, key=lambda pid: (started.get(pid, 0), pid)) if found else None
 
 
-def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1) -> tuple[Tmux, float | None]:
+def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1,
+                cwd: Path = ROOT) -> tuple[Tmux, float | None]:
     """Start `cmd` (an `env … python -m tui.cli …` line) in tmux with a start-up trace,
     `repeat` times (each closed before the next starts); print the seconds from the
     launch until every needle is on the pane, the client's CPU by then, and the breakdown
@@ -125,7 +126,7 @@ def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int 
             time.sleep(1)
         trace = Path(tempfile.mkdtemp(prefix="bench-trace-")) / "trace"
         launched = time.time()
-        dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1))
+        dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1), cwd)
         t = dash.wait(needles, 30)
         starts.append((float("inf") if t is None else time.time() - launched, cpu_s(dash.pid), trace, launched))
     assert dash is not None
@@ -139,10 +140,12 @@ def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int 
 
 
 class Tmux:
-    def __init__(self, name: str, cmd: str) -> None:
+    def __init__(self, name: str, cmd: str, cwd: Path = ROOT) -> None:
+        """`cwd`: the checkout whose `tui` runs (`python -m` puts the working directory
+        before PYTHONPATH on sys.path)."""
         self.name = f"bc-{name}-{uuid.uuid4().hex[:6]}"
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                        "exec " + cmd], check=True)
+                        "-c", str(cwd), "exec " + cmd], check=True)
         subprocess.run(["tmux", "set-option", "-t", self.name, "remain-on-exit", "on"], check=True)
         out = subprocess.run(["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
                              capture_output=True, text=True, check=True).stdout
@@ -508,7 +511,8 @@ def launched_case(args: argparse.Namespace) -> None:
     py = shlex.quote(sys.executable)
     trees = {"client": ROOT, **({"client@base": args.base.resolve()} if args.base else {})}
     launched = subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(cfg), "launch", "local", "--json"],
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
     if launched.returncode:
         raise SystemExit(f"eagle3-tui launch failed: {launched.stderr.strip()}")
     log = Path(json.loads(launched.stdout)["log"])
@@ -529,7 +533,7 @@ def launched_case(args: argparse.Namespace) -> None:
                    " connect local")
             dash, _ = first_frame(label.replace("@", "-"), cmd, ["Runs", "GPUs", "Processes", "Progress",
                                                                   "connected", "Loading safetensors"],
-                                  f"{label}, a launched run", 1)
+                                  f"{label}, a launched run", 1, tree)
             sessions.append(dash)
             dashes[label] = dash
             procs.pids[label] = dash.pid
@@ -548,6 +552,11 @@ def launched_case(args: argparse.Namespace) -> None:
         procs.pids["tail -F"] = tail.pid
         time.sleep(5)  # every viewer has read the file and settled
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
+        for label in trees:  # which checkout each dashboard runs: its agent's path says
+            agent_pid = procs.pids.get(f"agent{label[6:]}")
+            if agent_pid:
+                args_ = Path(f"/proc/{agent_pid}/cmdline").read_bytes().split(b"\0")
+                print(f"  {label}: agent {next((a.decode() for a in args_ if a.endswith(b'agent.py')), '?')}")
         results["launched: idle, run alive"] = procs.phase(args.idle)
         sparse = sparse_latency(lambda marker: send(f"marker {marker}"), {**dashes, "tail -F": tail}, args.sparse)
         send("rate 20")

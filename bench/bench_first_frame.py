@@ -70,7 +70,7 @@ def main() -> int:
         for label, tree in [("this checkout", ROOT)] + ([("base", args.base.resolve())] if args.base else []):
             cmd = ["env", f"PYTHONPATH={tree}", sys.executable, "-m", "tui.cli", "--config", str(cfg), "connect",
                    "local"]
-            dash = Tmux("ff", shlex.join(cmd))
+            dash = Tmux("ff", shlex.join(cmd), tree)
             try:
                 took = dash.wait(["connected"], 30)
                 t0, seen, shot, last = time.monotonic(), [], "", []
@@ -99,7 +99,7 @@ def main() -> int:
                   + (", ".join(f"{t:.2f}: {v}" for t, v in seen) or "none"))
             if args.shot:
                 out = subprocess.run([SHOT, "--size", "160x50", "--wait", str(args.shot), "--", *cmd],
-                                     capture_output=True, text=True, timeout=60).stdout
+                                     capture_output=True, text=True, timeout=60, cwd=tree).stdout
                 got = re.findall(r"step (\d+)/", out)
                 now = re.findall(r"[|] (\d+)/", log.read_text().splitlines()[-1])[0]
                 print(f"`tui-shot --wait {args.shot:g}`: step {got[0] if got else 'none'} on the panel (log's last {now})")
