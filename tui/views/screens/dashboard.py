@@ -36,7 +36,7 @@ from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
 from tui.views.screens.dashboard_actions import DashboardActions
 from tui.views.widgets.gpus import GpuPanel
-from tui.views.widgets.logtail import BUSY_S, FRAME_S, LogPane
+from tui.views.widgets.logtail import LogPane, repaint_wait
 from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.render import set_content, set_title, terminal_write
 from tui.views.widgets.status import StatusBar
@@ -197,6 +197,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._repaint_soon("progress" if self.state.log.backlog else "all")
         elif isinstance(event, p.KillProgress):
             self._render_banner()
+        elif isinstance(event, p.Snapshot) and self._repaint_timer is not None:
+            self._repaint_soon("all")  # lines keep coming: the tables join their repaint, one frame
         else:
             self._render_all()
 
@@ -206,8 +208,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         the step and loss with every line, and each repaint lays the screen out again."""
         self._due = "all" if "all" in (what, self._due) else what
         if self._repaint_timer is None:
-            wait = max(FRAME_S, BUSY_S - (time.monotonic() - self._repainted_at))
-            self._repaint_timer = self.set_timer(wait, self._repaint_due)
+            self._repaint_timer = self.set_timer(repaint_wait(time.monotonic(), self._repainted_at),
+                                                 self._repaint_due)
 
     def _repaint_due(self) -> None:
         self._repaint_timer, self._repainted_at = None, time.monotonic()

@@ -11,6 +11,7 @@ every visible row), and a line every few seconds is on screen within a frame."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections import deque
@@ -45,6 +46,17 @@ FRAME_S = 0.05  # the shortest wait before a throttled repaint
 BUSY_S = 0.5  # while lines keep coming, one repaint per this many seconds at most
 SPARSE_PER_S = 4  # up to this many updates in the last second, each is drawn at once
 MARK = "── "  # a restart marker line: "── log was truncated ──"
+
+
+def repaint_wait(now: float, last: float) -> float:
+    """Seconds until a throttled repaint, `last` the previous one (monotonic times):
+    the next frame after a quiet spell; while updates keep coming, the next slot of one
+    grid of BUSY_S slots that every throttled panel shares, so the log and the progress
+    panel repaint in the same frame (one screen update, not two)."""
+    if now - last >= BUSY_S:
+        return FRAME_S
+    earliest = max(now, last + BUSY_S - FRAME_S)  # about once per BUSY_S, at most
+    return max(FRAME_S, math.ceil(earliest / BUSY_S) * BUSY_S - now)
 
 
 def line_style(line: str) -> str:
@@ -227,7 +239,7 @@ class LogPane(Vertical):
         if self._pending is None:
             # Throttle only while lines keep coming; while the first tail still comes, a
             # partial draw would only be drawn over.
-            self.set_timer(BUSY_S if first else max(FRAME_S, BUSY_S - (now - self._flushed_at)), self.flush)
+            self.set_timer(BUSY_S if first else repaint_wait(now, self._flushed_at), self.flush)
         self._pending = log
 
     def flush(self) -> None:
