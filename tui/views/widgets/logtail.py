@@ -129,7 +129,8 @@ class TailLog(ScrollView, can_focus=True):
             del self._rows[: len(self._rows) - self.max_lines]
         self._widest = max(self._widest, max(cell_len(ln) for ln in new))
         size = Size(self._widest, len(self._rows))
-        if size.width == self.virtual_size.width and self.virtual_size.height and self.is_mounted:
+        laid_out = not (size.width == self.virtual_size.width and self.virtual_size.height and self.is_mounted)
+        if not laid_out:
             # Only taller (a tail still short of max_lines): the scrollbar's range
             # follows, nothing moves on screen, so no layout of the whole screen, which
             # would repaint every panel the log pane's region crosses.
@@ -140,9 +141,10 @@ class TailLog(ScrollView, can_focus=True):
         self.refresh()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
-            # A first wide line brings the horizontal scrollbar, which takes a row only
-            # once laid out: end again then, or the newest line sits under the bar.
-            self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+            if laid_out:
+                # A first wide line brings the horizontal scrollbar, which takes a row only
+                # once laid out: end again then, or the newest line sits under the bar.
+                self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
 
     def clear(self) -> None:
         self._rows.clear()
