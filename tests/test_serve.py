@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from tests.patch_fixtures import client, site  # noqa: F401  (the real agent and a site-packages)
 
@@ -217,7 +218,7 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         second.wait("step")  # the other session still follows the log
         assert served.proc.poll() is None
         log = served.log()
-        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s; connected now: #2 127\.0\.0\.1", log), log
+        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s \(its app quit\); connected now: #2 127\.0\.0\.1", log), log
         # Ctrl+C on the server ends the open session at once, its app process with it.
         apps = descendants(served.proc.pid)
         assert apps
@@ -263,37 +264,62 @@ def test_no_token_no_page_and_no_websocket(tmp_path: Path) -> None:
     assert served.token not in log and "x" * 43 not in log, log
     assert "\x1b" not in log and "\nforged" not in log and "GET /?[2J?forged 404" in log, log
     assert "WebSocket refused, origin http://evil.example" in log
+    assert "WebSocket refused, no token or a wrong one" in log
+
+
+KEY = "eagle3-tui.k."  # the WebSocket subprotocol that carries the token (tui/cli/webserve.py)
 
 
 async def _raw_checks(served: Served) -> None:
-    ws_url = served.base.replace("http://", "ws://") + "ws"
-    origin = served.base.rstrip("/")
+    ws_url = served.base.replace("http://", "ws://") + "ws?width=80&height=24"
+    origin = {"Origin": served.base.rstrip("/")}
+    key = ("eagle3-tui", KEY + served.token)
+    routes = ("", "page.js", "favicon.ico", "static/js/textual.js", "download/x")
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:  # an IP host
-        for path in ("", "static/js/textual.js", "download/x"):
+        for path in routes:
             async with http.get(served.base + path) as r:
                 assert r.status == 401, (path, r.status)
-        with pytest.raises(aiohttp.WSServerHandshakeError) as no_cookie:
-            await http.ws_connect(ws_url, headers={"Origin": origin})
+        with pytest.raises(aiohttp.WSServerHandshakeError) as no_cookie:  # the token, but no cookie
+            await http.ws_connect(ws_url, headers=origin, protocols=key)
         assert no_cookie.value.status == 401
-        # The token, traded for a cookie: HttpOnly, SameSite=Strict, and a redirect without it.
+        # The token: the page (which keeps it for its WebSocket) and a cookie that is not the token.
         async with http.get(served.url, allow_redirects=False) as r:
-            assert r.status == 303 and "token" not in r.headers["Location"]
+            assert r.status == 200 and "textual-terminal" in await r.text()
             cookie = r.headers["Set-Cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie, cookie
+        assert served.token not in cookie  # every port of this host receives the cookie
         async with http.get(served.base + "/evil.example/?token=" + served.token, allow_redirects=False) as r:
             assert r.status == 303 and r.headers["Location"] == "/evil.example/"  # a path, never //host
         async with http.get(served.base + "%1b%5b2J%0aforged", allow_redirects=False) as r:
             assert r.status == 404  # logged as text: no escape, no second line
         async with http.get(served.base) as r:  # the cookie jar now holds it
-            assert r.status == 200 and "textual-terminal" in await r.text()
+            page = await r.text()
+            assert r.status == 200 and "textual-terminal" in page and served.token not in page
             assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
-        # With the cookie, from another origin (another tab, another port of this host): 403.
+        # What another port of this host receives, the cookie, with a same-origin Origin: no session.
+        for protocols in ((), ("eagle3-tui",), ("eagle3-tui", KEY + "x" * 43), ("eagle3-tui", KEY)):
+            with pytest.raises(aiohttp.WSServerHandshakeError) as cookie_only:
+                await http.ws_connect(ws_url, headers=origin, protocols=protocols)
+            assert cookie_only.value.status == 403, protocols
+        # With the cookie and the token, from another origin (another tab, another port): 403.
         with pytest.raises(aiohttp.WSServerHandshakeError) as cross:
-            await http.ws_connect(ws_url, headers={"Origin": "http://evil.example"})
+            await http.ws_connect(ws_url, headers={"Origin": "http://evil.example"}, protocols=key)
         assert cross.value.status == 403
-        async with http.ws_connect(ws_url + "?width=80&height=24", headers={"Origin": origin}) as ws:
-            first = await ws.receive(timeout=20)  # the same request from the page's origin: a session
-            assert first.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT)
+        async with http.ws_connect(ws_url, headers=origin, protocols=key) as ws:
+            first = await ws.receive(timeout=20)  # the page's own way in: a session
+            assert first.type == aiohttp.WSMsgType.TEXT and json.loads(first.data)[0] == "eagle3-session"
+            drawn = await ws.receive(timeout=20)
+            assert drawn.type == aiohttp.WSMsgType.BINARY
+    # A cookie with a wrong value: 403 on every route, the WebSocket too (even with the token).
+    wrong = aiohttp.CookieJar(unsafe=True)
+    wrong.update_cookies({cookie.split("=", 1)[0]: "0" * 64}, URL(served.base))
+    async with aiohttp.ClientSession(cookie_jar=wrong) as http:
+        for path in routes:
+            async with http.get(served.base + path) as r:
+                assert r.status == 403, (path, r.status)
+        with pytest.raises(aiohttp.WSServerHandshakeError) as bad_cookie:
+            await http.ws_connect(ws_url, headers=origin, protocols=key)
+        assert bad_cookie.value.status == 403
 
 
 def test_off_this_machine_only_with_tls(tmp_path: Path) -> None:
@@ -318,7 +344,7 @@ def test_tls_serves_https_with_a_secure_cookie(tmp_path: Path) -> None:
                 async with http.get(local, ssl=False) as r:
                     assert r.status == 401
                 async with http.get(f"{local}?token={served.token}", ssl=False, allow_redirects=False) as r:
-                    assert r.status == 303 and "Secure" in r.headers["Set-Cookie"]
+                    assert r.status == 200 and "Secure" in r.headers["Set-Cookie"]
                 with pytest.raises(aiohttp.ClientError):  # no plain HTTP on that port
                     await http.get(f"http://127.0.0.1:{port}/?token={served.token}")
 

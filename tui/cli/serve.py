@@ -24,6 +24,7 @@ import click
 from tui.cli.common import EXIT_CONNECT, EXIT_USAGE, Ctx, fail
 from tui.cli.connect import read_only_opt
 from tui.cli.fleet import fleet_hosts, hosts_file_opt, targets_arg
+from tui.protocol.hosttext import clean
 from tui.services.config import ConfigError
 
 DEFAULT_PORT = 8765
@@ -53,6 +54,13 @@ def session_command(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, 
     if read_only:
         argv.append("--read-only")
     return argv
+
+
+def page_title(obj: Ctx, hosts: list[str]) -> str:
+    """The browser tab's name: the host(s) and the config's run, so tabs tell apart."""
+    shown = ", ".join(hosts[:3]) + (f" +{len(hosts) - 3}" if len(hosts) > 3 else "")
+    run = obj.cfg.run.name if obj.cfg.run.command else ""
+    return clean(" · ".join(x for x in (shown, run, "eagle3-tui") if x), newline=False)[:120]
 
 
 @click.command()
@@ -90,7 +98,7 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
         obj.cfg  # a broken eagle3.toml is one line here, not one per browser session
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    fleet_hosts(obj, targets, hosts_file)  # so is a broken --hosts-file
+    hosts = fleet_hosts(obj, targets, hosts_file)  # so is a broken --hosts-file
     ssl_context = None
     if tls_cert:
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -116,7 +124,8 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
     sessions_file.write_text("[]")
     os.environ[SESSIONS_ENV] = str(sessions_file)  # each session's app inherits it
     server = webserve.WebServer(command, token, port=port, tls=ssl_context is not None,
-                                sessions_file=sessions_file)
+                                sessions_file=sessions_file, title=page_title(obj, hosts),
+                                read_only=read_only)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s",
                         datefmt="%H:%M:%S")
     host = bind if is_loopback(bind) or bind not in ("0.0.0.0", "::") else socket.getfqdn()
