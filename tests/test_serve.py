@@ -9,6 +9,7 @@ the page received over its WebSocket (escape sequences stripped), what the canva
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -257,7 +258,6 @@ def test_no_token_no_page_and_no_websocket(tmp_path: Path) -> None:
             assert response is not None and response.status == 403
             screen.page.wait_for_timeout(500)
             assert screen.sockets == []
-        import asyncio
 
         asyncio.run(_raw_checks(served))
         log = served.log()
@@ -336,7 +336,6 @@ def test_tls_serves_https_with_a_secure_cookie(tmp_path: Path) -> None:
     with serve(tmp_path, "--bind", "0.0.0.0", "--tls-cert", str(cert), "--tls-key", str(key),
                url_shape=r"https://[^/:]+:\d+/\?token=[\w-]{40,}") as served:
         port = served.base.rsplit(":", 1)[1].rstrip("/")
-        import asyncio
 
         async def check() -> None:
             async with aiohttp.ClientSession() as http:
@@ -394,3 +393,52 @@ async def test_read_only_patch_screen_refuses_push_and_rollback(client: Any, sit
         await pilot.press("b")
         await until(pilot, lambda: any("read-only session: patch rollback is off" in n for n in app.notes))
         assert app.screen is screen and not isinstance(app.screen, ConfirmScreen)
+
+
+# ---- host text that is not UTF-8 (issue 35.5) ------------------------------------------------
+
+def test_a_path_that_is_not_utf8_keeps_the_session(tmp_path: Path) -> None:
+    """A process matching `[run] match`, run from a directory named with byte 0xFF: its
+    path reaches the client as a lone surrogate, which Textual's web driver cannot encode
+    (it ended every browser session within 3 s); the session must stay, showing U+FFFD."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/odd\xffdir"))
+    odd.mkdir()
+    (odd / "job.py").write_text(JOB)
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\ninterval = 0.5\n'
+        '[run]\nname = "odd"\nmatch = "marker-0xff"\n')
+    with open(odd / "train.log", "wb") as out:  # its log's path too: the log pane's title
+        job = subprocess.Popen([sys.executable, str(odd / "job.py"), "marker-0xff"], cwd=odd, stdout=out)
+    try:
+        with serve(tmp_path) as served:
+
+            text = asyncio.run(_watch(served, "train.log", stay_s=6))
+            assert "job.py" in text and "odd\ufffddir" in text
+            assert "UnicodeEncodeError" not in served.log()
+    finally:
+        job.kill()
+        job.wait()
+
+
+async def _watch(served: Served, until: str, stay_s: float) -> str:
+    """One session over a raw WebSocket (the page's own way in): its text until `until`
+    shows, then `stay_s` more seconds in which the session must not end."""
+    ws_url = served.base.replace("http://", "ws://") + "ws?width=200&height=50"
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.get(served.url) as r:
+            assert r.status == 200
+        async with http.ws_connect(ws_url, headers={"Origin": served.base.rstrip("/")},
+                                   protocols=("eagle3-tui", KEY + served.token)) as ws:
+            text, seen_at, deadline = "", None, time.monotonic() + 30
+            while seen_at is None or time.monotonic() - seen_at < stay_s:
+                assert time.monotonic() < deadline, f"never showed {until!r}: {text[-800:]!r}"
+                try:
+                    msg = await ws.receive(timeout=0.5)
+                except asyncio.TimeoutError:
+                    continue
+                assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (msg, text[-800:])
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    text += ESCAPES.sub("", msg.data.decode("utf-8", "replace"))
+                if seen_at is None and until in text:
+                    seen_at = time.monotonic()
+            return text
