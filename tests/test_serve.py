@@ -244,7 +244,7 @@ def test_read_only_refuses_k_and_says_so(tmp_path: Path, run: dict[str, Any]) ->
         screen.page.wait_for_timeout(1500)
         assert "Kill run " + run["run_id"] not in screen.text
         assert state_of(tmp_path, run["run_id"]) == "running"
-        assert "connect local --read-only" in served.log()
+        assert "connect --read-only local" in served.log()
 
 
 def test_no_token_no_page_and_no_websocket(tmp_path: Path) -> None:
@@ -442,3 +442,16 @@ async def _watch(served: Served, until: str, stay_s: float) -> str:
                 if seen_at is None and until in text:
                     seen_at = time.monotonic()
             return text
+
+
+@pytest.mark.parametrize("args", [("--", "-oProxyCommand=touch /tmp/e3-pwned"), ("--", "local", "-oProxyCommand=x"),
+                                  ("--hosts-file", "{hosts}")])
+def test_a_target_that_is_an_option_is_refused_up_front(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`serve` with a target an ssh-style tool would take for an option: one line, exit 2,
+    before any URL (it used to serve, and fail in each browser session)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("-oProxyCommand=x\n")
+    res = e3("serve", "--port", "0", *(a.format(hosts=hosts) for a in args), cwd=tmp_path)
+    assert res.returncode == 2, res
+    assert res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
+    assert "bad host in target '-oProxyCommand=" in res.stderr

@@ -26,6 +26,8 @@ from tui.cli.connect import read_only_opt
 from tui.cli.fleet import fleet_hosts, hosts_file_opt, targets_arg
 from tui.protocol.hosttext import clean
 from tui.services.config import ConfigError
+from tui.transport import ConfigError as TargetError
+from tui.transport.targets import parse_target
 
 DEFAULT_PORT = 8765
 
@@ -48,12 +50,12 @@ def session_command(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, 
         argv += ["-F", str(Path(obj.ssh_config).expanduser().resolve())]
     if obj.accept_new:
         argv.append("--accept-new-host-key")
-    argv += ["connect", *targets]
+    argv.append("connect")
     if hosts_file:
         argv += ["--hosts-file", str(Path(hosts_file).resolve())]
     if read_only:
         argv.append("--read-only")
-    return argv
+    return [*argv, "--", *targets]  # a target is never taken for an option
 
 
 def page_title(obj: Ctx, hosts: list[str]) -> str:
@@ -99,6 +101,11 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     hosts = fleet_hosts(obj, targets, hosts_file)  # so is a broken --hosts-file
+    for target in targets if len(hosts) > 1 else hosts:  # a bad one: every session would fail on it
+        try:
+            parse_target(target)
+        except TargetError as exc:
+            fail(f"{exc} (serve refuses it before any browser session)", EXIT_USAGE)
     ssl_context = None
     if tls_cert:
         ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -131,7 +138,7 @@ def serve(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, read_only:
     host = bind if is_loopback(bind) or bind not in ("0.0.0.0", "::") else socket.getfqdn()
     host = f"[{host}]" if ":" in host else host
     scheme = "https" if ssl_context else "http"
-    click.echo(f"eagle3-tui: serving `eagle3-tui {' '.join(command[3:])}`"
+    click.echo(f"eagle3-tui: serving `eagle3-tui {clean(' '.join(x for x in command[3:] if x != '--'), newline=False)}`"
                f"{' (read-only)' if read_only else ''}; Ctrl+C stops. Open:", err=True)
     click.echo(f"{scheme}://{host}:{port}/?token={token}")  # printed once: stdout only, no log
     sys.stdout.flush()
