@@ -35,9 +35,10 @@ ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[^\[]")
 JOB = "import time\ni = 0\nwhile True:\n    print('step', i, flush=True)\n    i += 1\n    time.sleep(0.05)\n"
 
 
-def e3(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+def e3(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(cwd / "state"),
+                                               **(env or {})))
 
 
 @pytest.fixture
@@ -74,13 +75,15 @@ class Served:
 
 @contextmanager
 def serve(tmp_path: Path, *args: str, url_shape: str = r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}",
-          path: str | None = None) -> Iterator[Served]:
-    """`eagle3-tui serve local --port 0 ARGS` in tmp_path; the URL it prints; SIGTERM at the end.
-    ``path``: the server's PATH (its sessions' agents inherit it)."""
+          path: str | None = None, port: int = 0, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """`eagle3-tui serve local --port PORT ARGS` in tmp_path; the URL it prints; SIGTERM at the
+    end. ``path``: the server's PATH (its sessions' agents inherit it). Its state directory
+    (for `serve --url`) is tmp_path/state."""
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **({"PATH": path} if path else {}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"),
+               **({"PATH": path} if path else {}), **(env or {}))
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "local", "--port", "0", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "local", "--port", str(port), *args],
                                 cwd=tmp_path, stdout=o, stderr=e, env=env)
     try:
         deadline = time.monotonic() + 20
@@ -106,6 +109,7 @@ class Screen:
     def __init__(self, page: Any) -> None:
         self.page = page
         self.text = ""
+        self.raw = ""  # the same, escapes and all (colours)
         self.sockets: list[str] = []
         page.on("websocket", self._socket)
 
@@ -115,6 +119,7 @@ class Screen:
 
     def _frame(self, frame: Any) -> None:
         data = frame.decode("utf-8", "replace") if isinstance(frame, bytes) else frame
+        self.raw += data
         self.text += ESCAPES.sub("", data)
 
     def wait(self, what: str | Callable[[str], Any], timeout: float = 20) -> None:
@@ -455,3 +460,212 @@ def test_a_target_that_is_an_option_is_refused_up_front(tmp_path: Path, args: tu
     assert res.returncode == 2, res
     assert res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
     assert "bad host in target '-oProxyCommand=" in res.stderr
+
+
+# ---- issue 40: a URL you can get back, sessions that survive a blip, sessions on demand ----
+
+class Proxy:
+    """A TCP proxy (a tunnel that can blip): `cut()` drops every connection through it at
+    once, as a sleeping laptop or a dying `ssh -L` does; new connections still pass."""
+
+    def __init__(self, upstream: int) -> None:
+        import socket
+        import threading
+
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list[tuple[Any, Any]] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            with self.lock:
+                self.pairs.append((down, up))
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        import socket
+
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for pair in pairs:
+            for sock in pair:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+def test_a_cut_websocket_comes_back_to_the_same_session(tmp_path: Path, run: dict[str, Any]) -> None:
+    """The tunnel drops every connection: the page says "reconnecting…", dials again, and is
+    back on the same session (its app kept by the server) within 5 s, on the same view (the
+    log viewer opened before the cut), without a new session."""
+    with serve(tmp_path) as served, browser(1280, 800) as context:
+        proxy = Proxy(int(served.base.rsplit(":", 1)[1].rstrip("/")))
+        try:
+            screen = Screen(context.new_page())
+            screen.open(served.url.replace(served.base, f"http://127.0.0.1:{proxy.port}/"))
+            screen.wait(run["run_id"])
+            screen.page.keyboard.press("L")  # the log viewer: the view to come back to
+            screen.wait("Root cause")
+            screen.page.wait_for_timeout(500)
+            screen.text = ""
+            t0 = time.monotonic()
+            proxy.cut()
+            screen.page.wait_for_selector("body.-reconnecting", state="attached", timeout=5_000)
+            screen.page.wait_for_selector("body:not(.-reconnecting)", state="attached", timeout=5_000)
+            screen.wait("Root cause", timeout=5 - (time.monotonic() - t0))  # the whole view, drawn again
+            back_s = time.monotonic() - t0
+            assert back_s < 5, back_s
+            assert "Kill run" not in screen.text  # not the dashboard: the same view
+            assert not screen.page.query_selector("body.-closed")
+            screen.text = ""
+            screen.page.keyboard.press("Escape")  # the same app: its screen stack, its keys
+            screen.wait("Kill run")
+            log = served.log()
+            assert "session 1 from 127.0.0.1 lost its page; kept 60 s" in log, log
+            assert "session 1 back from 127.0.0.1" in log and "session 2 opened" not in log, log
+            print(f"back on the same session {back_s:.2f} s after the cut")
+        finally:
+            proxy.close()
+
+
+def test_serve_url_opens_the_dashboard_and_a_fixed_token_survives_a_restart(tmp_path: Path,
+                                                                           run: dict[str, Any]) -> None:
+    token = "fixed-" + "t" * 40
+    (tmp_path / "token").write_text(token + "\n")
+    (tmp_path / "token").chmod(0o600)
+    with serve(tmp_path, "--token-file", str(tmp_path / "token")) as served:
+        port = int(served.base.rsplit(":", 1)[1].rstrip("/"))
+        got = e3("serve", "--url", cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        url = got.stdout.strip()
+        assert url == served.url and url.endswith("?token=" + token), (url, served.url)
+        assert "serving local since" in got.stderr and f"(pid {served.proc.pid})" in got.stderr, got.stderr
+        state = tmp_path / "state" / "eagle3-tui" / "serve"
+        assert oct(state.stat().st_mode & 0o777) == "0o700"
+        assert oct((state / f"{port}.json").stat().st_mode & 0o777) == "0o600"
+        with browser() as context:
+            screen = Screen(context.new_page())
+            screen.open(url)  # the URL `serve --url` printed
+            screen.wait(lambda t: re.search(rf"{run['run_id']}\s+served\s+running", t))
+            assert screen.page.title() == "local · served · eagle3-tui"
+            # The server restarts (same port, same token): the page's session ends; its
+            # "Start a new one" (the page without the token: the cookie and the page's key) works.
+            served.proc.send_signal(signal.SIGTERM)
+            served.proc.wait(15)
+            screen.page.wait_for_selector("body.-closed", state="attached", timeout=10_000)
+            gone = e3("serve", "--url", cwd=tmp_path)
+            assert gone.returncode == 1 and "no eagle3-tui serve is running" in gone.stderr, gone
+            assert not (state / f"{port}.json").exists()
+            (tmp_path / "serve.out").write_text("")
+            with serve(tmp_path, "--token-file", str(tmp_path / "token"), port=port) as again:
+                assert again.url == served.url
+                screen.text = ""
+                screen.page.click("text=Start a new one")
+                screen.page.wait_for_selector("body.-first-byte", state="attached", timeout=20_000)
+                screen.wait(run["run_id"])
+                assert "session 1 opened" in again.log()
+
+
+def test_sessions_on_demand_and_read_only_keys_dimmed(tmp_path: Path, run: dict[str, Any]) -> None:
+    with serve(tmp_path, "--read-only") as served, browser() as context:
+        first, second = Screen(context.new_page()), Screen(context.new_page())
+        first.open(served.url)
+        first.wait(run["run_id"])
+        first.wait("READ-ONLY")
+        second.open(served.base)  # a second tab: the cookie and the key the first page kept
+        second.wait(run["run_id"])
+        second.page.click("#terminal")
+        second.text = ""
+        second.page.keyboard.press("S")
+        second.wait("Browser sessions")
+        second.wait(lambda t: re.search(r"#1  127\.0\.0\.1  since \d\d:\d\d:\d\d  read-only", t)
+                    and re.search(r"#2  127\.0\.0\.1  since \d\d:\d\d:\d\d  read-only", t))
+        assert re.search(r"session 2 opened from 127\.0\.0\.1 \(Mozilla.*\), read-only", served.log())
+        # The footer: kill/relaunch/launch drawn dim (another colour than the keys that work).
+        drawn = re.findall(r"\x1b\[([0-9;]*)m([^\x1b]*)", first.raw)  # (SGR, the text it draws)
+        colour = {word: [sgr for sgr, text in drawn if word in text][-1]
+                  for word in ("Kill run", "Relaunch", "Launch", "Log viewer")}
+        assert colour["Kill run"] == colour["Relaunch"] == colour["Launch"], colour
+        assert colour["Kill run"] != colour["Log viewer"], colour
+
+
+async def test_read_only_footer_dims_the_refused_keys_only() -> None:
+    from tests.replay import ReplayClient, snapshot
+    from tests.test_app import CFG, RUN
+    from tests.test_one_truth import until
+    from tui.views.app import make_app
+    from tui.views.readonly import ModeFooter
+
+    for read_only in (True, False):
+        app = make_app(ReplayClient([snapshot(1, runs=[RUN])]), CFG, "gpu-box", read_only=read_only)  # type: ignore[arg-type]
+        async with app.run_test(size=(160, 50)) as pilot:
+            await until(pilot, lambda: app.dashboard.state.seq == 0, 5, "a snapshot")
+            await pilot.pause(0.2)
+            keys = {k.action: k for k in app.screen.query_one(ModeFooter).query("FooterKey")}  # type: ignore[attr-defined]
+            dim = {a for a, k in keys.items() if k.has_class("-off")}
+            assert dim == ({"kill", "relaunch", "launch"} if read_only else set()), dim
+            if read_only:
+                assert keys["kill"].styles.text_style.dim and not keys["open_log"].styles.text_style.dim
+
+
+def test_serve_url_tells_when_none_runs_and_the_token_file_is_checked(tmp_path: Path) -> None:
+    none = e3("serve", "--url", cwd=tmp_path)
+    assert none.returncode == 1 and none.stdout == "" and none.stderr.count("\n") == 1, none
+    open_file = tmp_path / "token"
+    open_file.write_text("t" * 32)
+    open_file.chmod(0o644)
+    res = e3("serve", "local", "--token-file", str(open_file), cwd=tmp_path)
+    assert res.returncode == 2 and "readable by others (mode 0644): chmod 600" in res.stderr, res
+    for bad in ("short", "has space " + "x" * 20, "x" * 300):
+        res = e3("serve", "local", cwd=tmp_path, env={"EAGLE3_TUI_SERVE_TOKEN": bad})
+        assert res.returncode == 2 and "EAGLE3_TUI_SERVE_TOKEN: a token is 16 to 256" in res.stderr, res
+        assert res.stdout == "" and res.stderr.count("\n") == 1
+
+
+def test_port_in_use_says_what_to_do(tmp_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        res = e3("serve", "local", "--port", str(port), cwd=tmp_path)
+    assert res.returncode == 3 and res.stderr.count("\n") == 1, res
+    assert "eagle3-tui serve --url" in res.stderr and "--port 0 picks a free port" in res.stderr
+
+
+def test_the_tls_url_names_this_machine_not_localhost() -> None:
+    from tui.cli.serve import url_host
+
+    assert url_host("0.0.0.0", "gpu-box.example.org") == "gpu-box.example.org"
+    assert url_host("127.0.0.1", None) == "127.0.0.1"
+    assert not url_host("0.0.0.0", None).startswith("localhost")  # getfqdn() says localhost here
