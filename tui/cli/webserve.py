@@ -395,8 +395,8 @@ class WebServer:
 
         session.service = Service(self.command, write_bytes=to_page, write_str=to_page, close=app_exited,
                                   download_manager=self.downloads, on_end=lambda: self._ended_alone(session))
-        log.info("session %d opened from %s (%s)%s; connected now: %s", n, session.peer, session.agent,
-                 " read-only" if self.read_only else "", self.describe())
+        log.info("session %d opened from %s (%s), %s; connected now: %s", n, session.peer, session.agent,
+                 "read-only" if self.read_only else "full control", self.describe())
         self._write_sessions()
         await session.service.start(width, height)
         return session
