@@ -669,3 +669,23 @@ def test_the_tls_url_names_this_machine_not_localhost() -> None:
     assert url_host("0.0.0.0", "gpu-box.example.org") == "gpu-box.example.org"
     assert url_host("127.0.0.1", None) == "127.0.0.1"
     assert not url_host("0.0.0.0", None).startswith("localhost")  # getfqdn() says localhost here
+
+
+def test_a_closed_tab_ends_its_session_at_once(tmp_path: Path, run: dict[str, Any]) -> None:
+    """A page that says goodbye (a closed tab, a reload) is not a blip: its app ends now,
+    not after the grace period."""
+    with serve(tmp_path) as served, browser() as context:
+        screen = Screen(context.new_page())
+        screen.open(served.url)
+        screen.wait(run["run_id"])
+        apps = descendants(served.proc.pid)
+        screen.page.close()
+        deadline = time.monotonic() + 10
+        while "session 1 from 127.0.0.1 ended after" not in served.log():
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.1)
+        assert "(its page closed)" in served.log() and "lost its page" not in served.log()
+        deadline = time.monotonic() + 10
+        while [pid for pid in apps if pid_alive(pid)]:
+            assert time.monotonic() < deadline, "the session's app outlived its closed page"
+            time.sleep(0.1)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
@@ -354,7 +354,10 @@ class WebServer:
             session.tasks.discard(task)
             if session.ws is ws:
                 session.ws = None
-                self._lost(session)
+                if ws.close_code in (WSCloseCode.OK, WSCloseCode.GOING_AWAY):  # the page said goodbye:
+                    self._spawn(self._end(session, "its page closed"))  # a closed tab, a reload
+                else:
+                    self._lost(session)  # dropped without a word: a blip, a sleeping laptop
         return ws
 
     async def _open(self, request: web.Request, ws: web.WebSocketResponse) -> Session:
