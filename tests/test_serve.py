@@ -689,3 +689,28 @@ def test_a_closed_tab_ends_its_session_at_once(tmp_path: Path, run: dict[str, An
         while [pid for pid in apps if pid_alive(pid)]:
             assert time.monotonic() < deadline, "the session's app outlived its closed page"
             time.sleep(0.1)
+
+
+@pytest.mark.parametrize("width", [64, 80, 81])
+async def test_80_columns_and_below_keep_the_essentials(width: int) -> None:
+    """A phone's ~64 columns or an 80-column terminal: the run, its state, the progress,
+    each GPU's memory and the log, stacked full width, every footer key in sight; the
+    Processes panel gives its rows. From 81 columns the desktop layout as before."""
+    from tests.replay import ReplayClient, snapshot
+    from tests.test_app import CFG, RUN
+    from tests.test_one_truth import until
+    from tui.views.app import make_app
+    from tui.views.readonly import ModeFooter
+
+    app = make_app(ReplayClient([snapshot(4, runs=[RUN])]), CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(width, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0, 5, "a snapshot")
+        await pilot.pause(0.2)
+        screen = app.screen
+        phone = width <= 80
+        assert screen.query_one("#procs").display is not phone
+        gpus, runs = screen.query_one("#gpu-box").region, screen.query_one("#runs-box").region
+        assert (gpus.width == width and gpus.y > runs.y) is phone, (gpus, runs)
+        keys = {k.action: k.region for k in screen.query_one(ModeFooter).query("FooterKey")}  # type: ignore[attr-defined]
+        if phone:
+            assert keys["open_log"].right <= width, keys  # L, the last key, in sight

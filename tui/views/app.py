@@ -36,9 +36,10 @@ class EagleApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("S", "sessions", "Browser sessions", show=False),  # served only (tui/views/served.py)
     ]
-    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; below 30 rows
-    # the Processes panel gives its rows to the runs, the phase and the log.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; at 80 and below
+    # (a phone, a split terminal) the dashboard keeps the essentials, stacked; below 30
+    # rows the Processes panel gives its rows to the runs, the phase and the log.
+    HORIZONTAL_BREAKPOINTS = [(0, "-phone"), (81, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(self, first: Screen[Any], read_only: bool = False) -> None:

@@ -44,6 +44,14 @@ class ModeFooter(Footer):
     }
     """
 
+    def on_resize(self) -> None:
+        """80 columns and below: keys without padding, and no palette hint (ctrl+p still
+        opens it), so that every key fits a phone's width."""
+        narrow = self.size.width <= 80
+        if self.compact != narrow:
+            self.compact = narrow
+            self.show_command_palette = not narrow
+
     def compose(self) -> ComposeResult:
         read_only = is_read_only(self.app)
         for widget in super().compose():
