@@ -723,3 +723,23 @@ async def test_80_columns_and_below_keep_the_essentials(width: int) -> None:
         keys = footer()
         if phone:
             assert keys["open_log"].x + 2 <= width, keys  # L, the last key, in sight (its words may be cut)
+
+
+def test_open_gives_the_browser_a_private_file_never_the_url(tmp_path: Path) -> None:
+    """`--open`: a browser's command line is readable by every user of the host, so the
+    browser gets a 0600 file that redirects to the URL; the file goes with the server."""
+    seen = tmp_path / "browser-argv"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\n")
+    fake.chmod(0o755)
+    with serve(tmp_path, "--open", env={"BROWSER": str(fake), "DISPLAY": ""}) as served:
+        deadline = time.monotonic() + 10
+        while not seen.exists() or not seen.read_text():
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.1)
+        argv = seen.read_text()
+        assert served.token not in argv and argv.startswith("file://"), argv
+        page = Path(argv.strip()[len("file://"):])
+        assert oct(page.stat().st_mode & 0o777) == "0o600"
+        assert f'content="0;url={served.url}"' in page.read_text()
+    assert not page.exists()
