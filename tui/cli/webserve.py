@@ -32,7 +32,7 @@ import re
 import secrets
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -64,7 +64,6 @@ class Session:
     ws: web.WebSocketResponse | None = None
     reaper: asyncio.TimerHandle | None = None
     ended: bool = False
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
 class PathOnlyAccessLogger(AbstractAccessLogger):
@@ -218,16 +217,12 @@ class WebServer:
         ws = web.WebSocketResponse(heartbeat=15, protocols=(PROTOCOL,))
         await ws.prepare(request)
         session = await self._open(request, ws)
-        task = asyncio.current_task()
-        assert task is not None
-        session.tasks.add(task)
         try:
             await ws.send_str(json.dumps(["eagle3-session", session.id]))
             await self._read(ws, session)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            session.tasks.discard(task)
             if session.ws is ws:
                 session.ws = None
                 if ws.close_code in (WSCloseCode.OK, WSCloseCode.GOING_AWAY):  # the page said goodbye:
