@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import json
+import os
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
-from tui.protocol.hosttext import clean
+from tui.protocol.hosttext import clean, has_controls
 from tui.services.config import parse_config
 from tui.views.app import EagleApp, make_app, make_fleet_app
 from tui.views.widgets.logtail import LogPane
@@ -107,6 +108,15 @@ def test_an_unterminated_8bit_sos_pm_apc_loses_only_itself(raw: str, shown: str)
         t0 = time.perf_counter()
         clean(flood)
         assert time.perf_counter() - t0 < 1.0
+
+
+def test_clean_makes_a_lone_surrogate_a_replacement_character() -> None:
+    """A host path with byte 0xFF arrives as U+DCFF (surrogateescape, then JSON): no UTF-8
+    encoder takes it, and Textual's web driver ended the browser session on it."""
+    path = os.fsdecode(b"/data/odd\xffdir/train.log")
+    assert clean(path) == "/data/odd\ufffddir/train.log" and has_controls(path)
+    assert clean("a\ud800\x1b[2Jb\udfff", newline=False) == "a\ufffdb\ufffd"
+    clean(path).encode("utf-8")
 
 
 @settings(max_examples=300, deadline=None)
