@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
+from remote import diverge
 from tui.state.lines import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
 from tui.state.loganalysis import (
     MAX_LOADS,
@@ -55,6 +56,7 @@ from tui.state.logline import (
 )
 from tui.state.logtrain import (
     TrainLine,
+    TrainProgress,
     arrival_rate,
     is_save_frame,
     is_train_frame,
@@ -165,7 +167,29 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
     return b.result()
 
 
+def _diverge(b: Builder, pre: LinePrefix, line: str, line_no: int) -> None:
+    """The divergence check (remote/diverge.py, the one the host's pace runs): its
+    verdict is a failure of the table's signature of that id, quoting the line where the
+    divergence began; a table without that id (the user's choice) leaves it unsaid."""
+    tp = b.get("train")
+    before = tp.div if tp is not None else _NO_DIV
+    after = diverge.fold(before, line, line_no)
+    if after is before:
+        return
+    b.set("train", replace(tp or TrainProgress(), div=after))
+    if after.verdict is not None and b.get("phase") != "failed":
+        sid, _, first_no, first = after.verdict
+        sigs = b.get("signatures") or default_signatures()
+        sig = sigs.by_id(sid)
+        if sig is not None:
+            b.failure(sig, sig.search(first), first, first_no, pre.worker)
+
+
+_NO_DIV = diverge.State()
+
+
 def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
+    _diverge(b, pre, line, line_no)
     msg = pre.message
     key = pre.worker or ""
     if "%" in msg:
@@ -248,11 +272,6 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
                 b.milestone("train-start", line_no, "Training started")
         if to == "finished":
             b.milestone("train-done", line_no, "Training finished")
-    if tp.bad_run > 0 and tp.bad_first is not None:
-        sigs = b.get("signatures") or default_signatures()
-        hit = sigs.match(tp.bad_first[1], persist=True)
-        if hit is not None and tp.bad_run == hit[0].persist:
-            b.failure(hit[0], hit[1], tp.bad_first[1], tp.bad_first[0], pre.worker)
 
 
 def _loading_elsewhere(b: Builder, worker: str | None) -> bool:

@@ -25,12 +25,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from remote import diverge
 from tui.state.logline import MAX_SCAN, parse_duration
 
 __all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
 MAX_LOSSES = 512  # points of loss history kept for the plot (halved when full)
-NAN_STREAK = 3  # consecutive non-finite losses / grad norms that make a diverged run
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
 # A tqdm bar: "{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{, postfix}]"
@@ -161,10 +161,14 @@ class TrainProgress:
     lines: int = 0  # metric lines seen (a step count for trainers that print no step)
     epochs_done: int | None = None
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
-    bad_run: int = 0  # consecutive non-finite losses or grad norms
-    bad_first: tuple[int, str] | None = None  # (line_no, line) where that run began
+    div: diverge.State = diverge.State()  # the divergence check (remote/diverge.py, the host's too)
     seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
     rate_seen: bool = False  # the rate is measured from the steps' arrival, not printed
+
+    @property
+    def seen_training(self) -> bool:
+        """Anything learned beyond the divergence check's state (a stop line alone is not)."""
+        return replace(self, div=_NO_DIV) != _NOTHING
 
     @property
     def percent(self) -> float | None:
@@ -188,6 +192,10 @@ class TrainProgress:
             "eta_s": self.eta_s,
             "losses": [_json_num(x) for x in self.losses],
         }
+
+
+_NO_DIV = diverge.State()
+_NOTHING = TrainProgress()
 
 
 def _json_num(x: float | None) -> float | str | None:
@@ -474,14 +482,4 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             if len(losses) > MAX_LOSSES:
                 losses = losses[1::2]
             ch["losses"] = losses
-        bad = (tl.loss is not None and not math.isfinite(tl.loss)) or (
-            tl.grad_norm is not None and not math.isfinite(tl.grad_norm))
-        if tl.loss is not None or tl.grad_norm is not None:
-            if bad:
-                ch["bad_run"] = tp.bad_run + 1
-                if tp.bad_run == 0:
-                    ch["bad_first"] = (line_no, line[:500])
-            else:
-                ch["bad_run"] = 0
-                ch["bad_first"] = None
     return replace(tp, **ch) if ch else tp
