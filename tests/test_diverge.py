@@ -173,3 +173,42 @@ def test_the_host_pace_enters_diverged_and_keeps_the_verdict(tmp_path: Path) -> 
         f.write("[eagle3-tui] attempt 2/4 starts\n" + HF.format("2.2") + "\n")
     p.update(300.0)
     assert p.phase == "training" and p.diverged is None
+
+
+# ---------------------------------------------------------------- watch, status --json, the dashboard
+
+from tui.state import logparse, view  # noqa: E402
+from tui.state.model import AppState, LogTail, Run  # noqa: E402
+from tui.state.watch import WatchState, judge, observe  # noqa: E402
+
+RUN = {"run_id": "20261205-210000-ab12", "name": "lr1e6", "state": "running"}
+
+
+def test_watch_tells_a_divergence_once_and_not_again_as_the_runs_end() -> None:
+    run = Run.from_dict(RUN)
+    a, ws = logparse.LogAnalysis(), WatchState()
+    for no, x in enumerate(("2.1", "nan", "nan", "nan", "nan"), 1):
+        a = logparse.step(a, HF.format(x), no)
+        ws = observe(ws, run, a, no, (), (), 1000.0 + no)
+    assert [e.kind for e in ws.events] == ["diverged"], ws.events
+    ev = ws.events[0]
+    assert ev.detail["id"] == "training-diverged" and "'loss': nan" in str(ev.detail["cause"])
+    ended = Run.from_dict(dict(RUN, state="exited", signal="SIGINT", exit_code=None))
+    for t in (2000.0, 2001.0):
+        ws = observe(ws, ended, a, 5, (), (), t)
+    assert [e.kind for e in ws.events] == ["diverged"]  # the host's kill is the same news
+
+
+def test_status_json_and_the_dashboard_say_diverged_from_the_hosts_pace() -> None:
+    """No client watched: the pace's record alone says it (``status --json``'s ``watch``)."""
+    verdict = {"id": "loss-scale-underflow", "why": "the loss scale fell to 0.0", "line_no": 9,
+               "line": "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.0", "at": 1500.0}
+    rec = dict(RUN, pace={"source": "shim", "phase": "diverged", "step_at": 1400.0, "step": "step 9",
+                          "intervals": [1.0], "diverged": verdict})
+    seen = judge(rec, None, 1600.0)
+    assert seen is not None and seen["condition"] == "diverged", seen
+    assert seen["cause"] == verdict["line"] and seen["message"] == "diverged: the loss scale fell to 0.0"
+    assert judge(dict(rec, pace=dict(rec["pace"], diverged=None, phase="training")), None, 1600.0)[  # type: ignore[index]
+        "condition"] == "ok"
+    state = AppState(runs=(Run.from_dict(rec),), log=LogTail())
+    assert view.phase(state, state.runs[0], 1600.0) == "diverged"

@@ -60,7 +60,7 @@ class Event:
     """Something the user should hear about; ``seq`` orders events of one watch."""
 
     seq: int
-    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
+    kind: str  # "diverged" | "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
     run_id: str
     at: float
     message: str
