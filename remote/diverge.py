@@ -39,9 +39,10 @@ OVERFLOW_STREAK = 32
 SCAN = 2048  # characters of a line examined
 KEEP = 500  # characters of the quoted line
 
-# key: value pairs whose key names a loss or a grad norm; the value may be a tensor repr
+# key: value pairs whose key names a loss or a grad norm ("[Loss] nan" and
+# "----loss----:" too); the value may be a tensor repr
 _PAIR = re.compile(
-    r"""(?i)(?<![\w/.-])['"]?(?P<key>[a-z][\w/.-]{0,48})['"]?(?:\s{0,3}[:=]\s{0,3}|\s{1,3})(?:tensor\()?['"]?"""
+    r"""(?i)(?<![\w/.])['"]?(?P<key>[a-z][\w/.-]{0,48})['"\]]?(?:\s{0,3}[:=]\s{0,3}|\s{1,3})(?:tensor\()?['"]?"""
     r"""(?P<val>[-+]?(?:nan|inf(?:inity)?|\d{1,30}(?:\.\d{0,30})?(?:e[-+]?\d{1,4})?|\.\d{1,30}))(?![\w.])""")
 # multi-word metric names made one key ("grad norm: nan", "lm loss: inf")
 _WORDS = re.compile(r"(?i)\b(grad(?:ient)?|lm|total|train|training|global) (norm|loss)\b")
@@ -75,6 +76,7 @@ class State(NamedTuple):
     over_first: Optional[Tuple[int, str]] = None
     over_rank: Optional[str] = None  # the rank whose overflows count (each rank prints its own)
     verdict: Optional[Tuple[str, str, int, str]] = None  # (id, why, line_no, line), once diverged
+    loss_bad_at: Optional[int] = None  # the last line whose training loss itself was non-finite
 
     def to_dict(self) -> Optional[Dict[str, Any]]:
         """The verdict as JSON ({"id", "why", "line_no", "line"}), or None."""
@@ -97,7 +99,8 @@ def _training_key(key: str) -> Optional[str]:
 
 def look(line: str, want_good: bool = True) -> Tuple[str, str]:
     """What one line says: ("stop" | "minimum", why), ("scale", why) a scale below 1, ("overflow",
-    rank or ""), ("bad", what), ("good", "") a finite training loss or grad norm (looked
+    rank or ""), ("bad-loss" | "bad", what) a non-finite loss / only a non-finite grad
+    norm, ("good", "") a finite training loss or grad norm (looked
     for only when ``want_good``), or ("", "") for nothing."""
     text = line[:SCAN]
     low = text.lower()
@@ -132,13 +135,14 @@ def look(line: str, want_good: bool = True) -> Tuple[str, str]:
             continue
         val = p.group("val").lower().lstrip("+-")
         if val.startswith(("nan", "inf")):
-            bad.append("%s %s" % (p.group("key"), p.group("val")))
+            bad.append("%s%s %s" % ("" if kind == "loss" else "~", p.group("key"), p.group("val")))
         else:
             good = True
     if not bad and said:
         bad.append("loss is non-finite")
-    if bad:
-        return "bad", ", ".join(bad[:3])
+    if bad:  # "bad-loss" when the loss itself is non-finite (not only a grad norm)
+        kind = "bad-loss" if any(not b.startswith("~") for b in bad) else "bad"
+        return kind, ", ".join(b.lstrip("~") for b in bad[:3])
     return ("good", "") if good else ("", "")
 
 
@@ -152,7 +156,8 @@ def fold(state: State, line: str, line_no: int) -> State:
     quoted = line[:KEEP]
     if kind in ("stop", "scale", "minimum"):
         sid = {"stop": "loss-nan-stopped", "scale": "loss-scale-underflow", "minimum": "loss-scale-minimum"}[kind]
-        return state._replace(verdict=(sid, what, line_no, quoted))
+        bad_at = line_no if kind == "stop" and "loss" in what.lower() else state.loss_bad_at
+        return state._replace(verdict=(sid, what, line_no, quoted), loss_bad_at=bad_at)
     if kind == "overflow":
         if state.over_rank is not None and what != state.over_rank:
             return state  # another rank's line for the same step
@@ -163,7 +168,9 @@ def fold(state: State, line: str, line_no: int) -> State:
             return state._replace(over=over, over_first=first,
                                   verdict=("loss-scale-underflow", why, first[0], first[1]))
         return state._replace(over=over, over_first=first, over_rank=what)
-    if kind == "bad":
+    if kind in ("bad", "bad-loss"):
+        if kind == "bad-loss":
+            state = state._replace(loss_bad_at=line_no)
         first = state.bad_first if state.bad_first is not None and state.bad else (line_no, quoted)
         bad = state.bad + 1
         if bad >= NAN_STREAK:

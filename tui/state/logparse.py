@@ -22,6 +22,7 @@ lifecycle markers, and re-exports the line-level API so callers need one import.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from tui.state.logline import (
     split_prefix,
 )
 from tui.state.logtrain import (
+    MAX_LOSSES,
     TrainLine,
     TrainProgress,
     arrival_rate,
@@ -182,7 +184,20 @@ def _diverge(b: Builder, pre: LinePrefix, line: str, line_no: int) -> None:
         sigs = b.get("signatures") or default_signatures()
         sig = sigs.by_id(sid)
         if sig is not None:
+            if b.get("phase") in _BEFORE_TRAINING:  # a loss, a loss scale: only a training run has them
+                b.set("phase", "training")
             b.failure(sig, sig.search(first), first, first_no, pre.worker)
+
+
+def _nan_loss(b: Builder, line_no: int) -> None:
+    """A line whose loss the divergence check read as non-finite in a spelling the
+    training parser does not know ("[Loss] nan", a tensor repr, "Loss is nan"): the
+    latest loss is NaN."""
+    tp = b.get("train")
+    if tp is None or tp.div.loss_bad_at != line_no or (tp.loss is not None and math.isnan(tp.loss)):
+        return
+    losses = (tp.losses + (math.nan,))[-MAX_LOSSES:]
+    b.set("train", replace(tp, loss=math.nan, losses=losses))
 
 
 _NO_DIV = diverge.State()
@@ -203,6 +218,8 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
             _on_extract(b, ep, line_no)
             return
     tl = parse_train_line(msg)
+    if tl is None or tl.loss is None:
+        _nan_loss(b, line_no)
     if tl is not None:
         _on_train(b, tl, pre, line, line_no, t)
     elif msg[:1].isspace() and is_save_frame(msg) and b.get("phase") != "failed":
