@@ -60,6 +60,7 @@ from tui.state.logtrain import (
     TrainLine,
     TrainProgress,
     arrival_rate,
+    in_evaluation,
     is_save_frame,
     is_train_frame,
     merge,
@@ -209,7 +210,7 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
     key = pre.worker or ""
     if "%" in msg:
         sp = parse_shard_progress(pre)
-        if sp is not None:
+        if sp is not None and not _SAVING_BAR.search(sp.desc):  # a save's shards are no load
             _on_shard(b, sp, line_no, t)
             return
     if "[extract] " in msg:
@@ -263,6 +264,7 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
 
 
 _TRAIN_PHASES = ("training", "evaluating", "saving")
+_SAVING_BAR = re.compile(r"(?i)\b(?:sav|writ)ing\b")
 _BEFORE_TRAINING = ("starting", "loading", "loaded")
 
 
@@ -280,6 +282,8 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
         b.set("last_progress_t", t)
     phase = b.get("phase")
     to = "evaluating" if tl.evaluating else tl.phase or ("training" if tl.progress else None)
+    if to == "training" and not tl.phase and in_evaluation(tp) and "poch" in (tl.desc or ""):
+        to = "evaluating"  # Lightning's epoch bar redrawn while its validation bar moves
     if to == "training" and tl.phase and phase == "saving" and tp.epochs and tp.epochs_done == tp.epochs:
         to = "finished"  # the last epoch's checkpoint is saved
     if to is not None and phase != "failed" and (phase != "finished" or to != "training"):

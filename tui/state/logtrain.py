@@ -96,6 +96,16 @@ _PHASE_LINES = re.compile(
     r"|(?P<finished>Training completed\. |'train_runtime'|\btrain_runtime\b|`Trainer\.fit` stopped"
     r"|Training (?:is )?(?:complete|finished|done)\b)"
 )
+# More of them (issue 37): DeepSpeed's and Megatron's saves, step limits reached; kept apart
+# from _PHASE_LINES so the two merge easily, linear (no nested quantifiers), on the capped line.
+_MORE_PHASES = re.compile(
+    r"(?P<saving>Saving checkpoint shards|Writing checkpoint shards|Checkpoint \S{1,200} is about to be saved"
+    r"|zero checkpoint saved|\bsaving checkpoint at iteration|Saving model checkpoint:)"
+    r"|(?P<finished>\[after training is done\]|(?i:training complete)\b|(?i:reached max[_ ]?(?:steps|iters?|iterations))"
+    r"|max_(?:steps|iters?)(?: ?= ?\d{1,12})? reached|(?i:exiting) after \d{1,12} iterations)"
+)
+_MORE_WORDS = ("hards", "about to be saved", "checkpoint saved", "checkpoint at iteration", "checkpoint:",
+               "after training", "omplete", "max", "xiting")
 _PHASE_WORDS = ("Evaluat", "alidation", "aving", "Running", "raining", "train_runtime", "Trainer.fit",
                 "verflow", "loss scale")
 # Frames of a training loop (and autograd's backward, only ever called to train): a
@@ -162,6 +172,8 @@ class TrainProgress:
     epochs_done: int | None = None
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
     div: diverge.State = diverge.State()  # the divergence check (remote/diverge.py, the host's too)
+    # an evaluation bar short of its total: (its n, its total, the training step when it began)
+    eval_open: tuple[int, int, int] | None = None
     seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
     rate_seen: bool = False  # the rate is measured from the steps' arrival, not printed
 
@@ -371,6 +383,10 @@ def parse_train_line(msg: str) -> TrainLine | None:
         pm = _PHASE_LINES.search(text)
         if pm:
             phase = pm.lastgroup
+    if phase is None and any(w in text for w in _MORE_WORDS):
+        pm = _MORE_PHASES.search(text)
+        if pm:
+            phase = pm.lastgroup
     tl = _bar(text) if "%" in text and "/" in text and "[" in text else None
     if tl is None and phase != "evaluating" and _TRAIN_WORDS.search(text):
         head = _BAR.search(text) if "%" in text else None
@@ -423,6 +439,16 @@ def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
     return tl
 
 
+def in_evaluation(tp: TrainProgress) -> bool:
+    """An evaluation bar is still short of its total, and the training bar has not moved
+    further than that evaluation's length since it began (Lightning's epoch bar counts
+    the validation batches too, and redraws between the validation bar's lines; the
+    caller asks only for such an epoch bar: HF Trainer's nameless bar moving again means
+    its evaluation is over)."""
+    ev = tp.eval_open
+    return ev is not None and (tp.step is None or tp.step - ev[2] <= ev[1])
+
+
 def arrival_rate(tp: TrainProgress, t: float) -> TrainProgress:
     """For a trainer that prints no rate (speculators' prints none): steps per second from
     when the steps arrived, since the last step of the first lines that arrived together
@@ -455,6 +481,9 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             ch["total"] = tp.step * tl.epochs // tl.epoch_done
     elif tl.epoch is not None and not tl.metrics:
         ch["epoch"] = tl.epoch  # "Training epoch 2/3 started"
+    if tl.evaluating and tl.step is not None and tl.total:
+        began = tp.eval_open[2] if tp.eval_open is not None else tp.step or 0
+        ch["eval_open"] = (tl.step, tl.total, began) if tl.step < tl.total else None
     if tl.metrics and not tl.evaluating:
         if tl.desc is not None and tl.total is not None and tp.bar is None:
             ch["bar"] = (tl.desc, tl.total)
