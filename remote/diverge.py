@@ -63,6 +63,7 @@ _SCALE = re.compile(
 _OVERFLOW = re.compile(
     r"(?i)overflow!? (?:rank (?P<rank>\d{1,6}) )?skipping step|gradient overflow|grad overflow on iteration"
     r"|overflow detected\. skipping|found inf or nan in grad")
+PATTERNS = (_PAIR, _WORDS, _SAID, _STOP, _SCALE, _OVERFLOW)  # every regex here (tests check them linear)
 _CHEAP = ("nan", "inf", "overflow", "scale", "invalid loss")  # in the lower-cased line, "info" taken out
 _SUMMARY = ("train_runtime",)  # HF Trainer's closing summary: its train_loss is the run's mean
 

@@ -280,7 +280,8 @@ def stopped_by_host(run: dict[str, Any]) -> dict[str, Any] | None:
     what = last.get("stopped") or ("hung" if last.get("hung") else None)
     if what is None or last.get("restarted"):
         return None
-    proof = last.get("proof") if isinstance(last.get("proof"), dict) else {}
+    got = last.get("proof")
+    proof: dict[str, Any] = got if isinstance(got, dict) else {}
     return {"what": str(what), "why": str(last.get("why") or what), "detail": last.get("stopped_why"),
             "gpus_free": proof.get("gpus_free"), "gpus": _list(proof.get("gpus")), "note": proof.get("note")}
 

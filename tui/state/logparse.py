@@ -60,13 +60,13 @@ from tui.state.logtrain import (
     TrainLine,
     TrainProgress,
     arrival_rate,
-    in_evaluation,
     is_save_frame,
     is_train_frame,
     merge,
     parse_train_line,
     second_bar,
 )
+from tui.state.trainphases import in_evaluation
 
 __all__ = [
     "ExtractProgress",
@@ -282,7 +282,7 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
         b.set("last_progress_t", t)
     phase = b.get("phase")
     to = "evaluating" if tl.evaluating else tl.phase or ("training" if tl.progress else None)
-    if to == "training" and not tl.phase and in_evaluation(tp) and "poch" in (tl.desc or ""):
+    if to == "training" and not tl.phase and in_evaluation(tp.eval_open, tp.step) and "poch" in (tl.desc or ""):
         to = "evaluating"  # Lightning's epoch bar redrawn while its validation bar moves
     if to == "training" and tl.phase and phase == "saving" and tp.epochs and tp.epochs_done == tp.epochs:
         to = "finished"  # the last epoch's checkpoint is saved

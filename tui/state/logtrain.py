@@ -27,6 +27,7 @@ from typing import Any
 
 from remote import diverge
 from tui.state.logline import MAX_SCAN, parse_duration
+from tui.state.trainphases import more_phase
 
 __all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
@@ -96,16 +97,6 @@ _PHASE_LINES = re.compile(
     r"|(?P<finished>Training completed\. |'train_runtime'|\btrain_runtime\b|`Trainer\.fit` stopped"
     r"|Training (?:is )?(?:complete|finished|done)\b)"
 )
-# More of them (issue 37): DeepSpeed's and Megatron's saves, step limits reached; kept apart
-# from _PHASE_LINES so the two merge easily, linear (no nested quantifiers), on the capped line.
-_MORE_PHASES = re.compile(
-    r"(?P<saving>Saving checkpoint shards|Writing checkpoint shards|Checkpoint \S{1,200} is about to be saved"
-    r"|zero checkpoint saved|\bsaving checkpoint at iteration|Saving model checkpoint:)"
-    r"|(?P<finished>\[after training is done\]|(?i:training complete)\b|(?i:reached max[_ ]?(?:steps|iters?|iterations))"
-    r"|max_(?:steps|iters?)(?: ?= ?\d{1,12})? reached|(?i:exiting) after \d{1,12} iterations)"
-)
-_MORE_WORDS = ("hards", "about to be saved", "checkpoint saved", "checkpoint at iteration", "checkpoint:",
-               "after training", "omplete", "max", "xiting")
 _PHASE_WORDS = ("Evaluat", "alidation", "aving", "Running", "raining", "train_runtime", "Trainer.fit",
                 "verflow", "loss scale")
 # Frames of a training loop (and autograd's backward, only ever called to train): a
@@ -383,10 +374,8 @@ def parse_train_line(msg: str) -> TrainLine | None:
         pm = _PHASE_LINES.search(text)
         if pm:
             phase = pm.lastgroup
-    if phase is None and any(w in text for w in _MORE_WORDS):
-        pm = _MORE_PHASES.search(text)
-        if pm:
-            phase = pm.lastgroup
+    if phase is None:
+        phase = more_phase(text)
     tl = _bar(text) if "%" in text and "/" in text and "[" in text else None
     if tl is None and phase != "evaluating" and _TRAIN_WORDS.search(text):
         head = _BAR.search(text) if "%" in text else None
@@ -437,16 +426,6 @@ def second_bar(tp: TrainProgress | None, tl: TrainLine) -> TrainLine:
             and tl.total < tp.bar[1] and tl.loss is None):
         return TrainLine(step=tl.step, total=tl.total, evaluating=True)
     return tl
-
-
-def in_evaluation(tp: TrainProgress) -> bool:
-    """An evaluation bar is still short of its total, and the training bar has not moved
-    further than that evaluation's length since it began (Lightning's epoch bar counts
-    the validation batches too, and redraws between the validation bar's lines; the
-    caller asks only for such an epoch bar: HF Trainer's nameless bar moving again means
-    its evaluation is over)."""
-    ev = tp.eval_open
-    return ev is not None and (tp.step is None or tp.step - ev[2] <= ev[1])
 
 
 def arrival_rate(tp: TrainProgress, t: float) -> TrainProgress:
