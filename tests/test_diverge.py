@@ -212,3 +212,18 @@ def test_status_json_and_the_dashboard_say_diverged_from_the_hosts_pace() -> Non
         "condition"] == "ok"
     state = AppState(runs=(Run.from_dict(rec),), log=LogTail())
     assert view.phase(state, state.runs[0], 1600.0) == "diverged"
+
+
+def test_a_divergence_alerts_like_a_failure() -> None:
+    """The bell / desktop notification and the [notify] hook hear of it (the watch command
+    prints every event; the notifier alerts on the kinds that need a human)."""
+    from tui.services.notify import Notifier
+
+    run = Run.from_dict(RUN)
+    a, ws = logparse.LogAnalysis(), WatchState()
+    for no, x in enumerate(("nan", "nan", "nan"), 1):
+        a = logparse.step(a, HF.format(x), no)
+        ws = observe(ws, run, a, no, (), (), 1000.0 + no)
+    said: list[str] = []
+    Notifier(write=said.append, tmux=False).send_new(ws)
+    assert len(said) == 1 and "diverged" in said[0], said
