@@ -64,6 +64,7 @@ _OVERFLOW = re.compile(
     r"(?i)overflow!? (?:rank (?P<rank>\d{1,6}) )?skipping step|gradient overflow|grad overflow on iteration"
     r"|overflow detected\. skipping|found inf or nan in grad")
 PATTERNS = (_PAIR, _WORDS, _SAID, _STOP, _SCALE, _OVERFLOW)  # every regex here (tests check them linear)
+_STOP_WORDS = ("stopping", "terminat", "aborting", "exiting", "minimum", "found nan", "returned nan")
 _CHEAP = ("nan", "inf", "overflow", "scale", "invalid loss")  # in the lower-cased line, "info" taken out
 _SUMMARY = ("train_runtime",)  # HF Trainer's closing summary: its train_loss is the run's mean
 
@@ -109,10 +110,10 @@ def look(line: str, want_good: bool = True) -> Tuple[str, str]:
         low = low.replace("info", "")
     if not any(w in low for w in _CHEAP) and not (want_good and ("loss" in low or "norm" in low)):
         return "", ""
-    m = _STOP.search(text)
+    m = _STOP.search(text) if any(w in low for w in _STOP_WORDS) else None
     if m:
         return ("minimum" if m.group("min") else "stop"), "the trainer stopped: %s" % m.group(0)
-    m = _SCALE.search(text)
+    m = _SCALE.search(text) if "scale" in low else None
     if m:
         try:
             v = float(m.group("v"))
@@ -120,7 +121,7 @@ def look(line: str, want_good: bool = True) -> Tuple[str, str]:
             v = 1.0
         if v < 1.0:
             return "scale", "the loss scale fell to %s" % m.group("v")
-    m = _OVERFLOW.search(text)
+    m = _OVERFLOW.search(text) if "overflow" in low or "inf or nan" in low else None
     if m:
         return "overflow", m.group("rank") or ""
     if any(s in text for s in _SUMMARY):
