@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from remote import diverge
+
 MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
 # The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
 # start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
 STARTS = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
-LOSS = re.compile(r"(?i)\b(?:loss|grad_?norm)\b")  # a training metric line (a finite one ends a non-finite run)
 
 
 def delay(policy: dict, n: int) -> float:
@@ -62,16 +63,18 @@ class Matcher:
         self.note_head = int(ln.get("note_head") or 64)
         self.sigs: list[dict] = []
         self.generic: dict | None = None
-        self.persist: list[dict] = []  # a failure only after `persist` matching metric lines in a row
         for s in policy.get("signatures") or []:
             entry = dict(s, compiled=[re.compile(p) for p in s.get("patterns") or []])
             if s.get("generic"):
                 self.generic = self.generic or entry
             elif (s.get("persist") or 1) > 1:
-                self.persist.append(entry)
+                continue  # a streak's signature: the divergence fold tells it (by_id)
             else:
                 self.sigs.append(entry)
         self.sigs.sort(key=lambda s: bool(s.get("wrapper")))  # stable: specific, then wrappers
+        # divergence is told by remote/diverge.py's fold, as the client's analysis does; its
+        # verdict names one of these signatures (a table without that id leaves it unsaid)
+        self.by_id = {str(s.get("id")): s for s in policy.get("signatures") or []}
 
     def split(self, line: str) -> tuple[str | None, str | None, str]:
         """(level, source, message) as the client's split_prefix gives them."""
@@ -113,35 +116,22 @@ class Matcher:
                     return s, m
         return None
 
-    def _persisting(self, line: str, run: list[Any]) -> bool:
-        """Count a line matching a persisting signature (any other metric line ends the
-        run); True when the run just reached the signature's `persist` lines."""
-        for s in self.persist:
-            for pat in s["compiled"]:
-                m = pat.search(line)
-                if m:
-                    if run[0] == 0:
-                        run[1] = (s, m, line)
-                    run[0] += 1
-                    return run[0] == (s.get("persist") or 1)
-        if LOSS.search(line):
-            run[0], run[1] = 0, None
-        return False
-
     def root_cause(self, lines: Iterable[str]) -> dict | None:
         """{"id", "title", "class", "line"} of the root cause, or None."""
         best: tuple[int, dict, Any, str] | None = None
         interrupted = False
-        run: list[Any] = [0, None]  # non-finite metric lines in a row, and (sig, match, line) of the first
+        div = diverge.State()
         for raw in lines:
             line = self.ansi.sub("", raw) if "\x1b" in raw else raw
             if line.startswith(MARK):  # this supervisor's own lines: never a failure
                 if STARTS.match(line):
-                    best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
+                    best, interrupted, div = None, False, diverge.State()  # a new attempt: its own failures only
                 continue
-            if self.persist and self._persisting(line, run):
-                if best is None or best[0] > 0:
-                    best = (0, *run[1])
+            if div.verdict is None:
+                div = diverge.fold(div, line, 0)
+                sig = self.by_id.get(div.verdict[0]) if div.verdict is not None else None
+                if sig is not None and (best is None or best[0] > 0):
+                    best = (0, sig, None, div.verdict[3])
             level, source, msg = self.split(line)
             if level in self.quiet or (level is None and self.retry_note(msg)):
                 continue
@@ -185,6 +175,11 @@ def decide(policy: dict, attempts: list[dict], ended: dict, now: float) -> tuple
     the limits: max_restarts and the thrash guard."""
     if ended.get("killed"):
         return False, "killed"
+    if ended.get("diverged"):  # its weights are NaN: a restart from scratch wastes the same hours
+        how = "stopped (on_diverge = kill)" if ended.get("stopped") == "diverged" else "not restarted"
+        return False, "diverged: %s" % how
+    if ended.get("stopped") == "idle":
+        return False, "idle: stopped (on_idle = kill)"
     if ended.get("exit_code") == 0 and not ended.get("hung"):
         return False, "finished"
     cause = ended.get("cause") or {}

@@ -77,6 +77,24 @@ def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
     return "\n".join(lines)
 
 
+def _wasted(w: Any, secs: Any) -> list[str]:
+    """ "  wasted       0.42 GPU-hours after divergence (at 812.0 s: …)"."""
+    if not isinstance(w, dict):
+        return []
+    why = f": {w['why']}" if w.get("why") else ""
+    return [f"  wasted       {w.get('gpu_hours')} GPU-hours after {w.get('after')} (from {secs(w.get('after_s'))}{why})"]
+
+
+def _stopped(st: Any) -> list[str]:
+    """ "  stopped      by the host: …; GPUs free (proved)"."""
+    if not isinstance(st, dict):
+        return []
+    free = {True: "GPUs free (proved)", False: "GPUs NOT free", None: "GPU-free proof not read"}.get(
+        st.get("gpus_free"), "?")
+    note = f" ({st['note']})" if st.get("note") else ""
+    return [f"  stopped      by the host: {st.get('detail') or st.get('why')}; {free}{note}"]
+
+
 def format_show(s: dict) -> str:
     """`runs show`: the run's summary, one fact a line (the values are cleaned host text)."""
 
@@ -89,6 +107,8 @@ def format_show(s: dict) -> str:
              f"  first output {secs(s.get('first_output_s'))}",
              f"  duration     {secs(s.get('duration_s'))}",
              f"  GPU-hours    {s.get('gpu_hours') if s.get('gpu_hours') is not None else '-'}",
+             *_wasted(s.get("wasted"), secs),
+             *_stopped(s.get("stopped")),
              *_loss(s.get("loss"), secs),
              f"  attempts     {s.get('attempts')} ({s.get('restarts') or 0} restart(s))",
              f"  patch        {s.get('patch_version') or '-'}"]

@@ -127,10 +127,13 @@ _WatchSection = make_dataclass(
     "WatchSection",
     [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
       field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)
-     if f.name != "on_hang"]
+     if f.name not in ("on_hang", "on_diverge", "on_idle")]
     # what the supervisor on the host does to a hung run (remote/restart.py)
     + [("on_hang", Literal["notify", "kill", "restart"],
-        field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))],
+        field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))]
+    # … to a diverged run, and to one whose GPUs sit idle (a diverged run is never restarted)
+    + [(k, Literal["notify", "kill"], field(default="notify", metadata={"what": '"notify" or "kill"'}))
+       for k in ("on_diverge", "on_idle")],
     frozen=True, namespace={"__pydantic_config__": STRICT})
 @dataclass(frozen=True)
 class FleetConfig:
