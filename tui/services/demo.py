@@ -354,8 +354,9 @@ def demo_intro(root: Path) -> tuple[str, bool]:
 
 
 # Run by `python`: torch's version, its CUDA version (torch/version.py, read as text:
-# importing torch takes seconds), whether it requires nvidia-* packages, and the bytes
-# its files and theirs take on disk.
+# importing torch takes seconds), whether it requires CUDA packages, and the bytes its
+# files take on disk, with those of the CUDA stack a CUDA build brings (the installed
+# nvidia-*, cuda-* and triton distributions).
 _TORCH_INFO = """\
 import importlib.metadata as m, json, os, re
 try:
@@ -363,7 +364,6 @@ try:
 except m.PackageNotFoundError:
     print('null')
     raise SystemExit
-nv = sorted({re.split('[^A-Za-z0-9_.-]', r, 1)[0] for r in d.requires or [] if r.startswith('nvidia-')})
 def size(dist):
     total = 0
     for f in dist.files or []:
@@ -379,20 +379,21 @@ try:
     cuda = v.group(1) if v else None
 except OSError:
     pass
+needs = any(r.startswith(('nvidia-', 'cuda-')) for r in d.requires or [])
 total = size(d)
-for name in nv:
-    try:
-        total += size(m.distribution(name))
-    except m.PackageNotFoundError:
-        pass
-print(json.dumps([d.version, cuda, bool(nv), total]))
+if cuda or needs:
+    for other in m.distributions():
+        name = (other.metadata['Name'] or '').lower().replace('_', '-')
+        if name.startswith(('nvidia-', 'cuda-')) or name == 'triton':
+            total += size(other)
+print(json.dumps([d.version, cuda, needs, total]))
 """
 
 
 def torch_of(python: str) -> str:
     """Which torch `python` runs the demo's job on, and what it takes on disk, for one
     line: "torch 2.13.0+cpu (CPU build, 757 MB installed)", "torch 2.13.0 (CUDA 12.8
-    build, 1 NVIDIA GPU here, 4.9 GB installed with its nvidia-* packages)", or a CUDA
+    build, 1 NVIDIA GPU here, 4.8 GB installed with the nvidia-*, cuda-* …)", or a CUDA
     build on a machine without a GPU."""
     try:
         out = subprocess.run([python, "-c", _TORCH_INFO], capture_output=True, text=True, timeout=60,
@@ -408,7 +409,7 @@ def torch_of(python: str) -> str:
     if not cuda:
         return f"torch {version} (CPU build, {disk} installed)"
     build = f"CUDA {cuda_version} build" if cuda_version else "CUDA build"
-    disk += " installed" + (" with its nvidia-* packages" if needs_nvidia else "")
+    disk += " installed with the nvidia-*, cuda-* and triton packages"
     try:
         gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
