@@ -356,7 +356,7 @@ def demo_intro(root: Path) -> tuple[str, bool]:
 # Run by `python`: torch's version, its CUDA version (torch/version.py, read as text:
 # importing torch takes seconds), whether it requires CUDA packages, and the bytes its
 # files take on disk, with those of the CUDA stack a CUDA build brings (the installed
-# nvidia-*, cuda-* and triton distributions).
+# nvidia-*, cuda-* and triton distributions; not nvidia-ml-py, eagle3-tui's own NVML).
 _TORCH_INFO = """\
 import importlib.metadata as m, json, os, re
 try:
@@ -384,7 +384,7 @@ total = size(d)
 if cuda or needs:
     for other in m.distributions():
         name = (other.metadata['Name'] or '').lower().replace('_', '-')
-        if name.startswith(('nvidia-', 'cuda-')) or name == 'triton':
+        if name.startswith(('nvidia-', 'cuda-')) and name != 'nvidia-ml-py' or name == 'triton':
             total += size(other)
 print(json.dumps([d.version, cuda, needs, total]))
 """
