@@ -53,6 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     elif os.geteuid() != 0 and userns == "later":  # those run in the namespace afterwards
         keep = [i for i in items if not ((m := _root_only(i)) is not None and m.kwargs.get("userns"))]
         _LATER.update(m.args[0] for i in items if i not in keep and (m := _root_only(i)) is not None)
+        if _LATER and os.environ.get("EAGLE3_TESTS_USERNS_FILE"):  # tests/run: a namespace run is due
+            Path(os.environ["EAGLE3_TESTS_USERNS_FILE"]).write_text(f"{sum(_LATER.values())}\n")
     else:
         keep = items
     if len(keep) != len(items):
