@@ -74,11 +74,12 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     covers = Counter(m.args[0] for i in items if (m := _root_only(i)) is not None)
     if not covers and not _LATER:
         return []
-    lines = [f"{sum(covers.values())} test(s) need root and are skipped in this run (uid {os.geteuid()}):"]
-    lines += [f"  {n:>2} × {what}" for what, n in sorted(covers.items())]
-    lines.append(f"  run them as root: {ROOT_COMMAND}")
+    lines = [f"{sum(covers.values()) + sum(_LATER.values())} test(s) need root (this run's uid is {os.geteuid()}):"]
+    lines += [f"  {n:>2} × {what}: skipped in this run" for what, n in sorted(covers.items())]
     lines += [f"  {n:>2} × {what}: run after this one as root of a user namespace"
               for what, n in sorted(_LATER.items())]
+    if covers:
+        lines.append(f"  the skipped ones run as root: {ROOT_COMMAND}")
     return lines
 
 
