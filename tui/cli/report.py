@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tui.protocol.hosttext import clean
 from tui.services.statefile import remembered_demo
 from tui.state import view
 from tui.state.format import num, size
@@ -67,7 +68,7 @@ def format_runs(state: AppState) -> str:
 def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
     """`runs` with nothing to list: which runs dir was read, how to read another, and
     where the demo's runs are."""
-    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {where}"
+    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {clean(where, newline=False)}"
              + ("" if runs_dir else " (the default runs dir)"),
              "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config"]
     pointer = demo_pointer(runs_dir, where, cwd)
