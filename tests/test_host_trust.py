@@ -27,7 +27,7 @@ from tui.services.actions import choose_run
 from tui.services.config import load_config
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root (CI runs as root)")
+ROOT_ONLY = pytest.mark.needs_root("trust: files and dirs another user owns (chown to nobody)")
 OTHER_UID = 65534  # nobody
 
 
@@ -232,13 +232,12 @@ def _agent_rdir(cache: Path) -> Path:
 
 
 @pytest.mark.ssh
-@pytest.mark.parametrize("how", ["owned-by-nobody", "mode-0777", "planted-file", "symlinked-dir"])
+@pytest.mark.parametrize("how", [pytest.param("owned-by-nobody", marks=ROOT_ONLY), "mode-0777",
+                                 pytest.param("planted-file", marks=ROOT_ONLY), "symlinked-dir"])
 async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
     from tui.transport import AgentClient, TransportError
     from tui.transport.ssh import SshLink
 
-    if how in ("owned-by-nobody", "planted-file") and os.geteuid() != 0:
-        pytest.skip("chown to another uid needs root (CI runs as root)")
     cache = tmp_path / "cache"
 
     def link() -> SshLink:

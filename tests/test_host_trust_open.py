@@ -32,7 +32,7 @@ from remote import procfs, proctable, restart, rundir, trust
 from tests.agent_driver import AgentCallError, AgentProc
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root (CI runs as root)")
+ROOT_ONLY = pytest.mark.needs_root("trust: logs, cwds, symlinks and processes of another user (chown, setuid to nobody)")
 NOBODY = 65534
 SECRET = b"root's own line\n"
 

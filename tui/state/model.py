@@ -387,6 +387,7 @@ class Settings:
     has_command: bool = False
     interval: float = 1.0  # the agent's snapshot interval: liveness is judged against it
     error: str | None = None  # the config as re-read is broken: one line for the banner
+    config: str = "the config"  # the file read, or "no config file at PATH" (Config.source)
 
 
 @dataclass(frozen=True)

@@ -141,8 +141,11 @@ class RunProgress(Static):
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
         if run_label == "no run" and phase is None:  # an empty host: what would fill this, and how
-            out = Text("No run yet. l launches the [run] command\nof eagle3.toml (or: eagle3-tui launch);\n"
-                       "a shows all runs. A run's shard loading\nand extraction show here.", style="dim")
+            config = state.settings.config  # the file read, or where eagle3.toml was looked for
+            said = (f"No run yet, and no config file at\n{config.removeprefix('no config file at ')}\n"
+                    "(eagle3-tui init writes a commented one);\n" if config.startswith("no config file at ") else
+                    f"No run yet. l launches the [run] command of\n{config}\n(or: eagle3-tui launch);\n")
+            out = Text(said + "a shows all runs. A run's shard loading\nand extraction show here.", style="dim")
         stopped = phase in ("stalled", "hung")
         if a is not None:
             shards = list(getattr(a, "shards", {}).values()) if isinstance(getattr(a, "shards", None), dict) else []
