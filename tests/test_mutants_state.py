@@ -1,0 +1,85 @@
+"""The reducer's promises that fresh bugs broke unnoticed (issue 41): a log chunk that
+partly repeats what was shown (a replay after a reconnect, any overlap) shows each byte
+once, in order; a kill that left processes alive, or could not free the run's GPUs, is
+an error toast, never an "information" one.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tui import protocol as p
+from tui.protocol.ops import KillReport
+from tui.state import view
+from tui.state.events import ActionEnded, ActionStarted
+from tui.state.model import AppState
+from tui.state.reducer import apply
+
+STREAM = b"".join(b"line %03d of the run: \xc3\xa9 \xff\n" % i for i in range(40)) + b"a partial line"
+
+
+def _chunk(offset: int, end: int, inode: int = 1) -> p.LogData:
+    return p.LogData("log", "/x.log", inode, offset, STREAM[offset:end])
+
+
+def _whole() -> AppState:
+    return apply(AppState(), _chunk(0, len(STREAM)), 0.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(STREAM)), st.integers(0, len(STREAM))), min_size=1, max_size=12))
+def test_chunks_that_overlap_what_was_shown_show_every_byte_once(spans: list[tuple[int, int]]) -> None:
+    """Each chunk starts anywhere at or before the byte the client has (a replay from an
+    older resume point, the agent's re-read after a reconnect) and ends anywhere after
+    its start: what is shown is the stream's prefix up to the furthest end, each line once."""
+    state, have = AppState(), 0
+    for a, b in spans:
+        start = min(a, have)  # never a gap: the agent always resumes at or before the client's offset
+        end = max(start, b)
+        state = apply(state, _chunk(start, end), 0.0)
+        have = max(have, end)
+        assert state.log.offset == have
+    state = apply(state, _chunk(min(have, len(STREAM) - 5), len(STREAM)), 0.0)  # then the rest, overlapping
+    whole = _whole()
+    assert state.log.lines == whole.log.lines and state.log.live == whole.log.live
+    assert state.log.analysis == whole.log.analysis  # no line analysed twice or skipped
+
+
+def test_a_replay_that_straddles_the_resume_point_keeps_only_the_new_bytes() -> None:
+    """The plain case, by hand: the client has 10 lines, the agent replays lines 8-12."""
+    ten = STREAM.index(b"line 010")
+    state = apply(AppState(), _chunk(0, ten), 0.0)
+    state = apply(state, _chunk(STREAM.index(b"line 008"), STREAM.index(b"line 013")), 0.0)
+    assert [ln[:8] for ln in state.log.lines] == [f"line {i:03d}" for i in range(13)]
+    assert state.log.offset == STREAM.index(b"line 013")
+
+
+def _kill(ok: bool, remaining: list[int], gpus_free: bool | None) -> KillReport:
+    return KillReport.parse({"run_id": "r1", "ok": ok, "remaining": remaining, "gpus_free": gpus_free,
+                             "elapsed": 12.0, "stages": [{"signal": "SIGKILL", "at": 2.0, "sent_to": [5]}],
+                             "gpus": []})
+
+
+def _ended(report: KillReport | None, call_ok: bool = True, error: str | None = None) -> AppState:
+    s = apply(AppState(), ActionStarted("a1", "kill", "r1"), 1.0)
+    return apply(s, ActionEnded("a1", call_ok, report, error), 2.0)
+
+
+def test_a_kill_that_left_processes_alive_is_an_error_toast() -> None:
+    for report in (_kill(False, [5], None), _kill(False, [5], True), _kill(False, [5], False)):
+        s = _ended(report)
+        serial, severity, text = s.notices[-1]
+        assert severity == "error", (report, s.notices)
+        assert "5" in text and "killed, GPUs free" not in text, text
+        assert s.action("a1").state == "ok"  # type: ignore[union-attr]  # the call itself answered
+
+
+def test_a_kill_whose_gpus_stayed_held_is_an_error_toast_and_a_clean_one_is_not() -> None:
+    assert _ended(_kill(True, [], False)).notices[-1][1] == "error"
+    assert _ended(_kill(False, [], False)).notices[-1][1] == "error"
+    assert _ended(None, call_ok=False, error="link lost").notices[-1][1] == "error"
+    for free in (True, None):  # freed, or no GPU source to tell: the processes are gone
+        s = _ended(_kill(True, [], free))
+        assert s.notices[-1][1] == "information", s.notices
+        assert s.notices[-1][2] == view.action_text(s.action("a1"))  # type: ignore[arg-type]
