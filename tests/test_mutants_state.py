@@ -83,3 +83,42 @@ def test_a_kill_whose_gpus_stayed_held_is_an_error_toast_and_a_clean_one_is_not(
         s = _ended(_kill(True, [], free))
         assert s.notices[-1][1] == "information", s.notices
         assert s.notices[-1][2] == view.action_text(s.action("a1"))  # type: ignore[arg-type]
+
+
+def test_past_the_kept_lines_the_newest_stay_numbered_as_in_the_file() -> None:
+    """The tail keeps LOG_LINES lines: past the cap, the newest, numbered as in the file,
+    through overlapping replays too."""
+    from tui.state.model import LOG_LINES
+
+    n = LOG_LINES * 2 + 500
+    data = b"".join(b"row %d\n" % i for i in range(1, n + 1))
+    state, at = AppState(), 0
+    while at < len(data):
+        end = min(len(data), at + 7_001)
+        state = apply(state, p.LogData("log", "/x.log", 1, max(0, at - 333), data[max(0, at - 333):end]), 0.0)
+        at = end
+    log = state.log
+    assert len(log.lines) == LOG_LINES and log.total_lines == n
+    assert log.first_line_no == n - LOG_LINES + 1 and log.lines[0] == f"row {n - LOG_LINES + 1}"
+    assert log.lines[-1] == f"row {n}"
+
+
+def test_a_truncated_log_read_again_from_its_start_is_not_taken_for_a_replay() -> None:
+    """A sequence: lines, a truncation, the new stream from byte 0 (below the old offset):
+    the new bytes are shown, numbered from 1, never dropped as already seen."""
+    state = apply(AppState(), _chunk(0, 400), 0.0)
+    state = apply(state, p.LogReset("log", "/x.log", "truncated", 1, 0), 0.0)
+    state = apply(state, p.LogData("log", "/x.log", 1, 0, b"fresh one\nfresh two\n"), 0.0)
+    assert state.log.lines[-2:] == ("fresh one", "fresh two") and state.log.total_lines == 2
+    assert state.log.offset == len(b"fresh one\nfresh two\n")
+
+
+def test_past_the_kept_notices_the_newest_stay_in_order() -> None:
+    from tui.state.events import Notice
+    from tui.state.reducer import NOTICES_KEPT
+
+    s = AppState()
+    for i in range(NOTICES_KEPT + 7):
+        s = apply(s, Notice("warning" if i % 2 else "information", f"n{i}"), float(i))
+    assert [t for _, _, t in s.notices] == [f"n{i}" for i in range(7, NOTICES_KEPT + 7)]
+    assert [serial for serial, _, _ in s.notices] == list(range(8, NOTICES_KEPT + 8))
