@@ -80,10 +80,10 @@ async def test_a_retryable_error_is_retried_max_attempts_times_then_fails(tmp_pa
     hanging.write_text(HANGING_PYTHON.format(python=sys.executable))
     hanging.chmod(0o755)
     link = LocalLink(runs_dir=str(tmp_path / "runs"))
-    client = AgentClient(link, backoff=(0.05,), hello_timeout=0.5, max_attempts=3)
+    client = AgentClient(link, backoff=(0.05,), max_attempts=3)
     try:
-        hello = await client.start()
-        link.python = str(hanging)
+        hello = await client.start()  # the real agent: its hello may take seconds on a loaded machine
+        link.python, client.hello_timeout = str(hanging), 0.5
         os.kill(hello.pid, signal.SIGKILL)
         st = _statuses(await _events_until_end(client))
         assert [s.attempt for s in st if s.state == "reconnecting"] == [1, 2, 3], st
