@@ -122,3 +122,41 @@ def test_past_the_kept_notices_the_newest_stay_in_order() -> None:
         s = apply(s, Notice("warning" if i % 2 else "information", f"n{i}"), float(i))
     assert [t for _, _, t in s.notices] == [f"n{i}" for i in range(7, NOTICES_KEPT + 7)]
     assert [serial for serial, _, _ in s.notices] == list(range(8, NOTICES_KEPT + 8))
+
+
+def test_a_followed_jobs_nodes_are_each_shown_and_a_nameless_one_is_dropped() -> None:
+    """A Slurm job on several nodes: the snapshot's job_nodes become the state's, each
+    with where its view comes from or why there is none; one without a name is dropped."""
+    from tests.replay import snapshot
+
+    nodes = [{"node": "gpu-node3", "via": "srun step 12.1 on gpu-node3"},
+             {"node": "gpu-node4", "error": "its agent did not start"}, {"via": "no name"}]
+    s = apply(AppState(), snapshot(1, job_nodes=nodes), 1.0)
+    assert [(n.node, n.via, n.error) for n in s.job_nodes] == [
+        ("gpu-node3", "srun step 12.1 on gpu-node3", None), ("gpu-node4", None, "its agent did not start")]
+
+
+def test_the_hostname_is_the_snapshots_when_it_has_one_else_the_hellos() -> None:
+    from tests.replay import hello, snapshot
+
+    s = apply(AppState(), hello(hostname="login-1"), 1.0)
+    assert s.hostname == "login-1"
+    s = apply(s, snapshot(1, host={"hostname": "gpu-node3"}), 2.0)
+    assert s.hostname == "gpu-node3"
+    s = apply(s, snapshot(1, seq=1, host={"load": [1.0, 1.0, 1.0]}), 3.0)  # a snapshot without one
+    assert s.hostname == "gpu-node3"
+    assert apply(AppState(), snapshot(1, host={"hostname": "gpu-node5"}), 1.0).hostname == "gpu-node5"
+
+
+def test_kill_progress_goes_to_the_kill_of_its_run_and_nowhere_else() -> None:
+    """A sequence: a kill of r1 ended, a kill of r2 in flight, a launch in flight; a late
+    progress of r1's kill changes nothing shown, r2's goes to r2's kill."""
+    s = apply(AppState(), ActionStarted("k1", "kill", "r1"), 1.0)
+    s = apply(s, ActionEnded("k1", True, _kill(True, [], True)), 2.0)
+    s = apply(s, ActionStarted("k2", "kill", "r2"), 3.0)
+    s = apply(s, ActionStarted("l1", "launch", "r1"), 3.5)
+    late = apply(s, p.KillProgress(9, "r1", "SIGKILL", (5,), (), 1.0), 4.0)
+    assert late.actions == s.actions  # neither the ended kill, nor r2's, nor the launch
+    s = apply(s, p.KillProgress(10, "r2", "SIGTERM", (6,), (), 1.0), 4.0)
+    assert s.action("k2").progress.stage == "SIGTERM"  # type: ignore[union-attr]
+    assert s.action("k1").progress is None and s.action("l1").progress is None  # type: ignore[union-attr]
