@@ -177,3 +177,19 @@ def test_two_losses_that_differ_in_the_fourth_digit_are_two_points(tmp_path: Pat
     rec.close()
     points = timeline.loss_series(timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes()))
     assert [v for _, v, _ in points] == [2.346, 2.345, 2.345]
+
+
+def test_a_card_sample_is_memory_to_a_tenth_of_a_gib_and_whole_percent_and_watts(tmp_path: Path) -> None:
+    """What `runs show` and the timeline screen print of a card, from the line as written:
+    GiB to 0.1 (binary gigabytes), utilisation and power rounded to integers, N/A kept."""
+    rec = hosttl.Recorder(str(tmp_path), 1000.0, "r", sample_s=10.0)
+    rec.look(1012.34, "extracting", "b1", ["batch", 1], None,
+             [{"index": 3, "mem_used": int(40.26 * GIB), "util": 90.5, "power": 500.49, "processes": [{"pid": 7}]},
+              {"index": 5, "mem_used": None, "util": None, "power": 61.5, "processes": [{"pid": 7}]}], [7])
+    rec.close()
+    lines = [json.loads(ln) for ln in (tmp_path / hosttl.TIMELINE_FILE).read_text().splitlines()]
+    assert lines[0]["t0"] == 1000.0
+    cards = next(ln for ln in lines if "c" in ln)
+    sample = next(ln for ln in lines if "g" in ln)
+    assert cards == {"t": 12.3, "c": [3, 5], "h": 1}
+    assert sample["t"] == 12.3 and sample["g"] == [[40.3, 90, 500], [None, None, 62]]
