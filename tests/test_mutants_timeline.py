@@ -193,3 +193,31 @@ def test_a_card_sample_is_memory_to_a_tenth_of_a_gib_and_whole_percent_and_watts
     sample = next(ln for ln in lines if "g" in ln)
     assert cards == {"t": 12.3, "c": [3, 5], "h": 1}
     assert sample["t"] == 12.3 and sample["g"] == [[40.3, 90, 500], [None, None, 62]]
+
+
+def test_a_tick_that_read_no_loss_writes_none_and_keeps_the_last(tmp_path: Path) -> None:
+    """Trainers print a loss every few steps, not every tick: a tick without one writes
+    no loss, and the run's last loss stays the last one printed."""
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r", sample_s=10.0)
+    rec.look(0.0, "training", "step 10", ["train", 10], None, None, [], loss=2.5, loss_step=10)
+    rec.look(10.0, "training", "step 11", ["train", 11], None, None, [], loss=None, loss_step=None)
+    rec.look(20.0, "training", "step 12", ["train", 12], None, None, [], loss=2.5, loss_step=10, last=True)
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    assert [ln["l"] for ln in tl.lines if "l" in ln] == [[2.5, 10]]
+    assert timeline.summary(tl)["loss"]["last"] == 2.5
+
+
+def test_a_clean_handoff_to_the_next_job_adds_no_blank_line(tmp_path: Path) -> None:
+    """One JSON object per line, across a Slurm run's jobs: a file that ended cleanly is
+    carried on as it is (only a torn last line gets a newline first)."""
+    first = hosttl.Recorder(str(tmp_path), 100.0, "r")
+    first.event(110.0, "resubmitted", code=1, signal=None)
+    first.close()
+    second = hosttl.Recorder(str(tmp_path), 500.0, "r")
+    second.event(520.0, "exit", code=0, signal=None)
+    second.close()
+    text = (tmp_path / hosttl.TIMELINE_FILE).read_text()
+    assert text.endswith("\n") and "\n\n" not in text
+    assert [json.loads(ln).get("e") for ln in text.splitlines()] == [None, "resubmitted", "exit"]
+    assert json.loads(text.splitlines()[-1])["t"] == 420.0  # on the first job's axis
