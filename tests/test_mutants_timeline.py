@@ -8,6 +8,7 @@ the run's exit is still there; the training loss keeps 4 significant digits.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,42 @@ def test_a_clean_handoff_to_the_next_job_adds_no_blank_line(tmp_path: Path) -> N
     assert text.endswith("\n") and "\n\n" not in text
     assert [json.loads(ln).get("e") for ln in text.splitlines()] == [None, "resubmitted", "exit"]
     assert json.loads(text.splitlines()[-1])["t"] == 420.0  # on the first job's axis
+
+
+def test_the_log_offset_is_written_when_it_changes_and_never_as_null(tmp_path: Path) -> None:
+    """`o` is what lets a replay play the log in step: written when pace read more, not
+    repeated, never a null (a tick that read no log keeps the last one)."""
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r", sample_s=10.0)
+    for n, offset in enumerate((100, 100, None, 250, 250)):
+        rec.look(10.0 * n, "extracting", "batch %d" % n, ["batch", n], None, None, [], offset=offset)
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    assert [(ln["t"], ln["o"]) for ln in tl.lines if "o" in ln] == [(0.0, 100), (30.0, 250)]
+
+
+def test_samples_come_every_ten_seconds_at_most(tmp_path: Path) -> None:
+    """The bound the 2 MB budget is made of (a day on 8 cards): one sample per SAMPLE_S."""
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r")
+    for s in range(0, 41):
+        now = float(s)
+        gpus = _gpus([0], [True], [(s * GIB, s, 100.0 + s)]) if rec.sample_due(now) else None
+        rec.look(now, "extracting", "batch %d" % s, ["batch", s], None, gpus, [7])
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    assert [ln["t"] for ln in tl.lines if "g" in ln] == [0.0, 10.0, 20.0, 30.0, 40.0]
+
+
+def test_a_full_disk_costs_the_timeline_never_the_run(tmp_path: Path) -> None:
+    """The pace thread writes the timeline beside the run: ENOSPC (the file's descriptor
+    pointed at /dev/full, which fails every write as a full disk does) raises nothing."""
+    rec = hosttl.Recorder(str(tmp_path), 0.0, "r", sample_s=10.0)
+    assert rec.fd is not None
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, rec.fd)
+    os.close(full)
+    rec.look(0.0, "extracting", "b1", ["batch", 1], None, _gpus([0], [True], [(GIB, 1, 1.0)]), [7], loss=1.0)
+    rec.event(1.0, "exit", code=0, signal=None)
+    fd = rec.fd
+    os.close(fd)  # and a descriptor gone under it: close() too says nothing
+    rec.close()
+    assert rec.fd is None
