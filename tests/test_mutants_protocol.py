@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,9 @@ from tui.protocol import (
     AgentError,
     Hello,
     KillProgress,
+    LogData,
     LogReset,
+    ProtocolError,
     Result,
     parse_line,
     parse_message,
@@ -90,3 +93,13 @@ def test_an_agent_error_line_with_escapes_is_one_clean_line_from_the_wire() -> N
     msg = parse_line(line.encode())
     assert isinstance(msg, AgentError)
     assert msg.message == "bad request from evil"
+
+
+def test_a_log_chunk_that_is_not_base64_is_an_error_never_garbage_bytes() -> None:
+    """A broken agent's or link's chunk (characters outside base64's alphabet) must not
+    turn into log bytes shown as the run's output."""
+    good = parse_message({"type": "log", "sub": "s", "path": "/x.log", "inode": 1, "offset": 0, "b64": "aGkK"})
+    assert isinstance(good, LogData) and good.data == b"hi\n"
+    for bad in ("aGk*Cg==", "aGkK\x1b[2J", "a GkK", "aGk"):
+        with pytest.raises(ProtocolError):
+            parse_message({"type": "log", "sub": "s", "path": "/x.log", "inode": 1, "offset": 0, "b64": bad})
