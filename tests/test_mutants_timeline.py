@@ -245,6 +245,7 @@ def test_samples_come_every_ten_seconds_at_most(tmp_path: Path) -> None:
     rec.close()
     tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
     assert [ln["t"] for ln in tl.lines if "g" in ln] == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert [ln["t"] for ln in tl.lines if "s" in ln] == [0.0, 10.0, 20.0, 30.0, 40.0]  # progress too
 
 
 def test_a_full_disk_costs_the_timeline_never_the_run(tmp_path: Path) -> None:
