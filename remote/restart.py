@@ -41,10 +41,10 @@ from typing import Any
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import atomicfile, pace, procfs
+from remote import atomicfile, pace, procfs, rundir
 from remote.restartpolicy import MARK, Matcher, decide, delay, span
 
-RUN_ENV = "EAGLE3_TUI_RUN_ID"
+RUN_ENV = rundir.RUN_ENV
 ATTEMPTS_FILE = "attempts.json"
 SCRIPT = os.path.abspath(__file__)
 READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
@@ -138,7 +138,7 @@ class Supervisor:
         """Live processes of the run other than this supervisor and the shim above it."""
         me, shim = os.getpid(), os.getppid()
         return [p for p in procfs.list_pids() if p not in (me, shim)
-                and procfs.read_environ_var(p, RUN_ENV) == self.run_id
+                and procfs.run_marker(p, RUN_ENV) == self.run_id  # this user's only (real uid)
                 and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
 
     def _reap(self) -> None:

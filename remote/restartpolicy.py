@@ -40,9 +40,11 @@ class _Keep(dict):  # type: ignore[type-arg]
 class Matcher:
     """The client's failure classification over a log, with the regexes it compiled:
     prefixes split the same way (tui/state/logline.split_prefix), quiet levels and
-    request handlers' errors skipped, signatures tried in the client's order, a bare
-    exception line the catch-all, and what dies after an interrupt no cause. The root
-    cause is the first failure of the best rank (specific, catch-all, wrapper)."""
+    request handlers' errors skipped, and so are lines at a quiet level that only say a
+    failure is being retried; signatures tried in the client's order, a bare exception
+    line the catch-all, and what dies after an interrupt no cause. The root cause is the
+    first failure of the best rank (specific, catch-all, wrapper): a later failure of the
+    same rank is a consequence (the ranks that waited on the one that died first)."""
 
     def __init__(self, policy: dict) -> None:
         ln = policy.get("lines") or {}
@@ -54,6 +56,10 @@ class Matcher:
         self.exc = re.compile(ln["exception"])
         self.interrupt = re.compile(ln["interrupt"])
         self.request = re.compile(ln["request_source"])
+        # a quiet-level line that only says a failure is retried (an older client sends none)
+        self.note_level = re.compile(ln["note_level"]) if ln.get("note_level") else None
+        self.note_retry = re.compile(ln["note_retry"]) if ln.get("note_retry") else None
+        self.note_head = int(ln.get("note_head") or 64)
         self.sigs: list[dict] = []
         self.generic: dict | None = None
         self.persist: list[dict] = []  # a failure only after `persist` matching metric lines in a row
@@ -93,6 +99,12 @@ class Matcher:
             return foreign_level, None, text
         return lm.group("level"), "%s:%s" % (lm.group("file"), lm.group("lineno")), text[lm.end():]
 
+    def retry_note(self, msg: str) -> bool:
+        """A quiet-level line that only says a failure is being retried: never a failure."""
+        return (self.note_level is not None and self.note_retry is not None
+                and self.note_level.search(msg[:self.note_head]) is not None
+                and self.note_retry.search(msg) is not None)
+
     def match(self, msg: str) -> tuple[dict, Any] | None:
         for s in self.sigs:
             for pat in s["compiled"]:
@@ -131,7 +143,7 @@ class Matcher:
                 if best is None or best[0] > 0:
                     best = (0, *run[1])
             level, source, msg = self.split(line)
-            if level in self.quiet:
+            if level in self.quiet or (level is None and self.retry_note(msg)):
                 continue
             hit = self.match(msg)
             if source is not None and self.request.search(source):

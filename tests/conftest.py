@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.trust import private_group
 from tests.slurm import LINES as SLURM_LINES
 from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
@@ -21,11 +22,13 @@ from tui.transport import AgentClient, LocalLink
 
 LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
 
-# The files and dirs the tests plant (a runs dir, records) are made as the agent makes its
-# own, under umask 022: with a login's umask of 002 (user-private groups) they would be
-# group-writable and the agent rightly refuses them. What a 002 login does to the product
-# itself is tested where it matters (test_host_trust sets it).
-os.umask(0o022)
+# Every test runs under umask 002, Ubuntu's default for its users (user-private groups):
+# what eagle3-tui creates must carry its own mode whatever the umask (a demo once made its
+# runs dir 0775 and then refused it), and the suite is where that is seen. Where the
+# user's primary group is shared, 002 would make what the tests plant group-writable for
+# real, so there it is 022. A few tests set 022 and 077 themselves
+# (test_host_trust_open: everything the agent creates has its own mode).
+os.umask(0o002 if private_group(os.getegid()) else 0o022)
 
 
 def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:

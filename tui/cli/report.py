@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tui.protocol.hosttext import clean
 from tui.state import view
 from tui.state.format import num, size
 from tui.state.history import basis
@@ -66,7 +67,7 @@ def format_runs(state: AppState) -> str:
 def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
     """`runs` with nothing to list: which runs dir was read, how to read another, and
     where the demo's runs are when this directory holds the demo."""
-    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {where}"
+    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {clean(where, newline=False)}"
              + ("" if runs_dir else " (the default runs dir)"),
              "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config"]
     demo = cwd / "eagle3-demo" / "eagle3.toml"

@@ -8,7 +8,9 @@ can only be printed, never act on a terminal:
   parameter and intermediate bytes), OSC, DCS, SOS, PM and APC strings up to their BEL or
   ST (or the end of the text), and the two- and three-byte escapes (``ESC c``, ``ESC 7``,
   ``ESC 8``, ``ESC =``, ``ESC >``, ``ESC #8``, ``ESC (B``…); the same for the 8-bit
-  introducers (U+009B CSI, U+009D OSC, U+0090 DCS, U+0098 SOS, U+009E PM, U+009F APC);
+  introducers (U+009B CSI, U+009D OSC, U+0090 DCS, U+0098 SOS, U+009E PM, U+009F APC),
+  except that an 8-bit SOS/PM/APC with no BEL or ST after it loses only itself (it is
+  most often a cp1252 letter read as Latin-1, and the rest of the line is text);
 - then every other C0 control but TAB (and newline, unless ``newline=False`` makes it a
   space; ``cr=True`` keeps ``\\r`` for the line assembler, which collapses redraws), DEL,
   every C1 control (U+0080-U+009F) and the bidi overrides and isolates (U+202A-U+202E,
@@ -37,7 +39,13 @@ _SEQ7 = re.compile(
     r"|[ -/]*[0-~]?)"  # ESC c, ESC 7, ESC =, ESC #8, ESC (B, a lone ESC
 )
 ESCAPES = _SEQ7  # for a matcher that strips escapes as `clean` does (the host's restart policy)
-_SEQ8 = re.compile(rf"\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f]{_STRING}")
+# An 8-bit SOS, PM or APC (U+0098, U+009E, U+009F) is usually no escape at all but a
+# cp1252 letter read as Latin-1 (˜ ž Ÿ): one with no ST or BEL after it loses only
+# itself, not the rest of the line. Its body stops at any 8-bit introducer too, so no
+# character is scanned by two unterminated strings: linear however many there are.
+_SEQ8 = re.compile(r"\x9b[0-?]*[ -/]*[@-~]?"
+                   rf"|[\x90\x9d]{_STRING}"
+                   r"|[\x98\x9e\x9f](?:[^\x07\x1b\x90\x98\x9b-\x9f]*(?:\x07|\x1b\\|\x9c))?")
 _INTRODUCER = re.compile("[\x90\x98\x9b\x9d\x9e\x9f]")
 
 # What goes after the sequences: C0 but TAB and newline (and CR unless kept), DEL, C1,

@@ -139,6 +139,20 @@ def _shard_groups(names: list[str], sizes: dict[str, int], shards: int) -> list[
     return groups
 
 
+def _make_dirs(path: Path) -> None:
+    """`path` and each missing parent, 0755 whatever the umask (an explicit mode for
+    everything eagle3-tui creates: under a umask of 002 plain mkdir made them 0775)."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o755)
+        except FileExistsError:
+            pass
+
+
 def _write_model(model_dir: Path, spec: DemoSpec) -> None:
     try:
         import torch
@@ -159,7 +173,7 @@ def _write_model(model_dir: Path, spec: DemoSpec) -> None:
     names = list(state)
     sizes = {k: v.numel() * v.element_size() for k, v in state.items()}
     groups = _shard_groups(names, sizes, spec.shards)
-    model_dir.mkdir(parents=True, exist_ok=True)
+    _make_dirs(model_dir)
     for old in model_dir.glob("model-*.safetensors"):
         old.unlink()  # a rebuild with another shard count must not leave strays
     weight_map: dict[str, str] = {}
@@ -213,7 +227,7 @@ def build_demo(
     paths = DemoPaths(root=root, model=root / "model", data=root / "data.jsonl",
                       out=root / "out", config=root / "eagle3.toml", extract=EXTRACT_SCRIPT,
                       command=demo_command(root, base, spec), python=base)
-    root.mkdir(parents=True, exist_ok=True)
+    _make_dirs(root)
     marker = root / MARKER
     want = json.dumps(asdict(spec), sort_keys=True)
     complete = False

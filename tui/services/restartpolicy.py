@@ -5,8 +5,8 @@ applies it with remote/restartpolicy.py).
 object: the numbers, and the failure classification the client itself uses — every
 signature of the one table (``tui/data/signatures.toml`` plus the user's file) with its
 regexes and its ``restart`` class, in the order the client tries them, and the line
-prefixes, quiet levels, exception shape and interrupt lines of the client's log
-analysis. The host compiles the same regexes with Python's ``re``, so a line means the
+prefixes, quiet levels, exception shape, interrupt lines and retry notes of the
+client's log analysis. The host compiles the same regexes with Python's ``re``, so a line means the
 same there as here (``tests/test_restart.py`` checks both agree on every signature).
 """
 
@@ -58,5 +58,8 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
             "exception": logfailures.EXC_SHAPE.pattern,
             "interrupt": logfailures.INTERRUPT.pattern,
             "request_source": logfailures.REQUEST_SOURCE.pattern,
+            "note_level": logfailures.NOTE_LEVEL.pattern,
+            "note_retry": logfailures.NOTE_RETRY.pattern,
+            "note_head": logfailures.NOTE_HEAD,
         },
     }

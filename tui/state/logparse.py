@@ -44,7 +44,13 @@ from tui.state.loganalysis import (
     log_seconds,
     signature_errors,
 )
-from tui.state.logfailures import REQUEST_SOURCE, find_failures, note_interrupt, request_error
+from tui.state.logfailures import (
+    REQUEST_SOURCE,
+    find_failures,
+    note_interrupt,
+    request_error,
+    retry_note,
+)
 from tui.state.logline import (
     ExtractProgress,
     LinePrefix,
@@ -214,6 +220,8 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
     if pre.level in QUIET_LEVELS:
         if "SIG" in msg or "signal" in msg:  # "received SIGTERM" at INFO: the run is being stopped
             note_interrupt(b, msg, line_no)
+        return
+    if pre.level is None and retry_note(msg):  # "INFO:x:… retried after: <an error>": handled
         return
     if pre.source is not None and REQUEST_SOURCE.search(pre.source):
         request_error(b, pre.worker, msg, line, line_no)

@@ -240,7 +240,7 @@ def analysis_of(state: AppState, run: Run | None) -> Any:
     previous run's, and its finished training must not show under the new run's name)."""
     if run is not None and run.log and state.log.path != run.log:
         return None
-    return state.log.analysis
+    return state.log.shown_analysis
 
 
 def phase(state: AppState, run: Run | None, now: float) -> str | None:
