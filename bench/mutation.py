@@ -2,7 +2,7 @@
 
     nice -n 19 python bench/mutation.py [MODULE ...] [--budget S] [--list]
 
-cosmic-ray (a kept tool) makes one small bug at a time in a module -- on disk, in a
+cosmic-ray (the `mutation` extra) makes one small bug at a time in a module -- on disk, in a
 copy of this working tree, never in the tree itself -- and runs only the test files that
 claim that module's behaviour (pyproject.toml [tool.eagle3-mutation.modules]). A mutant
 the tests let through is a survivor: a bug users could get with a green suite.
@@ -12,6 +12,12 @@ host agent runs remote/*.py as a script, the CLI tests start `python -m tui.cli`
 mutmut 3 switches its mutants inside the test process and counts which tests reach each
 function there, so it sees none of the agent's code run. cosmic-ray writes the mutant to
 the file, which every subprocess then imports (tests/checkout.py points them at the copy).
+
+The bugs are what a slip of the hand makes (pyproject.toml says which of cosmic-ray's
+operators, and why the others are left out): a number off by one, True for False, `and`
+for `or`, a comparison negated, off by one or turned around, `not` added or dropped,
+`break` for `continue`, a loop never run, an except clause that catches another
+exception, a decorator removed.
 
 Each module runs alone, within its time budget (seconds, --budget or the config's); a
 module that runs out reports the mutants done so far and how many were left. Reports go
@@ -177,6 +183,10 @@ def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | N
 def main() -> int:
     cfg = config()
     modules: dict[str, list[str]] = cfg["modules"]
+    if not (BIN / "cosmic-ray").is_file():
+        print(f"mutation: no cosmic-ray beside {sys.executable}: pip install -e '.[test,demo,mutation]' "
+              "into the venv whose Python runs this", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("module", nargs="*", help="default: every configured module, in order")
     ap.add_argument("--budget", type=float, default=float(cfg["budget"]),

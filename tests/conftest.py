@@ -207,3 +207,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("Slurm tier")
         for line in SLURM_LINES:
             terminalreporter.write_line(line)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """A plain `pytest` (not ./tests/run) in a partial venv says up front which test
+    dependencies are missing and that their tests will skip (tests/need.py)."""
+    from tests import need
+
+    return need.header()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test's timeout: pyproject's 120 s, or its `slow(timeout=..., reason=...)` (tests/timeouts.py)."""
+    from tests import timeouts
+
+    timeouts.apply(items)

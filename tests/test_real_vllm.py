@@ -44,6 +44,8 @@ RAISED_AT = {
 }
 
 tier = pytest.mark.real_vllm
+pytestmark = pytest.mark.slow(timeout=1200, reason="the first test builds the real vLLM 0.16.0 env (pip, ~0.7 GB; "
+                              "a 900 s bound) without its cache, then drives vLLM in subprocesses (600-900 s bounds)")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,8 @@ __all__ = ["model_dir", "pset", "site"]  # fixtures shared with tests/test_real_
 ROOT = Path(__file__).resolve().parent.parent
 EXTRACT = ROOT / "remote" / "extract.py"
 tier = pytest.mark.real_vllm
+pytestmark = pytest.mark.slow(timeout=1200, reason="the first test builds the real vLLM 0.16.0 env (pip, ~0.7 GB; "
+                              "a 900 s bound) without its cache, then drives vLLM in subprocesses (600-900 s bounds)")
 
 
 def _without(files: dict[str, bytes], needle: str) -> dict[str, bytes]:

@@ -15,6 +15,7 @@ from remote import kill as killer
 from remote import launch as launcher
 from remote import rundir
 from remote.restartpolicy import Matcher, decide, delay
+from tests import need
 from tui.services.config import parse_config
 from tui.services.restartpolicy import compile_policy
 from tui.state.loganalysis import LogAnalysis
@@ -461,7 +462,7 @@ def test_a_real_extraction_restarted_twice_equals_an_uninterrupted_one(tmp_path:
     import json
     import subprocess
 
-    pytest.importorskip("torch")
+    need.module("torch", "pip install 'eagle3-tui[demo]'")  # a failure under ./tests/run and CI, never a silent skip
     from tui.services.demo import build_demo
 
     paths = build_demo(tmp_path / "demo", shards=2, layers=8, hidden=64, sequences=2, seq_len=8,

@@ -37,6 +37,8 @@ from tui.services.demo import build_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRACT = ROOT / "remote" / "extract.py"
+pytestmark = pytest.mark.slow(timeout=1200, reason="the first test builds speculators' training venv (pip downloads "
+                              "torch in CI; a 900 s bound) and extracts with a real model on the CPU")
 TOTAL_SEQ_LEN = 96  # scripts/train.py --total-seq-len, small enough to pack several
 NOISE_STD = 0.05  # scripts/train.py's NOISE_STD
 LAYERS = [2, 4, 5, 7]  # speculators' default for 8 layers

@@ -1,0 +1,92 @@
+"""The transport client gives up when it should, in bounded time, with one clear error
+(issue 41): a permanent error (the host's Python gone) is not retried at all; a
+retryable one (an agent that never says hello) is retried `max_attempts` times, no more;
+each ends the client as "failed" naming why. A bug that retries forever is a failure
+here within seconds, never a hang caught by the suite's timeout.
+
+Real parts: the real agent over LocalLink; the failures are real interpreters (a path
+that does not exist, a stand-in Python that answers the version probe and then hangs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tui.transport import AgentClient, LinkStatus, LocalLink
+from tui.transport.errors import AgentStartFailed
+
+BOUND_S = 15.0  # far above what each case needs (< 3 s), far below the suite's timeout
+
+
+async def _events_until_end(client: AgentClient) -> list[object]:
+    async def drain() -> list[object]:
+        return [e async for e in client.events()]
+
+    try:
+        return await asyncio.wait_for(drain(), BOUND_S)
+    except asyncio.TimeoutError:
+        pytest.fail(f"the client was still trying after {BOUND_S:g} s: {client.status}", pytrace=False)
+
+
+def _statuses(events: list[object]) -> list[LinkStatus]:
+    return [e for e in events if isinstance(e, LinkStatus)]
+
+
+async def test_a_permanent_error_while_reconnecting_ends_the_client_after_one_try(tmp_path: Path) -> None:
+    link = LocalLink(runs_dir=str(tmp_path / "runs"))
+    client = AgentClient(link, backoff=(0.05,))
+    try:
+        hello = await client.start()
+        link.python = str(tmp_path / "gone" / "python3")  # the host's Python removed meanwhile
+        t0 = time.monotonic()
+        os.kill(hello.pid, signal.SIGKILL)
+        st = _statuses(await _events_until_end(client))
+        assert st[-1].state == "failed", st
+        assert "gone/python3 not found" in (st[-1].error or ""), st[-1]
+        assert [s.attempt for s in st if s.state == "reconnecting"] == [1], st  # tried once, not again
+        assert time.monotonic() - t0 < 5
+        assert not client.connected and client.status.state == "failed"
+    finally:
+        await client.close()
+
+
+async def test_a_first_connect_with_a_permanent_error_raises_at_once(tmp_path: Path) -> None:
+    client = AgentClient(LocalLink(python=str(tmp_path / "nope")), backoff=(0.05,))
+    t0 = time.monotonic()
+    with pytest.raises(AgentStartFailed, match="nope not found"):
+        await asyncio.wait_for(client.start(), BOUND_S)
+    assert time.monotonic() - t0 < 5 and client.status.state == "failed"
+    assert [e async for e in client.events()][-1] == client.status  # the stream ends too
+    await client.close()
+
+
+HANGING_PYTHON = """#!/bin/sh
+# Answers the client's version probe (`python -c PROBE`) like the real one, then, as the
+# agent, never says hello (a host whose login hangs): retryable each time.
+if [ "$1" = "-c" ]; then exec {python} "$@"; fi
+exec sleep 30
+"""
+
+
+async def test_a_retryable_error_is_retried_max_attempts_times_then_fails(tmp_path: Path) -> None:
+    hanging = tmp_path / "python3"
+    hanging.write_text(HANGING_PYTHON.format(python=sys.executable))
+    hanging.chmod(0o755)
+    link = LocalLink(runs_dir=str(tmp_path / "runs"))
+    client = AgentClient(link, backoff=(0.05,), max_attempts=3)
+    try:
+        hello = await client.start()  # the real agent: its hello may take seconds on a loaded machine
+        link.python, client.hello_timeout = str(hanging), 0.5
+        os.kill(hello.pid, signal.SIGKILL)
+        st = _statuses(await _events_until_end(client))
+        assert [s.attempt for s in st if s.state == "reconnecting"] == [1, 2, 3], st
+        assert st[-1].state == "failed" and "did not say hello within 0.5 s" in (st[-1].error or ""), st[-1]
+    finally:
+        await client.close()

@@ -1,0 +1,108 @@
+"""The suite's own rules (issue 41): a hang is a failure within two minutes, longer only
+for a test marked slow that says why; no test skips itself with importorskip (a skip
+even in strict mode); a plain `pytest` names the missing dependencies in its header."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import checkout, need, timeouts
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = checkout.ROOT
+
+CONFTEST = """\
+from tests.timeouts import apply
+
+
+def pytest_collection_modifyitems(items):
+    apply(items)
+"""
+
+
+def _pytest(tmp_path: Path, test_text: str) -> subprocess.CompletedProcess[str]:
+    """A scratch test file under the project's pytest config and its timeout rule."""
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_scratch.py").write_text(textwrap.dedent(test_text))
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", "-q", str(tmp_path / "test_scratch.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=100, env=checkout.env())
+
+
+def test_the_default_timeout_is_two_minutes_at_most() -> None:
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert float(ini["timeout"]) == timeouts.DEFAULT_S <= 120
+
+
+def test_a_hang_fails_at_the_tests_bound_not_the_suites(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    out = _pytest(tmp_path, """\
+        import time, pytest
+
+        @pytest.mark.slow(timeout=2, reason="a scratch test")
+        def test_hangs():
+            time.sleep(60)
+    """)
+    assert out.returncode == 1 and "Timeout (>2.0s) from pytest-timeout" in out.stdout + out.stderr, out.stdout[-2000:]
+    assert time.monotonic() - t0 < 40
+
+
+@pytest.mark.parametrize("mark", ["@pytest.mark.timeout(600)", "@pytest.mark.slow(timeout=600)",
+                                  '@pytest.mark.slow(timeout=600, reason=" ")'])
+def test_a_longer_timeout_without_its_reason_is_refused(tmp_path: Path, mark: str) -> None:
+    out = _pytest(tmp_path, f"""\
+        import pytest
+
+        {mark}
+        def test_long():
+            pass
+    """)
+    assert out.returncode != 0 and "test_scratch.py::test_long" in out.stderr, out.stdout + out.stderr
+
+
+def test_no_test_skips_itself_with_importorskip() -> None:
+    """pytest.importorskip skips even under ./tests/run and CI; tests/need.py's `module`
+    fails there and skips only in a developer's partial venv."""
+    word = "importorskip"
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "tests").rglob("*.py"))
+             if p.name != Path(__file__).name
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if word in line]
+    assert not found, f"use tests/need.py's module() instead: {found}"
+
+
+def test_the_header_names_what_is_missing_and_what_becomes_of_its_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    there = {"transformers", "hypothesis", "pytest_timeout", "textual_serve", "importlinter", "safetensors",
+             "tokenizers"}
+    monkeypatch.setattr(need, "_has_module", lambda name: name in there)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("EAGLE3_TESTS_STRICT", "0")
+    lines = need.header()
+    text = "\n".join(lines)
+    skip_at, fail_at = text.index("will SKIP"), text.index("will FAIL")
+    assert skip_at < text.index("torch (pip install") < fail_at
+    assert text.index("playwright (pip install") > fail_at and "tmux (apt-get install tmux)" in text
+    assert "transformers" not in text
+    monkeypatch.setenv("EAGLE3_TESTS_STRICT", "1")  # ./tests/run: a missing torch fails its tests
+    assert "will SKIP" not in "\n".join(need.header())
+    monkeypatch.setattr(need, "_has_module", lambda name: True)
+    monkeypatch.setattr(need, "_TOOLS", [])
+    assert need.header() == ["eagle3-tui: every test dependency found"]
+
+
+def test_a_plain_pytest_prints_the_header(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
+                          "tests/test_suite_rules.py"], cwd=ROOT, capture_output=True, text=True, timeout=100,
+                         env=checkout.env(EAGLE3_TESTS_STRICT="0"))
+    head = out.stdout.split("collected", 1)[0]
+    assert "eagle3-tui: " in head and ("every test dependency found" in head or "missing" in head), head
