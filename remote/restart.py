@@ -46,7 +46,7 @@ from typing import Any
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import atomicfile, pace, procfs, rundir
+from remote import atomicfile, pace, procfs, rundir, trust
 from remote.restartpolicy import MARK, Matcher, decide, delay, span
 
 RUN_ENV = rundir.RUN_ENV
@@ -306,11 +306,8 @@ class Supervisor:
 
     def _cause(self, start: int) -> dict | None:
         try:
-            with open(self.log, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(start, size - READ_TAIL))
-                data = f.read()
-        except OSError:
+            data = trust.read_tail(self.log, start, READ_TAIL)
+        except (OSError, trust.Untrusted):
             return None
         return self.matcher.root_cause(re.split(r"\r\n|[\r\n]", data.decode("utf-8", "replace")))
 

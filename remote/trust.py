@@ -327,3 +327,16 @@ def read_bytes(path: str, what: str = "file") -> bytes:
     fd = open_file(path, os.O_RDONLY, what)
     with os.fdopen(fd, "rb") as f:
         return f.read()
+
+
+def read_tail(path: str, start: int, most: int, what: str = "log") -> bytes:
+    """The bytes of a file of ours (`open_file`: never a FIFO, a device or another user's
+    file) from ``start``, at most its last ``most``. For the host's readers of a run's log
+    (the pace thread, the restart supervisor), which must never block on a log swapped
+    for a FIFO. OSError when missing, Untrusted when not ours."""
+    fd = open_file(path, os.O_RDONLY, what)
+    with os.fdopen(fd, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(start, size - most))
+        return f.read(most)
+

@@ -29,6 +29,7 @@ import pytest
 
 from remote import kill as killer
 from remote import procfs, proctable, restart, rundir, trust
+from tests import checkout
 from tests.agent_driver import AgentCallError, AgentProc
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
@@ -333,3 +334,40 @@ def test_open_file_refuses_a_group_or_world_writable_mode_for_what_it_creates(tm
     with pytest.raises(ValueError):
         trust.open_file(str(tmp_path / "x"), os.O_WRONLY | os.O_CREAT, "log", 0o664)
     assert not (tmp_path / "x").exists()
+
+
+def test_the_host_never_blocks_on_a_log_swapped_for_a_fifo_after_launch(tmp_path: Path) -> None:
+    """The restart supervisor reads the end of an attempt's log for its root cause: a log
+    replaced by a FIFO after the launch (by the job, or by anyone who may write its
+    directory) blocked it in open() for good, and the run never ended. Now the read is
+    refused at once, the attempt is decided without a cause, and the run ends."""
+    tail = trust.read_tail
+    log = tmp_path / "job.log"
+    log.write_bytes(b"a" * 10 + b"the end\n")
+    assert tail(str(log), 0, 8) == b"the end\n" and tail(str(log), 14, 100) == b"end\n"
+    os.unlink(log)
+    os.mkfifo(log, 0o600)
+    started = time.monotonic()
+    with pytest.raises(trust.Untrusted, match="a FIFO"):
+        tail(str(log), 0, 100)
+    assert time.monotonic() - started < 1
+    os.unlink(log)
+    job = tmp_path / "job.py"
+    job.write_text(f"import os\nprint('working', flush=True)\nos.unlink({str(log)!r})\nos.mkfifo({str(log)!r})\n"
+                   "raise SystemExit(1)\n")
+    (tmp_path / "eagle3.toml").write_text(
+        f'[host]\nruns_dir = "{tmp_path / "runs"}"\npython = "{sys.executable}"\n'
+        f'[run]\ncommand = ["{sys.executable}", "{job}"]\ncwd = "{tmp_path}"\nlog = "{log}"\n'
+        'restart = "on-failure"\nmax_restarts = 1\nrestart_delay = 0.2\n')
+    env = checkout.env(EAGLE3_TUI_GPU_SOURCE="none")
+    e3 = [sys.executable, "-m", "tui.cli", "--config", str(tmp_path / "eagle3.toml")]
+    out = subprocess.run([*e3, "launch"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        runs = subprocess.run([*e3, "runs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        if "running" not in runs.stdout and "waiting" not in runs.stdout and "failed" in runs.stdout:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the run never ended: " + runs.stdout + runs.stderr)
