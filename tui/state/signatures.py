@@ -237,7 +237,7 @@ class SignatureSet:
         # Group references would shift inside the combined regex: then test one by one.
         if pats and not any(re.search(r"\\\d|\(\?P=", p) for p in pats):
             try:
-                combined = "|".join(f"(?:{_ungroup(p)})" for p in pats)
+                combined = "|".join(_scoped(_ungroup(p)) for p in pats)
                 prefilter = re.compile(combined)
             except re.error:
                 prefilter = None
@@ -255,6 +255,23 @@ class SignatureSet:
             if m:
                 return sig, m
         return None
+
+
+_GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def _scoped(pattern: str) -> str:
+    """``pattern`` as one alternative of the combined regex: its leading global flags
+    ("(?i)…", which Python allows only at the very start of a whole expression) become a
+    group's own flags ("(?i:…)"), so they still apply to it and to nothing else."""
+    flags = ""
+    while m := _GLOBAL_FLAGS.match(pattern):
+        flags += m.group(1)
+        pattern = pattern[m.end():]
+    if not flags:
+        return f"(?:{pattern})"
+    # a verbose pattern's trailing comment would swallow the group's ")": end it first
+    return f"(?{flags}:{pattern}\n)" if "x" in flags else f"(?{flags}:{pattern})"
 
 
 def _ungroup(pattern: str) -> str:

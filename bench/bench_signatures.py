@@ -1,0 +1,72 @@
+"""Time per line of the signature match with and without its combined prefilter.
+
+``SignatureSet.match`` first runs one regex made of every signature's patterns and
+tries the signatures one by one only when it matches. Until issue 41 that regex never
+compiled for the shipped table (a ``(?i)`` in the middle of it), so every line was tried
+signature by signature; this prints both ways over real logs: every ``*.log`` under
+``tests/fixtures/corpus``, ``corpus_heldout``, ``heldout`` and ``logs`` (the message part
+of each line, as ``tui.state.logfailures`` passes it), best of ``--repeat`` passes.
+
+    python bench/bench_signatures.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tui.state.loganalysis import default_signatures  # noqa: E402
+from tui.state.logline import split_prefix  # noqa: E402
+from tui.state.signatures import SignatureSet  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+
+
+def messages() -> list[str]:
+    out = []
+    for d in ("corpus", "corpus_heldout", "heldout", "logs"):
+        for p in sorted((FIXTURES / d).rglob("*.log")):
+            for raw in p.read_text("utf-8", "replace").splitlines():
+                out.append(split_prefix(raw).message)
+    return out
+
+
+def per_line(sigs: SignatureSet, msgs: list[str], repeat: int) -> tuple[float, int]:
+    best, hits = float("inf"), 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        hits = sum(1 for m in msgs if sigs.match(m) is not None)
+        best = min(best, time.perf_counter() - t0)
+    return best / len(msgs), hits
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    sigs = default_signatures()
+    if sigs._prefilter is None:
+        print("the prefilter did not compile: both rows below try every signature")
+    plain = dataclasses.replace(sigs, _prefilter=None)
+    msgs = messages()
+    n_pat = sum(len(s.patterns) for s in sigs.specific + sigs.wrappers)
+    print(f"{len(msgs)} lines from tests/fixtures/{{corpus,corpus_heldout,heldout,logs}}, "
+          f"{n_pat} patterns, best of {args.repeat}")
+    t_plain, h_plain = per_line(plain, msgs, args.repeat)
+    t_pre, h_pre = per_line(sigs, msgs, args.repeat)
+    print(f"signature by signature (no prefilter): {t_plain * 1e6:7.2f} us/line  ({h_plain} lines matched)")
+    print(f"combined prefilter first:              {t_pre * 1e6:7.2f} us/line  ({h_pre} lines matched)")
+    if h_plain != h_pre:
+        print("MISMATCH: the prefilter changed which lines match")
+        return 1
+    print(f"saved {100 * (1 - t_pre / t_plain):.0f} % per line")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
