@@ -32,7 +32,9 @@ def _messages() -> list[str]:
 
 def test_the_shipped_table_has_its_prefilter() -> None:
     sigs = SignatureSet.build(load_signatures(user_file=None))
-    assert sigs._prefilter is not None
+    assert sigs._prefilter is not None and sigs._prefilter_persist is not None
+    assert "CUDA out of memory" in sigs._prefilter.exact and "loss" in sigs._prefilter_persist.folded
+    assert not sigs._prefilter.admits("INFO 12-01 10:00:00 [loader.py:1] Loading weights took 3.1 s")
 
 
 def test_a_pattern_with_its_own_flags_keeps_them_and_lends_them_to_no_other() -> None:
@@ -49,7 +51,7 @@ def test_a_pattern_with_its_own_flags_keeps_them_and_lends_them_to_no_other() ->
 
 def test_the_prefilter_never_changes_an_answer() -> None:
     sigs = SignatureSet.build(load_signatures(user_file=None))
-    plain = dataclasses.replace(sigs, _prefilter=None)
+    plain = dataclasses.replace(sigs, _prefilter=None, _prefilter_persist=None)
     lines = _messages() + [adversarial.line(t, 300) for t in adversarial.tokens()]
     for persist in (False, True):
         for msg in lines:
