@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tui.state.logline import MAX_SCAN
+
 if sys.version_info >= (3, 11):
     from re import _constants as _sre_constants  # re's own parser: what a pattern requires
     from re import _parser as _sre_parser
@@ -341,6 +343,7 @@ class SignatureSet:
     def match(self, message: str, persist: bool = False) -> tuple[Signature, re.Match[str]] | None:
         """The first signature matching ``message`` (specific before wrappers). Signatures
         that need several consecutive lines (``persist`` > 1) match only when ``persist``."""
+        message = message[:MAX_SCAN]  # as every parser of a line: its head only, linear in that
         pre = self._prefilter_persist if persist else self._prefilter
         if pre is not None and not pre.admits(message):
             return None
