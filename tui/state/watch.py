@@ -195,7 +195,9 @@ def _step_text(progress: JSONValue) -> str:
     step = progress.get("step") if isinstance(progress, dict) else None
     if not isinstance(step, str) or not step:
         return ""
-    return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", step)
+    # the host's text: its head only, and only a count of at most 18 digits grouped (int()
+    # refuses 4300 digits, and a longer number is no count)
+    return re.sub(r"(?<!\d)\d{4,18}(?!\d)", lambda m: f"{int(m.group()):,}", step[:200])
 
 
 def attempt_cause(attempt: JSONObject) -> str:
