@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from remote.wire import MAX_SCAN
+
 MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
 # The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
 # start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
@@ -69,7 +71,7 @@ class Matcher:
 
     def split(self, line: str) -> tuple[str | None, str | None, str]:
         """(level, source, message) as the client's split_prefix gives them."""
-        text = line[:8192]
+        text = line[:MAX_SCAN]
         worker = False
         foreign_level = None
         for _ in range(8):
@@ -122,7 +124,8 @@ class Matcher:
         interrupted = False
         run: list[Any] = [0, None]  # non-finite metric lines in a row, and (sig, match, line) of the first
         for raw in lines:
-            line = self.ansi.sub("", raw) if "\x1b" in raw else raw
+            raw = raw[: MAX_SCAN * 4]  # the head of a line only, as the client reads it: a line may be 1 GB
+            line = (self.ansi.sub("", raw) if "\x1b" in raw else raw)[:MAX_SCAN]
             if line.startswith(MARK):  # this supervisor's own lines: never a failure
                 if STARTS.match(line):
                     best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
