@@ -157,8 +157,26 @@ def tokens() -> list[str]:
 
 
 def line(token: str, size: int = LINE_BYTES) -> str:
-    """``token`` repeated to ``size`` characters."""
-    return (token * (size // len(token) + 1))[:size]
+    """``token`` repeated to ``size`` characters; a token "HEAD\x00FILL" is HEAD once, then
+    FILL repeated (a word followed by a long run of one class: "loss" and 1 MB of blanks)."""
+    head, _, fill = token.rpartition("\x00")
+    return head + (fill * (size // len(fill) + 1))[: size - len(head)]
+
+
+FILLERS = (" ", "1", "a", ".", "\t", "[", "/")
+
+
+def cases() -> list[str]:
+    """Every token repeated, and each literal of a pattern (and each fixed token) followed
+    by a run of each filler."""
+    heads = set(FIXED)
+    for p in patterns():
+        try:
+            heads.update(lit for lit in _literals(list(sre_p.parse(p))) if lit.strip())
+        except re.error:
+            pass
+    runs = {f"{h}\x00{f}" for h in heads if len(h) < 200 for f in FILLERS}
+    return tokens() + sorted(runs)
 
 
 def parsers() -> dict[str, Callable[[str], Any]]:
@@ -189,7 +207,7 @@ def parsers() -> dict[str, Callable[[str], Any]]:
         "client train line": logtrain.parse_train_line,
         "client signatures": sigs.match,
         "client signatures (persist)": lambda text: sigs.match(text, persist=True),
-        "client step label": lambda text: watch._step_text({"step": text}),
+        "client step label": lambda text: watch.attempt_cause({"progress": {"step": text}, "cause": {"title": "x"}}),
         "host pace": host_pace,
         "host pace loss": pace.line_loss,
         "host restart matcher": lambda text: matcher.root_cause([text]),
@@ -198,6 +216,10 @@ def parsers() -> dict[str, Callable[[str], Any]]:
 
 class TooSlow(Exception):
     pass
+
+
+class Raised(Exception):
+    """A parser raised on a line: the message names the exception."""
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -215,6 +237,8 @@ def timed(fn: Callable[[str], Any], text: str, limit: float | None = None) -> fl
         fn(text)
     except TooSlow:
         return limit or 0.0
+    except Exception as exc:  # a parser never raises on odd input
+        raise Raised(f"{type(exc).__name__}: {str(exc)[:120]}") from exc
     finally:
         if limit is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -222,17 +246,25 @@ def timed(fn: Callable[[str], Any], text: str, limit: float | None = None) -> fl
 
 
 def worst(names: Iterable[str] | None = None, toks: list[str] | None = None, limit: float | None = None,
-          size: int = LINE_BYTES, progress: bool = False) -> dict[str, tuple[float, str]]:
-    """Parser name -> (slowest CPU seconds, its token), over every token's line."""
+          size: int = LINE_BYTES, progress: bool = False, raised: dict[str, str] | None = None
+          ) -> dict[str, tuple[float, str]]:
+    """Parser name -> (slowest CPU seconds, its token), over every token's line. A parser
+    that raises raises ``Raised``, or with ``raised`` (a dict) is noted there, once."""
     ps = parsers()
     chosen = list(names) if names is not None else list(ps)
     out: dict[str, tuple[float, str]] = {n: (0.0, "") for n in chosen}
-    for i, tok in enumerate(toks if toks is not None else tokens()):
+    for i, tok in enumerate(toks if toks is not None else cases()):
         if progress and i % 100 == 0:
             print(f"  {i} tokens done", file=sys.stderr, flush=True)
         text = line(tok, size)
         for n in chosen:
-            dt = timed(ps[n], text, limit)
+            try:
+                dt = timed(ps[n], text, limit)
+            except Raised as exc:
+                if raised is None:
+                    raise
+                raised.setdefault(n, f"{exc} (token {tok[:40]!r})")
+                continue
             if dt > out[n][0]:
                 out[n] = (dt, tok)
     return out
@@ -240,11 +272,14 @@ def worst(names: Iterable[str] | None = None, toks: list[str] | None = None, lim
 
 def main(argv: list[str]) -> int:
     limit = float(argv[0]) if argv else 5.0
-    toks = tokens()
-    print(f"{len(toks)} tokens, lines of {LINE_BYTES} bytes, each call stopped at {limit:g} s")
-    for name, (dt, tok) in worst(toks=toks, limit=limit, progress=True).items():
+    toks = cases()[:: int(argv[1]) if len(argv) > 1 else 1]
+    print(f"{len(toks)} lines of {LINE_BYTES} bytes, each call stopped at {limit:g} s")
+    raised: dict[str, str] = {}
+    for name, (dt, tok) in worst(toks=toks, limit=limit, progress=True, raised=raised).items():
         shown = ">=" if dt >= limit else "  "
-        print(f"{name:32s} {shown}{dt * 1000:9.1f} ms  token {tok[:40]!r}")
+        print(f"{name:32s} {shown}{dt * 1000:9.1f} ms  token {tok[:40]!r}", flush=True)
+    for name, what in raised.items():
+        print(f"{name:32s} raised {what}")
     return 0
 
 
