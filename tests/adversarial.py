@@ -179,6 +179,18 @@ def cases() -> list[str]:
     return tokens() + sorted(runs)
 
 
+def huge_numbers() -> list[str]:
+    """Lines shaped like a match of some pattern, each of their numbers 5000 digits long
+    (int() refuses more than 4300; float() of a 400-digit int overflows): once, and
+    repeated into a 1 MB line."""
+    out = set()
+    for tok in tokens():
+        if any(c.isdigit() for c in tok):
+            big = re.sub(r"\d+", "1" * 5000, tok)
+            out.update({big, big + " " + tok})
+    return sorted(out)
+
+
 def parsers() -> dict[str, Callable[[str], Any]]:
     """Name -> a function that parses one host line the way the product does."""
     from remote import pace, restartpolicy

@@ -54,3 +54,16 @@ def test_the_step_culprits_of_issue_35_on_the_host() -> None:
     for text in (adversarial.line("step 1 "), adversarial.line("1"), adversarial.line("step 1 loss=0.5 ")):
         for name in ("host pace", "host pace loss", "host restart matcher"):
             assert min(adversarial.timed(parsers[name], text) for _ in range(2)) <= LIMIT_S, name
+
+
+def test_no_parser_raises_on_a_huge_number_in_a_line_of_its_shape() -> None:
+    """A pid, a shard count, a batch number of 5000 digits in an otherwise well-formed
+    line made int() raise inside the fold (on main: split_prefix, the shard bar, the
+    extractor's line); every parser now takes such a line as data."""
+    parsers = adversarial.parsers()
+    for text in adversarial.huge_numbers():
+        for name, parse in parsers.items():
+            try:
+                parse(text)
+            except Exception as exc:  # noqa: BLE001 - the test names what raised
+                raise AssertionError(f"{name} raised {type(exc).__name__} on {text[:80]!r}") from exc
