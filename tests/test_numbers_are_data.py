@@ -191,3 +191,25 @@ def test_runs_show_and_compare_of_a_run_with_absurd_numbers(tmp_path: Path) -> N
         cmp = _e3("runs", "compare", "local", run_id, run_id, *extra, cwd=tmp_path, env=env)
         assert cmp.returncode == 0 and "Traceback" not in cmp.stderr, cmp.stderr
     assert os.path.exists(run_dir / "exit.json")
+
+
+# ---------------------------------------------------------------- a run record's pace
+
+
+def test_a_pace_record_with_absurd_numbers_is_no_pace() -> None:
+    """`status --json` judges each live run from the host's pace.json: its times as 400-digit
+    ints made float() raise; now they are no reading (N/A), a sane record still judged."""
+    from tui.state import watch
+
+    now = 1_764_460_000.0
+    for key in ("grew_at", "step_at", "idle_since", "intervals"):
+        pace = {"source": "shim", "phase": "training", "step": "step 3", "step_at": now - 30,
+                "intervals": [10.0, 10.0], "idle_since": now - 20, "grew_at": now - 5}
+        pace[key] = [int(BIG)] if key == "intervals" else int(BIG)
+        for source in ("shim", "mtime"):
+            seen = watch.judge({"run_id": "r", "state": "running", "pace": dict(pace, source=source)},
+                               None, now)
+            assert seen is None or seen["condition"] in ("ok", "stalled", "hung"), (key, seen)
+    sane = watch.judge({"run_id": "r", "state": "running", "pace": {"source": "shim", "step_at": now - 30,
+                        "intervals": [10.0]}}, None, now)
+    assert sane is not None and sane["last_step_at"] == now - 30
