@@ -213,3 +213,18 @@ def test_a_pace_record_with_absurd_numbers_is_no_pace() -> None:
     sane = watch.judge({"run_id": "r", "state": "running", "pace": {"source": "shim", "step_at": now - 30,
                         "intervals": [10.0]}}, None, now)
     assert sane is not None and sane["last_step_at"] == now - 30
+
+
+def test_a_run_record_with_absurd_numbers_is_read_with_them_left_out() -> None:
+    """The dashboard's record of a run (`Run.from_dict`): a 400-digit launch time or
+    expected load made the progress panel's history line raise OverflowError."""
+    from tui.state import history
+    from tui.state.model import Run
+
+    run = Run.from_dict({"run_id": "r", "state": "running", "pid": 7, "launched_at": int(BIG),
+                         "start_time": 1_764_460_000.0, "expected_load_s": int(BIG), "ended_at": float("inf")})
+    assert run.launched_at == 1_764_460_000.0 and run.expected_load_s is None and run.ended_at is None
+    assert history.load_line(run, [], "loading", 1_764_460_100.0) is None  # no history: no line
+    run = Run.from_dict({"run_id": "r", "state": "running", "launched_at": 1_764_460_000.0,
+                         "expected_load_s": 60, "expected_load_runs": 1})
+    assert "ETA" in (history.load_line(run, [], "loading", 1_764_460_010.0) or "")
