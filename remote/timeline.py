@@ -71,7 +71,7 @@ NUMBER_MAX = 1e15  # the client's bound (tui/protocol/hostjson.py): beyond it a 
 LABEL_MAX = 200
 
 
-def _sane(value: Any) -> bool:
+def sane(value: Any) -> bool:
     """A finite JSON number within NUMBER_MAX (an int too big for a float is not)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
@@ -81,25 +81,25 @@ def _sane(value: Any) -> bool:
 
 
 def _r(value: Any, digits: int = 0) -> Any:
-    if not _sane(value):
+    if not sane(value):
         return None
     return round(float(value), digits) if digits else int(round(value))
 
 
 def _mark_ok(mark: Any) -> bool:
     """A progress mark whose numbers are all sane (["train", n], ["shard", n, total], …)."""
-    return not isinstance(mark, list) or all(_sane(v) for v in mark if isinstance(v, (int, float)))
+    return not isinstance(mark, list) or all(sane(v) for v in mark if isinstance(v, (int, float)))
 
 
 def _loss_ok(loss: Any) -> bool:
     return loss in ("nan", "inf", "-inf") or (
-        isinstance(loss, float) and math.isfinite(loss)) or (isinstance(loss, int) and _sane(loss))
+        isinstance(loss, float) and math.isfinite(loss)) or (isinstance(loss, int) and sane(loss))
 
 
 def card_values(gpu: Dict[str, Any]) -> List[Any]:
     """[memory GiB to 0.1, utilisation %, power W] of one card in gpus.py's shape."""
     mem = gpu.get("mem_used")
-    return [_r(mem / _GIB, 1) if _sane(mem) else None,
+    return [_r(mem / _GIB, 1) if sane(mem) else None,
             _r(gpu.get("util")), _r(gpu.get("power"))]
 
 
@@ -205,7 +205,7 @@ class Recorder:
             rec.update(s=step, m=mark)
         if not _loss_ok(loss):
             loss = None
-        lv = [loss, loss_step] if isinstance(loss_step, int) and _sane(loss_step) and loss is not None else loss
+        lv = [loss, loss_step] if isinstance(loss_step, int) and sane(loss_step) and loss is not None else loss
         if lv is not None and lv != self.loss:
             self.loss = rec["l"] = lv
         if gpus and due:
@@ -215,7 +215,7 @@ class Recorder:
             self._write(rec)
 
     def _offset(self, offset: Optional[int]) -> Dict[str, Any]:
-        if not isinstance(offset, int) or not _sane(offset) or offset == self.offset:
+        if not isinstance(offset, int) or not sane(offset) or offset == self.offset:
             return {}
         self.offset = offset
         return {"o": offset}
