@@ -228,3 +228,20 @@ def test_a_run_record_with_absurd_numbers_is_read_with_them_left_out() -> None:
     run = Run.from_dict({"run_id": "r", "state": "running", "launched_at": 1_764_460_000.0,
                          "expected_load_s": 60, "expected_load_runs": 1})
     assert "ETA" in (history.load_line(run, [], "loading", 1_764_460_010.0) or "")
+
+
+def test_an_earlier_run_s_absurd_timeline_costs_only_itself_in_the_load_history(tmp_path: Path) -> None:
+    """The host's load history (remote/history.py) reads earlier runs' timelines: one with a
+    400-digit t, or a 100,000-deep line, made it raise and the new run got no history."""
+    from remote import history
+
+    argv = ["python", "extract.py"]
+    for i, phase_line in enumerate(['{"t": %s, "e": "phase", "phase": "loaded"}' % BIG, DEEP,
+                                    '{"t": 12.0, "e": "phase", "phase": "loaded"}']):
+        d = tmp_path / ("20261201-00000%d-aaaa" % i)
+        d.mkdir(mode=0o700)
+        (d / "manifest.json").write_text(json.dumps({"argv": argv, "host": "h"}))
+        (d / hosttl.TIMELINE_FILE).write_text('{"v": 1, "t0": 100.0, "launched_at": 99.0}\n' + phase_line + "\n")
+        os.chmod(d / hosttl.TIMELINE_FILE, 0o600)
+    got = history.expected_load(str(tmp_path), "20261202-000000-bbbb", argv, "h")
+    assert got == {"expected_load_s": 13.0, "expected_load_runs": ["20261201-000002-aaaa"]}
