@@ -1,10 +1,24 @@
 """What the dashboard costs beside a log viewer and `tail -F` on the same log, in one run.
 
-    python bench/bench_client.py [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
-                                 [--ssh] [--toolong PATH_TO_tl]
+    python bench/bench_client.py [--case launched|generated|both] [--base CHECKOUT]
+                                 [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
+                                 [--ssh] [--toolong PATH_TO_tl] [--py-spy PATH]
 
-Starts, each in its own tmux session at 160x50, `eagle3-tui connect local` following a
-generated log, toolong (`tl`) and `tail -F` on the same file, then:
+Two cases, each printed as its own rows.
+
+**launched** (the case users live in): a run started with `eagle3-tui launch` whose job
+(bench/bench_job.py) writes shard loading, then vLLM-like extraction lines (120-145
+characters, one write() each), then a training log, paced by the bench; `eagle3-tui
+connect local` follows it in tmux at 160x50, so the runs table, the progress panel, the
+process table and the log pane are all live; toolong and `tail -F` follow the run's log
+in the same window. Phases: idle (the run alive, quiet), sparse lines (write -> pane),
+20 extraction lines/s, the same under py-spy (its top entries are printed; the CPU figure
+comes from the phase before, unprofiled), 20 training lines/s, idle once the lines stop.
+With `--base CHECKOUT` (e.g. a `git worktree` of main) a second dashboard from that
+checkout follows the same run at the same time: before and after under the same load.
+
+**generated** (the earlier figure): the dashboard follows a log the bench writes itself
+(no launched run, so no process rows or run record change):
 
 1. first full frame: seconds from start until every panel and "connected" are on screen;
 2. idle: no line written for --idle s; then sparse lines (--sparse, one every 0.5 s): each
@@ -23,7 +37,7 @@ generated log, toolong (`tl`) and `tail -F` on the same file, then:
    the first connect uploads the agent when this version is new to the host) and on the
    bench's grown log, then idle.
 
-CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
+For both: CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
 phase), not its share of wall time, so other load on the machine changes it less; the
 local agent is counted apart from the client. The load averages before and after each
 phase are printed with its figures: on a shared machine, read the ratios to the peers
@@ -35,8 +49,11 @@ every start).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import random
+import re
 import shlex
 import shutil
 import subprocess
@@ -46,6 +63,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -94,7 +112,8 @@ def descendant(root: int, needle: bytes) -> int | None:
     return max(found, key=lambda pid: (started.get(pid, 0), pid)) if found else None
 
 
-def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1) -> tuple[Tmux, float | None]:
+def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int = 1,
+                cwd: Path = ROOT) -> tuple[Tmux, float | None]:
     """Start `cmd` (an `env … python -m tui.cli …` line) in tmux with a start-up trace,
     `repeat` times (each closed before the next starts); print the seconds from the
     launch until every needle is on the pane, the client's CPU by then, and the breakdown
@@ -107,7 +126,7 @@ def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int 
             time.sleep(1)
         trace = Path(tempfile.mkdtemp(prefix="bench-trace-")) / "trace"
         launched = time.time()
-        dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1))
+        dash = Tmux(name, cmd.replace("env ", f"env EAGLE3_TUI_TRACE={shlex.quote(str(trace))} ", 1), cwd)
         t = dash.wait(needles, 30)
         starts.append((float("inf") if t is None else time.time() - launched, cpu_s(dash.pid), trace, launched))
     assert dash is not None
@@ -121,10 +140,12 @@ def first_frame(name: str, cmd: str, needles: list[str], what: str, repeat: int 
 
 
 class Tmux:
-    def __init__(self, name: str, cmd: str) -> None:
+    def __init__(self, name: str, cmd: str, cwd: Path = ROOT) -> None:
+        """`cwd`: the checkout whose `tui` runs (`python -m` puts the working directory
+        before PYTHONPATH on sys.path)."""
         self.name = f"bc-{name}-{uuid.uuid4().hex[:6]}"
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                        "exec " + cmd], check=True)
+                        "-c", str(cwd), "exec " + cmd], check=True)
         subprocess.run(["tmux", "set-option", "-t", self.name, "remain-on-exit", "on"], check=True)
         out = subprocess.run(["tmux", "list-panes", "-t", self.name, "-F", "#{pane_pid}"],
                              capture_output=True, text=True, check=True).stdout
@@ -276,6 +297,10 @@ def main() -> int:
                     help="only the first frames (local, and with --ssh over SSH; the log then grown to 20 MB"
                          " at once), with their breakdown")
     ap.add_argument("--toolong", default=shutil.which("tl"), help="path of toolong's `tl`")
+    ap.add_argument("--case", choices=("launched", "generated", "both"), default="both")
+    ap.add_argument("--base", type=Path, help="launched case: also a dashboard from this checkout, at the same time")
+    ap.add_argument("--profile", type=float, default=20, help="launched case: seconds of py-spy at 20 lines/s")
+    ap.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"), help="path of py-spy")
     args = ap.parse_args()
     if not shutil.which("tmux"):
         print("tmux not found", file=sys.stderr)
@@ -284,8 +309,19 @@ def main() -> int:
     # PYTHONDONTWRITEBYTECODE=1 would compile every module at each start instead.
     import compileall
 
-    for pkg in ("tui", "remote"):
-        compileall.compile_dir(str(ROOT / pkg), quiet=1)
+    for tree in [ROOT] + ([args.base] if args.base else []):
+        for pkg in ("tui", "remote"):
+            compileall.compile_dir(str(tree / pkg), quiet=1)
+    if args.case in ("launched", "both"):
+        launched_case(args)
+    if args.case in ("generated", "both"):
+        return generated_case(args)
+    return 0
+
+
+def generated_case(args: argparse.Namespace) -> int:
+    """The dashboard following a log the bench writes (the case measured first)."""
+    print("\n## generated log (the bench writes the file; no launched run)\n")
     work = Path(tempfile.mkdtemp(prefix="bench-client-"))
     log = work / "run.log"
     log.write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
@@ -328,7 +364,7 @@ def main() -> int:
 
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         results["idle"] = procs.phase(args.idle)
-        sparse = sparse_latency(writer, {"client": dash, "tail -F": tail}, args.sparse)
+        sparse = sparse_latency(writer.write_marker, {"client": dash, "tail -F": tail}, args.sparse)
         writer.rate = 20
         time.sleep(2)
         results["20 lines/s"] = procs.phase(args.steady)
@@ -410,12 +446,7 @@ def main() -> int:
         ratio_tf = c / tf if c is not None and tf else None
         print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
               + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} | {l0} -> {l1} |")
-    print(f"\nsparse lines (one every 0.5 s, n={args.sparse}): write -> on the pane, ms")
-    for label, times in sparse.items():
-        finite = sorted(t for t in times if t != float("inf"))
-        p50 = finite[len(finite) // 2] if finite else None
-        print(f"  {label}: p50 {fmt(None if p50 is None else 1000 * p50, '{:.0f}')},"
-              f" max {fmt(1000 * max(times) if times else None, '{:.0f}')}")
+    print_sparse(sparse, args.sparse)
     print("\nburst (2,000 lines/s):")
     for what, times in (("`?` -> help on the pane", keys), ("Escape -> dashboard back", closes)):
         finite = sorted(k for k in times if k != float("inf"))
@@ -438,14 +469,179 @@ def main() -> int:
     return 0
 
 
-def sparse_latency(writer: Writer, panes: dict[str, Tmux], n: int) -> dict[str, list[float]]:
+def print_sparse(sparse: dict[str, list[float]], n: int) -> None:
+    print(f"\nsparse lines (one every 0.5 s, n={n}): write -> on the pane, ms")
+    for label, times in sparse.items():
+        finite = sorted(t for t in times if t != float("inf"))
+        p50 = finite[len(finite) // 2] if finite else None
+        print(f"  {label}: p50 {fmt(None if p50 is None else 1000 * p50, '{:.0f}')},"
+              f" max {fmt(1000 * max(times) if times else None, '{:.0f}')}")
+
+
+def print_table(results: dict[str, dict[str, float]], loads: list[tuple[str, str]], order: list[str]) -> None:
+    """CPU per phase and process, the ratios to the peers (and to the base checkout's
+    dashboard when there is one) and the load averages around each phase."""
+    base = "client@base" in order
+    print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
+    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F |"
+          + (" client / client@base |" if base else "") + " load |")
+    print("|---|" + "---:|" * (len(order) + 2 + base) + "---|")
+    for (phase, fig), (l0, l1) in zip(results.items(), loads):
+        c, tl_, tf, b = fig.get("client"), fig.get("toolong"), fig.get("tail -F"), fig.get("client@base")
+        ratio_tl = c / tl_ if c is not None and tl_ else None
+        ratio_tf = c / tf if c is not None and tf else None
+        ratio_b = c / b if c is not None and b else None
+        print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
+              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} |" + (f" {fmt(ratio_b)} |" if base else "")
+              + f" {l0} -> {l1} |")
+
+
+def launched_case(args: argparse.Namespace) -> None:
+    """A run launched with `eagle3-tui launch`, its job paced through a FIFO
+    (bench/bench_job.py), followed by the dashboard (and, with --base, by the base
+    checkout's dashboard at the same time), toolong and `tail -F`."""
+    print("\n## launched run (eagle3-tui launch; the dashboard follows it)\n")
+    work = Path(tempfile.mkdtemp(prefix="bench-launched-"))
+    fifo = work / "ctl"
+    os.mkfifo(fifo)
+    cfg = work / "eagle3.toml"
+    argv = [sys.executable, str(ROOT / "bench" / "bench_job.py"), str(fifo)]
+    cfg.write_text(f'[host]\nruns_dir = "{work / "runs"}"\n[run]\nname = "bench-launched"\n'
+                   f"command = {json.dumps(argv)}\n")
+    py = shlex.quote(sys.executable)
+    trees = {"client": ROOT, **({"client@base": args.base.resolve()} if args.base else {})}
+    launched = subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(cfg), "launch", "local", "--json"],
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+    if launched.returncode:
+        raise SystemExit(f"eagle3-tui launch failed: {launched.stderr.strip()}")
+    log = Path(json.loads(launched.stdout)["log"])
+    ctl = open(fifo, "w", buffering=1)  # noqa: SIM115 - open for the whole case
+
+    def send(cmd: str) -> None:
+        ctl.write(cmd + "\n")
+        ctl.flush()
+
+    procs, sessions, dashes = Procs(), [], {}
+    order = [*trees, *(f"agent{label[6:]}" for label in trees), "toolong", "tail -F"]
+    results: dict[str, dict[str, float]] = {}
+    sparse: dict[str, list[float]] = {}
+    profile = ""
+    try:
+        for label, tree in trees.items():
+            cmd = (f"env PYTHONPATH={shlex.quote(str(tree))} {py} -m tui.cli --config {shlex.quote(str(cfg))}"
+                   " connect local")
+            dash, _ = first_frame(label.replace("@", "-"), cmd, ["Runs", "GPUs", "Processes", "Progress",
+                                                                  "connected", "Loading safetensors"],
+                                  f"{label}, a launched run", 1, tree)
+            sessions.append(dash)
+            dashes[label] = dash
+            procs.pids[label] = dash.pid
+            for _ in range(50):
+                agent = descendant(dash.pid, b"agent.py")
+                if agent:
+                    procs.pids[f"agent{label[6:]}"] = agent
+                    break
+                time.sleep(0.1)
+        if args.toolong:
+            tl = Tmux("tl", f"{shlex.quote(args.toolong)} {shlex.quote(str(log))}")
+            sessions.append(tl)
+            procs.pids["toolong"] = tl.pid
+        tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
+        sessions.append(tail)
+        procs.pids["tail -F"] = tail.pid
+        time.sleep(5)  # every viewer has read the file and settled
+        print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
+        for label in trees:  # which checkout each dashboard runs: its agent's path says
+            agent_pid = procs.pids.get(f"agent{label[6:]}")
+            if agent_pid:
+                args_ = Path(f"/proc/{agent_pid}/cmdline").read_bytes().split(b"\0")
+                print(f"  {label}: agent {next((a.decode() for a in args_ if a.endswith(b'agent.py')), '?')}")
+        results["launched: idle, run alive"] = procs.phase(args.idle)
+        sparse = sparse_latency(lambda marker: send(f"marker {marker}"), {**dashes, "tail -F": tail}, args.sparse)
+        send("rate 20")
+        time.sleep(2)
+        results["launched: 20 extraction lines/s"] = procs.phase(args.steady)
+        if args.py_spy and args.profile:
+            profile = py_spy(args.py_spy, dashes["client"].pid, args.profile, work)
+        send("mode train")
+        time.sleep(2)
+        results["launched: 20 training lines/s"] = procs.phase(args.train)
+        send("rate 0")
+        time.sleep(3)
+        results["launched: idle after the lines"] = procs.phase(args.idle)
+        bars = re.findall(r"\| (\d+)/20000 \[", log.read_text())
+        step = bars[-1] if bars else "?"
+        for label, dash in dashes.items():
+            if f"step {step}/" not in dash.screen():
+                print(f"!! {label}: the progress panel does not show step {step} (the log's last bar)")
+        send("end")
+    finally:
+        for s in sessions:
+            if not Path(f"/proc/{s.pid}").exists():
+                print(f"\n!! {s.name} exited early; its last screen:\n{s.screen()}")
+            s.kill()
+        with contextlib.suppress(OSError):
+            send("end")
+            ctl.close()
+    print_table(results, procs.loads, order)
+    print_sparse(sparse, args.sparse)
+    if profile:
+        print(f"\nprofile of the client at 20 extraction lines/s (py-spy, {args.profile:g} s, 100 Hz):\n{profile}")
+
+
+def py_spy(exe: str, pid: int, seconds: float, work: Path, top: int = 15) -> str:
+    """`py-spy record` of `pid` (not paused: --nonblocking); the top entries by own
+    samples and by samples with the function on the stack, in % of the samples taken."""
+    out = work / "profile.txt"
+    done = subprocess.run([exe, "record", "--nonblocking", "-r", "100", "-d", str(int(seconds)), "-f", "raw",
+                           "-o", str(out), "-p", str(pid)], capture_output=True, text=True)
+    if done.returncode or not out.exists():
+        return f"(py-spy failed: {done.stderr.strip()[-300:]})"
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = waiting = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit() or not stack:
+            continue
+        frames = [_frame(f) for f in stack.split(";")]
+        if frames[-1].split(" ")[0].rsplit(".", 1)[-1] in IDLE_LEAVES:
+            waiting += int(count)  # py-spy calls a thread in select() or a lock's wait active
+            continue
+        total += int(count)
+        own[frames[-1]] = own.get(frames[-1], 0) + int(count)
+        for f in set(frames):
+            if "tui/" in f or "textual/" in f or "rich/" in f:
+                inclusive[f] = inclusive.get(f, 0) + int(count)
+    if not total:
+        return "(no samples: the client was idle)"
+    lines = [f"{total} samples on the CPU = {total / seconds:.0f} per second at 100 Hz"
+             f" ({waiting} more waiting in select() or on a lock, left out)", "own time:"]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+    lines.append("with callees (tui, textual, rich):")
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines)
+
+
+IDLE_LEAVES = {"select", "poll", "wait", "sleep", "notify", "acquire", "_wait_for_tstate_lock"}
+
+
+def _frame(raw: str) -> str:
+    """`func (…/pkg/file.py:12)` as `func (pkg/file.py)`."""
+    func, _, where = raw.partition(" (")
+    path = where.rsplit(":", 1)[0]
+    return f"{func} ({'/'.join(path.split('/')[-2:])})" if where else func
+
+
+def sparse_latency(write: Callable[[str], None], panes: dict[str, Tmux], n: int) -> dict[str, list[float]]:
     """Write `n` marked lines 0.5 s apart; for each pane, the seconds from each write until
     the line is on it (inf: not within 5 s)."""
     out: dict[str, list[float]] = {label: [] for label in panes}
     for _ in range(n):
         marker = f"sparse-{uuid.uuid4().hex[:10]}"
         t0 = time.monotonic()
-        writer.write_marker(marker)
+        write(marker)
         waiting = dict(panes)
         while waiting and time.monotonic() - t0 < 5:
             for label, pane in list(waiting.items()):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_gpu_monitors import cpu_seconds  # noqa: E402
 
-from tui.transport.local import AGENT_MAIN, UPLOADED_PYNVML, agent_files, agent_sha  # noqa: E402
+from tui.transport.bundle import AGENT_MAIN, UPLOADED_PYNVML, agent_files, agent_sha  # noqa: E402
 
 
 def run(python: str, agent_dir: Path, env: dict[str, str], seconds: float) -> tuple[str, int, float]:

@@ -49,7 +49,7 @@ def record_outcome(folder: str, action: str, record: Dict[str, Any]) -> None:
         except (OSError, ValueError, AttributeError):
             pass
     try:
-        os.makedirs(folder, 0o700, exist_ok=True)
+        trust.make_dir(folder, "actions dir")  # 0700 at every level it makes, whatever the umask
         atomicfile.write_json(path, record, indent=None)
         cutoff = time.time() - ACTION_KEEP
         for name in os.listdir(folder):

@@ -7,8 +7,8 @@ user; the lock dies with its holder):
 1. every file's current sha256 is checked against the one the client read; a mismatch
    refuses the whole push before anything is written;
 2. the original bytes of each file are saved (``orig-<i>``, atomically), then
-   ``journal.json`` names the files, their original and new hashes, the saved copies
-   and the target version; from here the push is "begun";
+   ``journal.json`` names the files (and the pristine backups this push creates), their
+   original and new hashes, and the target version; from here the push is "begun";
 3. each file's pristine backup (once) and the file itself are written atomically;
 4. the hashes are verified, then the journal is removed (the commit), then the reply.
 
@@ -18,6 +18,10 @@ OOM, a reboot) rolls it back before anything else and reports it (``recover``). 
 not forward: the original bytes are on disk before the first write, and the client
 learns of a push only from its reply, so an unfinished push is one that did not happen
 (a reply lost after the commit still leaves the pushed version: both are whole states).
+A rollback undoes only the push's own writes: a file is put back only while its bytes
+are what the push wrote (a file the push created is removed only then); a file that is
+neither its old bytes nor the push's was changed by someone else after the push began
+(the agent can lie dead for days): it is left as it is and named in the report.
 
 The journal dir is ``~/.cache/eagle3-tui/patch-journal`` (``EAGLE3_TUI_JOURNAL_DIR``
 overrides it); it and its files must be ours alone (``trust.py``): a planted journal
@@ -37,7 +41,7 @@ import json
 import os
 import signal
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from remote import atomicfile, trust
 from remote.wire import BadRequest, arg, user_path, user_path_or_none
@@ -118,26 +122,44 @@ def _clear(d: str) -> None:
         os.close(dfd)
 
 
-def _roll_back(d: str, journal: Dict[str, Any]) -> List[str]:
-    """Put every file of `journal` back to its original bytes; the paths restored."""
-    restored = []
+def _roll_back(d: str, journal: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+    """Undo the writes of `journal`, and only those: a file whose bytes are what the push
+    wrote goes back to its original bytes (a file the push created is removed); a file
+    still as it was is left alone; a file that is neither was changed by someone else
+    since (an edit while the agent lay dead) and is left as it is. The pristine backups
+    the push made go too, unless someone changed a file: then they stay, so that the
+    user can still get back to pristine. Returns (the paths put back, the paths someone
+    else changed)."""
+    restored: List[str] = []
+    changed: List[str] = []
+    backups = []
     for i, f in enumerate(journal["files"]):
         path = f["path"]
-        for tmp in glob.glob(os.path.join(os.path.dirname(path), ".%s.*.tmp" % glob.escape(os.path.basename(path)))):
+        # a write cut short between its temp file and the rename (atomicfile's names)
+        for tmp in glob.glob(os.path.join(os.path.dirname(path), ".%s.%s.tmp" % (
+                glob.escape(os.path.basename(path)), "[0-9a-f]" * 8))):
             with contextlib.suppress(OSError):
-                os.unlink(tmp)  # a write cut short between its temp file and the rename
-        current = _read(path)
-        if _sha(current) == f["orig_sha256"]:
-            continue
-        if f["orig_sha256"] is None:
-            os.unlink(path)
+                os.unlink(tmp)
+        now = _sha(_read(path))
+        if now == f["orig_sha256"]:
+            continue  # not written yet, or already put back
+        if f.get("backup"):
+            backups.append(f)
+        elif now != f["new_sha256"]:
+            changed.append(path)
+        elif f["orig_sha256"] is None:
+            os.unlink(path)  # the push created it, and it is still what the push wrote
+            restored.append(path)
         else:
             orig = trust.read_bytes(os.path.join(d, "orig-%d" % i), "patch journal copy")
             if _sha(orig) != f["orig_sha256"]:
                 raise BadRequest("patch journal copy of %s is damaged; left as it is" % path)
-            atomicfile.write_bytes(path, orig, os.stat(path) if current is not None else None)
-        restored.append(path)
-    return restored
+            atomicfile.write_bytes(path, orig, os.stat(path))
+            restored.append(path)
+    for f in backups if not changed else []:
+        if _sha(_read(f["path"])) == f["new_sha256"]:
+            os.unlink(f["path"])
+    return restored, changed
 
 
 def recover() -> Optional[Dict[str, Any]]:
@@ -155,11 +177,24 @@ def recover() -> Optional[Dict[str, Any]]:
 
 
 def describe(recovered: Dict[str, Any]) -> str:
-    """One line for the user about what `recover` did."""
+    """What `recover` did, for the user: one line, then one line for each file someone
+    else changed since the push began (left as it is)."""
+    return "\n".join(_lines(recovered))
+
+
+def _lines(recovered: Dict[str, Any]) -> List[str]:
     if recovered.get("error"):
-        return str(recovered["error"])
-    return "an interrupted patch push to %s was rolled back: %s" % (
-        recovered.get("target"), ", ".join(recovered.get("restored") or []) or "nothing had changed yet")
+        return [str(recovered["error"])]
+
+    def one(path: str) -> str:  # a path is the user's text: one line whatever it holds
+        return path.replace("\r", "\\r").replace("\n", "\\n")
+
+    lines = ["an interrupted patch push to %s was rolled back: %s" % (
+        recovered.get("target"), ", ".join(one(p) for p in recovered.get("restored") or [])
+        or "nothing had changed yet")]
+    lines += ["%s was changed by someone else after the interrupted push began; left as it is"
+              % one(path) for path in recovered.get("changed") or []]
+    return lines
 
 
 def _recover_locked(d: str) -> Optional[Dict[str, Any]]:
@@ -168,9 +203,12 @@ def _recover_locked(d: str) -> Optional[Dict[str, Any]]:
     except FileNotFoundError:
         return None  # the push we waited for finished
     journal = json.loads(raw.decode("utf-8"))
-    restored = _roll_back(d, journal)
+    restored, changed = _roll_back(d, journal)
     _clear(d)
-    return {"target": journal.get("target"), "started": journal.get("started"), "restored": restored}
+    out = {"target": journal.get("target"), "started": journal.get("started"),
+           "restored": restored, "changed": changed}
+    out["lines"] = _lines(out)
+    return out
 
 
 def apply(files: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
@@ -188,20 +226,28 @@ def apply(files: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
                     f["path"], (_sha(current) or "")[:12] or "none (missing)",
                     (f["expect_sha256"] or "")[:12] or "none (must not exist)"))
             originals.append(current)
-        journal = {"target": target, "started": time.time(), "agent_pid": os.getpid(), "files": []}
+        journal: Dict[str, Any] = {"target": target, "started": time.time(), "agent_pid": os.getpid(),
+                                   "files": []}
+        backups = []  # (the file's index, its backup's path): the pristine copies this push makes
         for i, (f, orig) in enumerate(zip(files, originals)):
             if orig is not None:
                 atomicfile.write_bytes(os.path.join(d, "orig-%d" % i), orig)
             journal["files"].append({"path": f["path"], "orig_sha256": _sha(orig),
                                      "new_sha256": _sha(f["data"])})
+            if f.get("backup") and orig is not None and not os.path.lexists(f["backup"]):
+                backups.append((i, f["backup"]))
+        # after the files, so that entry i's saved copy is orig-i
+        journal["files"] += [{"path": b, "orig_sha256": None, "new_sha256": _sha(originals[i]),
+                              "backup": True} for i, b in backups]
         step("originals saved")
         atomicfile.write_json(os.path.join(d, "journal.json"), journal)
         step("journal written")
         try:
-            for f, orig in zip(files, originals):
+            made = dict(backups)
+            for i, (f, orig) in enumerate(zip(files, originals)):
                 st = os.stat(f["path"]) if orig is not None else None
-                if f.get("backup") and orig is not None and not os.path.exists(f["backup"]):
-                    atomicfile.write_bytes(f["backup"], orig, st)
+                if i in made and orig is not None:
+                    atomicfile.write_bytes(made[i], orig, st)
                     step("backup of %s" % os.path.basename(f["path"]))
                 atomicfile.write_bytes(f["path"], f["data"], st)
                 step("wrote %s" % os.path.basename(f["path"]))
@@ -209,11 +255,12 @@ def apply(files: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
             if bad:
                 raise BadRequest("verification failed after writing %s" % ", ".join(bad))
         except BaseException as e:
-            restored = _roll_back(d, journal)
+            restored, changed = _roll_back(d, journal)
             _clear(d)
             why = str(e) if isinstance(e, BadRequest) else "%s: %s" % (type(e).__name__, e)
-            raise BadRequest("patch push to %s failed (%s); rolled back %s" % (
-                target, why, ", ".join(restored) or "nothing (nothing had changed)")) from None
+            raise BadRequest("patch push to %s failed (%s); rolled back %s%s" % (
+                target, why, ", ".join(restored) or "nothing (nothing had changed)",
+                "".join("; %s changed by someone else meanwhile, left as it is" % p for p in changed))) from None
         _clear(d)
         step("committed")
     return {"files": [{"path": f["path"], "sha256": _sha(f["data"])} for f in files],

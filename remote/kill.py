@@ -150,13 +150,13 @@ class RunFinder:
         return out
 
     def _marker(self, pid: int, ticks: int) -> str | None:
-        """The run id in the process's environ, only for a process of this user: another
+        """The run id in the process's environ, only for a process of this user (its real
+        uid: a setuid-root program another user starts is owned by root in /proc): another
         user can put any run's id in the environ of their own processes, and a kill by
         root must not take them for the run's (found through the run's tree, they still are)."""
         key = (pid, ticks)
         if key not in self.env_cache:  # a process's initial environ never changes
-            mine = procfs.read_uid(pid) == os.geteuid()
-            self.env_cache[key] = procfs.read_environ_var(pid, RUN_ENV) if mine else None
+            self.env_cache[key] = procfs.run_marker(pid, RUN_ENV)  # by the real uid, not /proc's owner
         return self.env_cache[key]
 
     def scan(self, stats: dict[int, dict] | None = None) -> list[int]:

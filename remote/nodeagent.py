@@ -1,12 +1,12 @@
 """A second agent on a Slurm job's node, inside the job's allocation: started by the
 login node's agent (the one the client reaches over SSH) as
 
-    srun --jobid=JOB --overlap --nodelist=NODE -N1 -n1 PYTHON nodeagent.py RUN_ID
+    srun --jobid=JOB --overlap --nodelist=NODE -N1 -n1 PYTHON stepagent.py RUN_ID
 
 (``how = "srun"``, the default: every Slurm lets a job's owner step into the job), or
-``ssh -o BatchMode=yes NODE PYTHON nodeagent.py RUN_ID`` where the site allows ssh to a
+``ssh -o BatchMode=yes -T -- NODE PYTHON stepagent.py RUN_ID`` where the site allows ssh to a
 node that runs one's job (``how = "ssh"``, pam_slurm_adopt). There it runs the agent
-(agent.py, with no runner: it samples and answers, and runs nothing) and speaks the
+(stepagent.py: agent.py with no runner, which samples and answers, and runs nothing) and speaks the
 same JSON lines; the login agent (``Follower``) starts one for each node of the job,
 keeps each one's latest snapshot, shows those nodes' GPUs and the job's processes in
 its own snapshots, and reads the kill's GPU-free proof from each (slurmkill.py). The files are the login agent's own (a shared home), run by the same
@@ -23,13 +23,11 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set
 
-if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from remote import wire
 
-SCRIPT = os.path.abspath(__file__)
-END_S = 120.0  # seconds a node agent may outlive Slurm's SIGTERM, waiting for the proof
+# the node's agent: a program of its own (stepagent.py), so this follower and the agent it
+# follows do not import each other
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stepagent.py")
 START_S = 30.0  # seconds the step may take to say hello
 MAX_NODES = 16  # node agents one followed job starts at most (its first nodes)
 
@@ -43,7 +41,12 @@ def command(how: str, run_id: str, job: str, node: str, python: str = sys.execut
     Slurm confines devices a step sees only the GPUs it was given."""
     agent = [python, "-u", SCRIPT, run_id]
     if how == "ssh":
-        return ["ssh", "-o", "BatchMode=yes", "-T", node] + agent
+        # A node name is Slurm's (squeue's) text, not ours: one like `-oProxyCommand=…`
+        # would be an ssh option. `--` ends ssh's options, and a name that starts with
+        # `-` is refused outright (no real host is called that).
+        if node.startswith("-"):
+            raise ValueError("node name %r starts with '-'; not passed to ssh" % node)
+        return ["ssh", "-o", "BatchMode=yes", "-T", "--", node] + agent
     gres = ["--gres=gpu:%d" % gpus] if gpus else []
     return ["srun", "--jobid=%s" % job, "--overlap", "--nodelist=%s" % node, "-N1", "-n1",
             "--quiet"] + gres + agent
@@ -63,9 +66,15 @@ class NodeAgent:
         self.stderr: List[str] = []
         self.ended = threading.Event()
         self.lock = threading.Lock()
-        argv = command(how, run_id, job, node, gpus=gpus)
+        self.proc: Optional[subprocess.Popen] = None
         try:
-            self.proc: Optional[subprocess.Popen] = subprocess.Popen(
+            argv = command(how, run_id, job, node, gpus=gpus)
+        except ValueError as e:
+            self.error = str(e)
+            self.ended.set()
+            return
+        try:
+            self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
         except OSError as e:
@@ -280,60 +289,3 @@ class Follower:
                 wire.emit({"type": "error", "message": "no agent on %s for job %s (%s): %s; %s"
                            % (info["node"], job, want[1], why, rest)})
         return snap
-
-
-def step_env() -> Dict[str, Any]:
-    """Where a job step's agent runs, as Slurm's environment says (in its hello)."""
-    return {"job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
-            "node": os.environ.get("SLURMD_NODENAME")}
-
-
-def main(run_id: str) -> int:
-    """The agent inside the job, following ``run_id``. It outlives Slurm's SIGTERM (a
-    kill's ``scancel --signal=TERM``, or the job's end) until the processes of the run it
-    saw here are gone and hold no GPU memory, then ends after that snapshot: the kill's
-    proof. At most END_S; Slurm's SIGKILL after KillWait ends it anyway."""
-    import signal
-
-    from remote import agent
-
-    pids: Set[int] = set()
-    ending: List[float] = []
-
-    class StepAgent(agent.Agent):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__(None)
-            self.runner = self.killer = self.slurm = self.slurm_killer = None
-            self.runner_error = "a job step's agent runs nothing"
-            self.read_ok = False  # the latest GPU reading worked
-
-        def hello(self) -> Dict[str, Any]:
-            return dict(super().hello(), slurm_step=step_env())
-
-        def snapshot(self) -> Dict[str, Any]:
-            snap = super().snapshot()
-            pids.update(p["pid"] for p in snap["processes"] if p.get("run_id") == run_id)
-            self.read_ok = not snap.get("gpu_error")  # a failed GPU reading is no proof
-            return snap
-
-        def send_snapshot(self) -> None:
-            super().send_snapshot()
-            left = [p for p in self.last_procs or [] if p.get("pid") in pids]  # alive or on a GPU
-            if ending and ((not left and self.read_ok) or time.monotonic() - ending[0] > END_S):
-                wire.CLIENT_GONE.set()  # that snapshot was the last: the loop winds down
-
-        def on_signal(self, num: int, frame: Any) -> None:
-            ending[:] = ending or [time.monotonic()]
-            if not self.configured:
-                wire.CLIENT_GONE.set()
-            self.next_snap = time.monotonic()
-            os.write(self.wake_w, b"x")
-
-    step = StepAgent()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, step.on_signal)
-    return step.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else 2)

@@ -4,7 +4,8 @@
 keeps what a stall needs: when the log last grew, the last progress step (the target
 model's shard bar, the extractor's batches, else the log's line count) and when it
 came, the recent intervals between steps in the current phase, and that phase as far
-as the markers tell (starting, loading, loaded, extracting, training, serving, finished;
+as the markers tell (starting, loading, loaded, extracting, training, serving, finished,
+and diverged: remote/diverge.py's verdict, kept as ``diverged`` with when it was read;
 a training loop's step or loss line is its progress). The
 supervisor shim runs one in a thread for the run's whole life and writes it to
 ``RUN_DIR/pace.json``; the agent puts that record (``source: "shim"``) into each live
@@ -15,7 +16,9 @@ the log's mtime (``source: "mtime"``). The thresholds stay with the client
 After the load it also keeps ``idle_since``: since when the run's process group has
 used no CPU (utime+stime from /proc unchanged between looks) and its GPUs (those it
 holds, else all) stayed at most ``GPU_IDLE_UTIL`` % busy; ``gpu`` names the GPU
-source, or says "none: why" when only the CPU was judged. The GPUs are asked only when
+source, or says "none: why" when only the CPU was judged; ``held`` the GPU memory (bytes)
+the run's processes held at the last idle look (what ``[watch] on_idle`` needs: GPUs held
+and left idle). The GPUs are asked only when
 the CPU ticks stood still since the last look: a run working on its CPU is awake
 anyway, so a busy run's idle check costs no NVML or nvidia-smi call; the timeline's
 sample (``remote/timeline.py``, every 10 s) reads them, and a look that falls with it
@@ -32,7 +35,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from remote import atomicfile, procfs
+from remote import atomicfile, diverge, procfs
 from remote.wire import MAX_SCAN
 
 PACE_FILE = "pace.json"
@@ -41,6 +44,7 @@ READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not
 TICK_S = 5.0  # the shim's look interval
 GPU_IDLE_UTIL = 5.0  # GPU utilisation (%) that counts as idle: [watch] idle_util's default
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")  # phases where a sleeping run may be hung
+IDLE_PHASES = _AFTER_LOAD  # where restart.py's on_idle may call a run idle
 
 # The target model's weight-loading bar: vLLM's "Loading safetensors checkpoint shards:
 # 59% Completed | 38/64 [...]" or tqdm's "desc:  59%|█████▉    | 38/64 [...]".
@@ -105,10 +109,17 @@ class Pace:
         self.cpu = r.get("cpu")  # the run's utime+stime ticks at the last sample
         self.idle_since = r.get("idle_since")
         self.gpu = r.get("gpu")
+        self.held = r.get("held")  # bytes of GPU memory the run held at the last idle look (None: unknown)
         self.sampled_at = r.get("sampled_at")
         self.loss = r.get("loss")  # the latest training loss (``loss_value``), or None
         self.loss_step = r.get("loss_step")  # the training step it came at (None: no numbered step)
         self.train_n: Optional[int] = None  # the last numbered training step read
+        # divergence (remote/diverge.py): the fold's state, and once diverged its verdict
+        # with when pace read it ({"id", "why", "line_no", "line", "at"}); the phase is then
+        # "diverged" until a restart's next attempt begins
+        self.div = diverge.State()
+        self.diverged = r.get("diverged") if isinstance(r.get("diverged"), dict) else None
+        self.div_marked = self.diverged is not None  # the timeline has its mark (a reloaded record: yes)
         self.transitions: List[Tuple[float, str]] = []  # phases entered since the timeline's last look
         self._tail = b""
 
@@ -116,10 +127,12 @@ class Pace:
         return {"source": "shim", "log": self.log, "size": self.offset, "inode": self.inode,
                 "lines": self.lines, "grew_at": self.grew_at, "phase": self.phase, "step": self.step,
                 "step_at": self.step_at, "intervals": list(self.intervals), "target": self.target,
-                "mark": self.mark, "cpu": self.cpu, "idle_since": self.idle_since, "gpu": self.gpu,
-                "sampled_at": self.sampled_at, "loss": self.loss, "loss_step": self.loss_step}
+                "mark": self.mark, "cpu": self.cpu, "idle_since": self.idle_since, "gpu": self.gpu, "held": self.held,
+                "sampled_at": self.sampled_at, "loss": self.loss, "loss_step": self.loss_step,
+                "diverged": self.diverged}
 
-    def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str]) -> bool:
+    def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str],
+               held: Optional[int] = None) -> bool:
         """One look at the run's activity: ``cpu`` its ticks (None: no process found),
         ``gpu_busy`` whether its GPUs work (None: no GPU source, ``gpu`` says why).
         Keeps ``idle_since`` after the load only; True when it changed."""
@@ -133,7 +146,8 @@ class Pace:
         elif self.idle_since is None:
             self.idle_since = self.sampled_at if self.sampled_at is not None else now
         self.cpu, self.gpu, self.sampled_at = cpu, gpu, now
-        return self.idle_since != before
+        was, self.held = self.held, held if idle else None
+        return self.idle_since != before or self.held != was
 
     def update(self, now: float) -> bool:
         """Read the log's new bytes; True when anything changed."""
@@ -167,8 +181,12 @@ class Pace:
         self.lines += newlines
         waiting_only = bool(parts) and all(any(w in p for w in _WAITING) for p in parts if p.strip())
         moved = False
+        line_no = self.lines - newlines
         for raw in parts:  # the head of each line only: a line may be 1 GB (MAX_SCAN)
-            moved = self._marker(raw[: MAX_SCAN * 4].decode("utf-8", "replace")[:MAX_SCAN], now) or moved
+            line = raw[: MAX_SCAN * 4].decode("utf-8", "replace")[:MAX_SCAN]
+            line_no += 1
+            moved = self._marker(line, now) or moved
+            self._diverge(line, line_no, now)
         if not moved and newlines and not waiting_only and self.phase in ("starting", "loaded", "serving"):
             self._step(("lines", self.lines), "log line %d" % self.lines, now)
 
@@ -177,6 +195,7 @@ class Pace:
         if _ATTEMPT.match(line):
             self.phase, self.target, self.mark, self.step, self.intervals = "starting", None, None, None, []
             self.loss = self.loss_step = self.train_n = None
+            self.div, self.diverged, self.div_marked = diverge.State(), None, False
             self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
@@ -212,6 +231,16 @@ class Pace:
             self._enter("loaded", now)
         return False
 
+    def _diverge(self, line: str, line_no: int, now: float) -> None:
+        """Fold one line into the divergence check; the first verdict enters "diverged"."""
+        if self.diverged is not None:
+            return
+        before = self.div
+        self.div = diverge.fold(before, line, line_no)
+        if self.div is not before and self.div.verdict is not None:
+            self.diverged = dict(self.div.to_dict() or {}, at=now)
+            self._enter("diverged", now)
+
     def _train_step(self, line: str) -> Optional[Tuple[Tuple[Any, ...], str]]:
         """(mark, label) of a training step this line shows, or None."""
         m = _TRAIN_BAR.search(line)
@@ -226,6 +255,8 @@ class Pace:
         return None
 
     def _enter(self, phase: str, now: float) -> None:
+        if self.phase == "diverged" and phase != "starting":
+            return  # a diverged run stays diverged whatever it prints next
         if phase != self.phase:
             self.phase, self.intervals, self.mark = phase, [], None
             self.step_at = now
@@ -335,19 +366,26 @@ def _gpu_source() -> Any:
         return None
 
 
+def gpu_held(gpus: List[Dict[str, Any]], pids: List[int]) -> int:
+    """Bytes of GPU memory the run's processes hold (0: none we can see)."""
+    return sum(p.get("mem") or 0 for g in gpus for p in g.get("processes") or []
+               if p.get("pid") in pids and isinstance(p.get("mem"), int))
+
+
 def _gpu_look(source: Any, pids: List[int], found: Optional[List[Dict[str, Any]]] = None
-              ) -> Tuple[Optional[bool], str]:
+              ) -> Tuple[Optional[bool], str, Optional[int]]:
+    """(the run's GPUs busy?, the source or "none: why", bytes the run holds on them)."""
     if found is not None:  # this tick's reading, made for the timeline
-        return gpu_busy(found, pids), str(source.source)
+        return gpu_busy(found, pids), str(source.source), gpu_held(found, pids)
     if source is None:
-        return None, "none: GPU reader unavailable"
+        return None, "none: GPU reader unavailable", None
     try:
         found, error = source.read()
     except Exception as exc:
-        return None, "none: %s" % (str(exc) or type(exc).__name__)
+        return None, "none: %s" % (str(exc) or type(exc).__name__), None
     if error or not found:
-        return None, "none: %s" % (error or "no GPUs")
-    return gpu_busy(found, pids), str(source.source)
+        return None, "none: %s" % (error or "no GPUs"), None
+    return gpu_busy(found, pids), str(source.source), gpu_held(found, pids)
 
 
 def _gpu_read(source: Any) -> Optional[List[Dict[str, Any]]]:
@@ -384,10 +422,10 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
                 if not pids:
                     cpu, pids = group_cpu(pgid)
                 if cpu is not None and cpu == pace.cpu:  # asleep on the CPU: are its GPUs working?
-                    busy, gpu = _gpu_look(source, pids, found)
+                    busy, gpu, held = _gpu_look(source, pids, found)
                 else:  # working on the CPU (or gone): awake whatever the GPUs do; no query
-                    busy, gpu = None, pace.gpu
-                changed = pace.sample(now, cpu, busy, gpu) or changed
+                    busy, gpu, held = None, pace.gpu, pace.held
+                changed = pace.sample(now, cpu, busy, gpu, held) or changed
             elif pgid:
                 changed = pace.sample(now, None, None, None) or changed
             if changed:
@@ -403,6 +441,11 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
 def _record(recorder: Any, run_dir: str, pace: Pace, now: float,
             found: Optional[List[Dict[str, Any]]], pids: List[int], last: bool = False) -> None:
     try:
+        if pace.diverged is not None and not pace.div_marked:  # the moment it diverged, once
+            pace.div_marked = True
+            d = pace.diverged
+            at = d.get("at") if isinstance(d.get("at"), (int, float)) else now
+            recorder.event(at, "diverged", id=d.get("id"), why=d.get("why"), line=d.get("line"))
         recorder.look(now, pace.phase, pace.step, pace.mark, pace.idle_since, found, pids,
                       [p for _, p in pace.transitions], offset=pace.offset, loss=pace.loss,
                       loss_step=pace.loss_step, last=last)

@@ -124,6 +124,30 @@ def read_uid(pid: int) -> Optional[int]:
         return None
 
 
+def read_real_uid(pid: int) -> Optional[int]:
+    """The process's real uid (/proc/PID/status ``Uid:``, first field), None when gone.
+    Not the owner of /proc/PID: that is the effective uid, root for a setuid-root
+    program that any user may start (and for any process that is not dumpable)."""
+    try:
+        with open("/proc/%d/status" % pid, "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_marker(pid: int, name: str) -> Optional[str]:
+    """A run's environment marker (`name`) in a process of this user only, by its real
+    uid: anyone may set any run's id in the environ of their own processes (run ids show
+    in ps), and a setuid program they start is owned by root in /proc but is still theirs."""
+    value = read_environ_var(pid, name)
+    if value is None or read_real_uid(pid) != os.getuid():
+        return None
+    return value
+
+
 def user_name(uid: Optional[int]) -> Optional[str]:
     if uid is None:
         return None

@@ -63,9 +63,9 @@ class ProcTable:
         if cmd != p.cmdline:
             first = p.cmdline is None
             p.cmdline, p.joined = cmd, " ".join(cmd)
-            # a run's marker counts only in this user's processes: anyone may set it in theirs
+            # a run's marker counts only in this user's processes (real uid): anyone may set it in theirs
             p.uid = procfs.read_uid(pid)
-            p.run_env = procfs.read_environ_var(pid, self.run_env) if p.uid == os.geteuid() else None
+            p.run_env = procfs.run_marker(pid, self.run_env)
             if not first:  # exec, or a reused PID: session and group may differ now
                 p.stat = procfs.read_stat(pid) or p.stat
         return True

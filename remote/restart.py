@@ -15,6 +15,11 @@ runs the argv as attempt 1, 2, … in its own process group, with no client conn
 - with ``on_hang`` = "kill" or "restart" it watches the shim's ``pace.json``: an attempt
   idle (no CPU, GPUs idle) for ``hang_s`` after its load is stopped (SIGINT, SIGTERM,
   SIGKILL after the run's graces), then ended or restarted;
+- with ``on_diverge`` / ``on_idle`` = "kill" the same, for an attempt the pace calls
+  diverged (remote/diverge.py), or idle for ``idle_s`` after its load while its
+  processes hold GPU memory (log, CPU and GPUs quiet); every stop the host decides is
+  proved as a kill is (the GPUs the attempt held free: ``proof``), and a diverged attempt
+  is never restarted (restartpolicy.decide);
 - ``attempts.json`` (atomic) keeps ``restarts``, ``attempts`` (started, ended, exit
   code, signal, cause, progress, decision and why) and ``restart_at`` while waiting;
   the run record carries them (rundir.record);
@@ -41,10 +46,10 @@ from typing import Any
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import atomicfile, pace, procfs
+from remote import atomicfile, pace, procfs, rundir
 from remote.restartpolicy import MARK, Matcher, decide, delay, span
 
-RUN_ENV = "EAGLE3_TUI_RUN_ID"
+RUN_ENV = rundir.RUN_ENV
 ATTEMPTS_FILE = "attempts.json"
 SCRIPT = os.path.abspath(__file__)
 READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
@@ -86,6 +91,8 @@ class Supervisor:
         self.stop_sig: int | None = None
         self.wake = threading.Event()
         self.child: subprocess.Popen | None = None
+        self.gpus: Any = None  # remote/gpus.Gpus, made at the first stop that needs a proof
+        self.idle_since: float | None = None  # since when the attempt stopped for idle was idle
         # A Slurm run restarts as a new job (slurm.resubmit), which carries on the attempts
         # of the jobs before it; elsewhere attempts restart in this process.
         sched = req.get("scheduler")
@@ -134,11 +141,52 @@ class Supervisor:
         return (hang_s > 0 and isinstance(since, (int, float)) and since >= started
                 and rec.get("phase") in ("loaded", "extracting") and time.time() - since >= hang_s)
 
+    def _judge(self, started: float) -> tuple[str, str] | None:
+        """("diverged" | "idle", why) when the shim's pace says this attempt should be
+        stopped under ``on_diverge`` / ``on_idle`` = "kill", else None."""
+        rec = pace.load(self.run_dir) or {}
+        div = rec.get("diverged")
+        if self.policy.get("on_diverge") == "kill" and isinstance(div, dict) \
+                and float(div.get("at") or 0) >= started:
+            return "diverged", "diverged (%s: %s)" % (div.get("id"), div.get("why"))
+        idle_s = float(self.policy.get("idle_s") or 0)
+        since, grew, now = rec.get("idle_since"), rec.get("grew_at"), time.time()
+        if (self.policy.get("on_idle") == "kill" and idle_s > 0 and isinstance(since, (int, float))
+                and since >= started and now - since >= idle_s and rec.get("phase") in pace.IDLE_PHASES
+                and isinstance(rec.get("held"), int) and rec["held"] > 0
+                and not str(rec.get("gpu") or "none").startswith("none")
+                and (not isinstance(grew, (int, float)) or now - grew >= idle_s)):
+            self.idle_since = float(since)
+            return "idle", "idle (its GPUs hold %.1f GiB at ~0 %% utilisation, log and CPU quiet for %s)" % (
+                rec["held"] / 1024.0 ** 3, span(idle_s))
+        return None
+
+    def _proof(self, before: list[dict] | None, pids: list[int]) -> dict:
+        """The GPU-free proof of a stop the host decided (kill.wait_for_gpus, the kill's own
+        tail): {"gpus_free": True | False | None (no reading), "gpus", "note"}."""
+        from remote import gpus, kill
+
+        if self.gpus is None:
+            self.gpus = gpus.Gpus()
+        failed: list[str] = []
+        query = self.gpus.proof if self.gpus.source else None
+        got = kill.wait_for_gpus(None, before, query, float(self.policy.get("gpu_wait") or 30.0),
+                                 lambda *_: None, pids=pids, failed=failed)
+        note = kill.unread(got, failed) or (None if query else "no GPU source: %s" % self.gpus.error)
+        return {"gpus_free": got["gpus_free"], "gpus": got["gpus"], "note": note, "at": time.time()}
+
+    def _reading(self) -> list[dict] | None:
+        from remote import gpus, kill
+
+        if self.gpus is None:
+            self.gpus = gpus.Gpus()
+        return kill.gpu_read(self.gpus.proof if self.gpus.source else None)
+
     def _others(self) -> list[int]:
         """Live processes of the run other than this supervisor and the shim above it."""
         me, shim = os.getpid(), os.getppid()
         return [p for p in procfs.list_pids() if p not in (me, shim)
-                and procfs.read_environ_var(p, RUN_ENV) == self.run_id
+                and procfs.run_marker(p, RUN_ENV) == self.run_id  # this user's only (real uid)
                 and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
 
     def _reap(self) -> None:
@@ -189,28 +237,46 @@ class Supervisor:
             return rec
         rec["pid"] = self.child.pid
         self.save()
-        hung = False
+        hung, stopped, proof = False, None, None  # stopped: ("diverged" | "idle", why)
         watch_hang = self.policy.get("on_hang") in ("kill", "restart")
+        watch = watch_hang or "kill" in (self.policy.get("on_diverge"), self.policy.get("on_idle"))
         next_look = time.monotonic() + 1.0
         while self.child.poll() is None:
             self.wake.wait(POLL)
-            if watch_hang and not hung and self.stop_sig is None and time.monotonic() >= next_look:
+            if watch and not hung and stopped is None and self.stop_sig is None and time.monotonic() >= next_look:
                 next_look = time.monotonic() + 1.0
-                if self._hung(started):
+                if watch_hang and self._hung(started):
                     hung = True
                     self.say("%d: hung (no CPU or GPU activity for %s after the load): stopping it"
                              % (n, span(float(self.policy.get("hang_s") or 0))))
-                    self.stop_attempt()
+                    proof = self._stop_proved()
+                elif (stopped := self._judge(started)) is not None:
+                    self.say("%d: %s: stopping it" % (n, stopped[1]))
+                    proof = self._stop_proved()
         code = self.child.returncode
         self.child = None
         self._reap()
         self.attempts.pop()
+        div = (pace.load(self.run_dir) or {}).get("diverged")
+        div = div if isinstance(div, dict) and float(div.get("at") or 0) >= started else None
         rec.update(ended_at=time.time(), exit_code=code if code >= 0 else None,
                    signal=_signame(-code) if code < 0 else None, hung=hung,
                    killed=self.stop_sig is not None,
-                   progress=progress_of(self.log, start, inode))
-        rec["cause"] = None if code == 0 and not hung else self._cause(start)
+                   progress=progress_of(self.log, start, inode),
+                   diverged=div is not None, stopped=stopped[0] if stopped else None,
+                   stopped_why=stopped[1] if stopped else None, proof=proof,
+                   idle_since=self.idle_since if stopped and stopped[0] == "idle" else None)
+        rec["cause"] = None if code == 0 and not hung and div is None else self._cause(start)
+        if div is not None:  # the divergence the host read is the cause, whatever the log says later
+            rec["cause"] = {"id": div.get("id"), "title": "Training diverged: %s" % div.get("why"),
+                            "class": "deterministic", "line": str(div.get("line") or "")[:500]}
         return rec
+
+    def _stop_proved(self) -> dict:
+        """Stop the attempt (stop_attempt) and prove its GPUs free, as a kill does."""
+        pids, before = self._others(), self._reading()
+        self.stop_attempt()
+        return self._proof(before, pids)
 
     def resubmit(self, n: int, rec: dict, why: str, wait: float) -> None:
         """Restart a Slurm run as a new job that begins after ``wait`` (slurm.resubmit);
@@ -298,6 +364,8 @@ class Supervisor:
 def _how(rec: dict) -> str:
     if rec.get("hung"):
         return "hung"
+    if rec.get("stopped"):
+        return str(rec["stopped"])
     return "signal %s" % rec["signal"] if rec.get("signal") else "exit %s" % rec.get("exit_code")
 
 

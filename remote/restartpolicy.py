@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from remote import diverge
 from remote.wire import MAX_SCAN
 
 MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
 # The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
 # start afresh there (tui/state/logparse.py, remote/pace.py have the same regex).
 STARTS = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
-LOSS = re.compile(r"(?i)\b(?:loss|grad_?norm)\b")  # a training metric line (a finite one ends a non-finite run)
 
 
 def delay(policy: dict, n: int) -> float:
@@ -42,9 +42,11 @@ class _Keep(dict):  # type: ignore[type-arg]
 class Matcher:
     """The client's failure classification over a log, with the regexes it compiled:
     prefixes split the same way (tui/state/logline.split_prefix), quiet levels and
-    request handlers' errors skipped, signatures tried in the client's order, a bare
-    exception line the catch-all, and what dies after an interrupt no cause. The root
-    cause is the first failure of the best rank (specific, catch-all, wrapper)."""
+    request handlers' errors skipped, and so are lines at a quiet level that only say a
+    failure is being retried; signatures tried in the client's order, a bare exception
+    line the catch-all, and what dies after an interrupt no cause. The root cause is the
+    first failure of the best rank (specific, catch-all, wrapper): a later failure of the
+    same rank is a consequence (the ranks that waited on the one that died first)."""
 
     def __init__(self, policy: dict) -> None:
         ln = policy.get("lines") or {}
@@ -56,18 +58,24 @@ class Matcher:
         self.exc = re.compile(ln["exception"])
         self.interrupt = re.compile(ln["interrupt"])
         self.request = re.compile(ln["request_source"])
+        # a quiet-level line that only says a failure is retried (an older client sends none)
+        self.note_level = re.compile(ln["note_level"]) if ln.get("note_level") else None
+        self.note_retry = re.compile(ln["note_retry"]) if ln.get("note_retry") else None
+        self.note_head = int(ln.get("note_head") or 64)
         self.sigs: list[dict] = []
         self.generic: dict | None = None
-        self.persist: list[dict] = []  # a failure only after `persist` matching metric lines in a row
         for s in policy.get("signatures") or []:
             entry = dict(s, compiled=[re.compile(p) for p in s.get("patterns") or []])
             if s.get("generic"):
                 self.generic = self.generic or entry
             elif (s.get("persist") or 1) > 1:
-                self.persist.append(entry)
+                continue  # a streak's signature: the divergence fold tells it (by_id)
             else:
                 self.sigs.append(entry)
         self.sigs.sort(key=lambda s: bool(s.get("wrapper")))  # stable: specific, then wrappers
+        # divergence is told by remote/diverge.py's fold, as the client's analysis does; its
+        # verdict names one of these signatures (a table without that id leaves it unsaid)
+        self.by_id = {str(s.get("id")): s for s in policy.get("signatures") or []}
 
     def split(self, line: str) -> tuple[str | None, str | None, str]:
         """(level, source, message) as the client's split_prefix gives them."""
@@ -95,6 +103,12 @@ class Matcher:
             return foreign_level, None, text
         return lm.group("level"), "%s:%s" % (lm.group("file"), lm.group("lineno")), text[lm.end():]
 
+    def retry_note(self, msg: str) -> bool:
+        """A quiet-level line that only says a failure is being retried: never a failure."""
+        return (self.note_level is not None and self.note_retry is not None
+                and self.note_level.search(msg[:self.note_head]) is not None
+                and self.note_retry.search(msg) is not None)
+
     def match(self, msg: str) -> tuple[dict, Any] | None:
         for s in self.sigs:
             for pat in s["compiled"]:
@@ -103,38 +117,25 @@ class Matcher:
                     return s, m
         return None
 
-    def _persisting(self, line: str, run: list[Any]) -> bool:
-        """Count a line matching a persisting signature (any other metric line ends the
-        run); True when the run just reached the signature's `persist` lines."""
-        for s in self.persist:
-            for pat in s["compiled"]:
-                m = pat.search(line)
-                if m:
-                    if run[0] == 0:
-                        run[1] = (s, m, line)
-                    run[0] += 1
-                    return run[0] == (s.get("persist") or 1)
-        if LOSS.search(line):
-            run[0], run[1] = 0, None
-        return False
-
     def root_cause(self, lines: Iterable[str]) -> dict | None:
         """{"id", "title", "class", "line"} of the root cause, or None."""
         best: tuple[int, dict, Any, str] | None = None
         interrupted = False
-        run: list[Any] = [0, None]  # non-finite metric lines in a row, and (sig, match, line) of the first
+        div = diverge.State()
         for raw in lines:
             raw = raw[: MAX_SCAN * 4]  # the head of a line only, as the client reads it: a line may be 1 GB
             line = (self.ansi.sub("", raw) if "\x1b" in raw else raw)[:MAX_SCAN]
             if line.startswith(MARK):  # this supervisor's own lines: never a failure
                 if STARTS.match(line):
-                    best, interrupted, run = None, False, [0, None]  # a new attempt: its own failures only
+                    best, interrupted, div = None, False, diverge.State()  # a new attempt: its own failures only
                 continue
-            if self.persist and self._persisting(line, run):
-                if best is None or best[0] > 0:
-                    best = (0, *run[1])
+            if div.verdict is None:
+                div = diverge.fold(div, line, 0)
+                sig = self.by_id.get(div.verdict[0]) if div.verdict is not None else None
+                if sig is not None and (best is None or best[0] > 0):
+                    best = (0, sig, None, div.verdict[3])
             level, source, msg = self.split(line)
-            if level in self.quiet:
+            if level in self.quiet or (level is None and self.retry_note(msg)):
                 continue
             hit = self.match(msg)
             if source is not None and self.request.search(source):
@@ -176,6 +177,11 @@ def decide(policy: dict, attempts: list[dict], ended: dict, now: float) -> tuple
     the limits: max_restarts and the thrash guard."""
     if ended.get("killed"):
         return False, "killed"
+    if ended.get("diverged"):  # its weights are NaN: a restart from scratch wastes the same hours
+        how = "stopped (on_diverge = kill)" if ended.get("stopped") == "diverged" else "not restarted"
+        return False, "diverged: %s" % how
+    if ended.get("stopped") == "idle":
+        return False, "idle: stopped (on_idle = kill)"
     if ended.get("exit_code") == 0 and not ended.get("hung"):
         return False, "finished"
     cause = ended.get("cause") or {}

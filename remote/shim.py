@@ -22,7 +22,7 @@ from typing import Any
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote import atomicfile, history, pace, procfs, restart, rundir, timeline
+from remote import atomicfile, history, pace, procfs, restart, rundir, timeline, trust
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
@@ -36,6 +36,21 @@ def _restore_umask(text: str | None) -> None:
             os.umask(int(text.strip(), 8) & 0o777)
     except ValueError:
         pass
+
+
+def open_log(log: str) -> int:
+    """The run's log, opened for appending under the host's one rule for files opened as
+    the user (trust.open_file: no symlink, no FIFO, a regular file of ours alone, created
+    0644 whatever the umask); RunnerError with one line otherwise, which the launch
+    reports at once (error.json). As root in another user's directory a symlink named
+    like the log would have root append the run's output to any file, a FIFO would block
+    the shim until they read it, and a file of theirs would let them add lines."""
+    try:
+        return trust.open_file(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "log", 0o644)
+    except trust.Untrusted as e:
+        raise RunnerError(str(e)) from None
+    except OSError as e:
+        raise RunnerError("cannot open log %s: %s" % (log, e.strerror or e)) from None
 
 
 def _become_subreaper() -> bool:
@@ -54,7 +69,7 @@ def _marked_pids(run_id: str, skip: int) -> list[int]:
         pid
         for pid in procfs.list_pids()
         if pid != skip
-        and procfs.read_environ_var(pid, RUN_ENV) == run_id
+        and procfs.run_marker(pid, RUN_ENV) == run_id  # this user's only: anyone may set it
         and (procfs.read_stat(pid) or {}).get("state") not in (None, "Z", "X")
     ]
 
@@ -141,7 +156,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
                           (lambda num, _f: _forward(group, num)))
         log = req.get("log") or os.path.join(run_dir, "output.log")
         log = os.path.join(req["cwd"], os.path.expanduser(log))
-        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log_fd = open_log(log)
         env = dict(os.environ)
         _restore_umask(env.pop(UMASK_ENV, None))  # the login's umask, for the run's files
         env.update(req["env"])

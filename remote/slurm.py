@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from remote import atomicfile, procfs, rundir, shim
+from remote import atomicfile, procfs, rundir
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -94,7 +94,7 @@ def check_options(opts: Any) -> dict:
 
 def _script(run_dir: str, python: str) -> str:
     """The batch script: the agent's Python running the shim in the foreground."""
-    above = os.path.dirname(os.path.dirname(os.path.abspath(shim.__file__)))  # holds the package
+    above = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds the package
     return "\n".join([
         "#!%s -u" % python,
         "# eagle3-tui: run %s under the supervisor shim, as a Slurm batch job" % os.path.basename(run_dir),
@@ -178,7 +178,7 @@ def resubmit(run_dir: str, wait: float) -> str:
     # environment: it gets its own from Slurm and the shim.
     env = {k: v for k, v in os.environ.items()
            if k == "SLURM_CONF" or not (k.startswith(("SLURM_", "SBATCH_")) or k in
-                                        ("CUDA_VISIBLE_DEVICES", shim.RUN_ENV))}
+                                        ("CUDA_VISIBLE_DEVICES", rundir.RUN_ENV))}
     try:
         done = subprocess.run(sbatch, capture_output=True, text=True, timeout=TIMEOUT,
                               stdin=subprocess.DEVNULL, env=env)

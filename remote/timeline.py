@@ -26,10 +26,15 @@ Lines (keys short: a day on 8 cards must fit in ``MAX_BYTES``):
   play the log in step with the rest.
 * ``{"t": T, "e": KIND, ...}`` -- an event: ``phase`` (``phase``), ``idle`` /
   ``awake`` (the run's CPU and GPUs stood still after its load; pace's ``idle_since``),
+  ``diverged`` (``id``, ``why``, ``line``: the moment pace read that the run diverged,
+  remote/diverge.py; ``runs show`` counts the GPU-hours after it as wasted),
   ``attempts`` (the restart supervisor's ``restarts``, ``note``, ``restart_at``, the
-  last attempt's ``n`` and ``cause``), ``exit`` (``code``, ``signal``: a kill shows
-  as the run's signal), ``resubmitted`` (a Slurm run's job ended and the run goes on as
-  a new job: ``code``, ``signal`` of the job that ended).
+  last attempt's ``n`` and ``cause``; for an attempt the host stopped, ``stopped``
+  ("diverged" | "idle"), ``gpus_free`` (its proof) and, for idle, ``idle_since``
+  (epoch): the moment its GPUs went idle, from which ``runs show`` counts the waste),
+  ``exit`` (``code``, ``signal``: a kill shows as the run's signal), ``resubmitted`` (a
+  Slurm run's job ended and the run goes on as a new job: ``code``, ``signal`` of the
+  job that ended).
 
 Sampling: progress and GPUs at most every ``SAMPLE_S`` seconds (the shim's tick is 5 s),
 a phase change or an event at once. Bounded: past ``THIN_AT`` bytes samples come every
@@ -257,9 +262,15 @@ class Recorder:
             if isinstance(rec, dict):
                 last = (rec.get("attempts") or [{}])[-1]
                 last = last if isinstance(last, dict) else {}
+                marks = {k: last[k] for k in ("stopped", "idle_since") if last.get(k) is not None}
+                if isinstance(last.get("proof"), dict):  # the stop's GPU-free proof, in short
+                    marks["gpus_free"] = last["proof"].get("gpus_free")
+                if "idle_since" in marks:  # a host file's number: written only when sane
+                    marks["idle_since"] = _r(marks["idle_since"], 2)
                 self.event(now, "attempts", restarts=_r(rec.get("restarts")), note=rec.get("note"),
                            restart_at=_r(rec.get("restart_at"), 2), n=_r(last.get("n")),
-                           cause=(last.get("cause") or {}).get("id") if isinstance(last.get("cause"), dict) else None)
+                           cause=(last.get("cause") or {}).get("id") if isinstance(last.get("cause"), dict) else None,
+                           **marks)
 
     def close(self) -> None:
         if self.fd is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.trust import private_group
 from tests.slurm import LINES as SLURM_LINES
 from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
@@ -21,11 +22,68 @@ from tui.transport import AgentClient, LocalLink
 
 LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
 
-# The files and dirs the tests plant (a runs dir, records) are made as the agent makes its
-# own, under umask 022: with a login's umask of 002 (user-private groups) they would be
-# group-writable and the agent rightly refuses them. What a 002 login does to the product
-# itself is tested where it matters (test_host_trust sets it).
-os.umask(0o022)
+# Every test runs under umask 002, Ubuntu's default for its users (user-private groups):
+# what eagle3-tui creates must carry its own mode whatever the umask (a demo once made its
+# runs dir 0775 and then refused it), and the suite is where that is seen. Where the
+# user's primary group is shared, 002 would make what the tests plant group-writable for
+# real, so there it is 022. A few tests set 022 and 077 themselves
+# (test_host_trust_open: everything the agent creates has its own mode).
+os.umask(0o002 if private_group(os.getegid()) else 0o022)
+
+
+# Tests that need root carry `needs_root(covers, userns=...)`. As a normal user they are
+# listed before the run (what they cover, the one command that runs them) and skipped;
+# those with userns=True need root only to mount (a tmpfs), and tests/run runs them
+# after the main run as root of a user namespace where the kernel allows one
+# (EAGLE3_TESTS_USERNS: "later" in the main run, "inside" in the namespace).
+ROOT_COMMAND = "sudo ./tests/run -m needs_root"
+_LATER: Counter[str] = Counter()  # what runs in the user namespace after the main run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_root(covers, userns=False): needs root (listed before a normal "
+                            "user's run; userns=True: runs as root of a user namespace there)")
+
+
+def _root_only(item: pytest.Item) -> pytest.Mark | None:
+    return item.get_closest_marker("needs_root")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    userns = os.environ.get("EAGLE3_TESTS_USERNS", "")
+    if userns == "inside":  # only what a user namespace's root can do
+        keep = [i for i in items if (m := _root_only(i)) is not None and m.kwargs.get("userns")]
+    elif os.geteuid() != 0 and userns == "later":  # those run in the namespace afterwards
+        keep = [i for i in items if not ((m := _root_only(i)) is not None and m.kwargs.get("userns"))]
+        _LATER.update(m.args[0] for i in items if i not in keep and (m := _root_only(i)) is not None)
+        if _LATER and os.environ.get("EAGLE3_TESTS_USERNS_FILE"):  # tests/run: a namespace run is due
+            Path(os.environ["EAGLE3_TESTS_USERNS_FILE"]).write_text(f"{sum(_LATER.values())}\n")
+    else:
+        keep = items
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+    if os.geteuid() != 0:
+        for item in items:
+            mark = _root_only(item)
+            if mark is not None:
+                item.add_marker(pytest.mark.skip(reason=f"needs root: {mark.args[0]} (run: {ROOT_COMMAND})"))
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    """A normal user's run says, before it starts, which tests need root and what they cover."""
+    if os.geteuid() == 0:
+        return []
+    covers = Counter(m.args[0] for i in items if (m := _root_only(i)) is not None)
+    if not covers and not _LATER:
+        return []
+    lines = [f"{sum(covers.values()) + sum(_LATER.values())} test(s) need root (this run's uid is {os.geteuid()}):"]
+    lines += [f"  {n:>2} × {what}: skipped in this run" for what, n in sorted(covers.items())]
+    lines += [f"  {n:>2} × {what}: run after this one as root of a user namespace"
+              for what, n in sorted(_LATER.items())]
+    if covers:
+        lines.append(f"  the skipped ones run as root: {ROOT_COMMAND}")
+    return lines
 
 
 def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
@@ -73,6 +131,13 @@ def _no_run_left_alive(request: pytest.FixtureRequest) -> Iterator[None]:
         shims = ", ".join(str(pid) for pid, _ in leaked)
         pytest.fail(f"{request.node.nodeid} left {len(leaked)} run(s) alive (supervisor shim "
                     f"pid {shims}); killed them now: kill what a test launches", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`eagle3-tui demo` notes the demo's dir in the user's state dir
+    (tui/services/statefile.py): the tests' notes go to a temp dir, never the user's."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
 
 
 @pytest.fixture(scope="session")

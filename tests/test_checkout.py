@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent.parent  # not checkout.ROOT: this is what
 
 PROBE = """
 import json, remote, tui, tui.cli
-from tui.transport.local import default_agent_dir
+from tui.transport.bundle import default_agent_dir
 print(json.dumps({"tui": tui.__file__, "remote": remote.__file__, "agent": str(default_agent_dir())}))
 """
 

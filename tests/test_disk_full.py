@@ -22,7 +22,7 @@ from tui.services.actions import state_of
 from tui.services.config import load_config
 from tui.state import view
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
+pytestmark = pytest.mark.needs_root("disk full: a 1 MiB tmpfs mounted in the test", userns=True)
 
 JOB = """\
 import os, sys, time

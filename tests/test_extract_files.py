@@ -21,7 +21,7 @@ REMOTE = ROOT / "remote"
 
 from remote import extract_files, extract_zip  # noqa: E402
 from remote.extract_common import Sample  # noqa: E402
-from tui.transport.local import agent_files  # noqa: E402
+from tui.transport.bundle import agent_files  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ against real sshds (a refusing port, an unknown host key, a silent socket)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -332,3 +333,80 @@ async def test_hosts_share_one_reading_of_known_hosts_until_it_changes(
     with pytest.raises(HostKeyUnknown):
         await c.start()
     await c.close()
+
+
+# ---- targets are the user's text: the HOST column shows them sanitized (issue 35, item 8)
+
+# A user part may hold anything but spaces: a terminal reset, OSC 52 (the clipboard), an
+# 8-bit CSI, a bidi override. Port 1 on localhost refuses at once: each host fails fast.
+HOSTILE_TARGETS = ["a\x1bc@127.0.0.1:1", "b\x1b]52;c;aGk=\x07@127.0.0.1:1", "c\x9b2J@127.0.0.1:1",
+                   "d\u202e@127.0.0.1:1"]
+SHOWN = ["a@127.0.0.1:1", "b@127.0.0.1:1", "c@127.0.0.1:1", "d@127.0.0.1:1"]
+_RAW = ("\x1b", "\x9b", "\u202e", "\x07")
+
+
+def test_status_and_runs_over_a_hosts_file_print_hostile_targets_sanitized(tmp_path: Path) -> None:
+    """`status --hosts-file` printed such a target as it is on stdout (the stderr lines
+    were already clean); `[fleet] hosts` and the command line the same. Now every line
+    on both streams is clean, and each row still names its own host."""
+    import subprocess
+
+    from tests import checkout
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(t + "\n" for t in HOSTILE_TARGETS), encoding="utf-8")
+    cfg = tmp_path / "eagle3.toml"
+    cfg.write_text("[fleet]\nhosts = [" + ", ".join(json.dumps(t) for t in HOSTILE_TARGETS) + "]\n",
+                   encoding="utf-8")  # TOML's \uXXXX escapes, as JSON writes them
+
+    def e3(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(cfg), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, env=checkout.env())
+
+    for args in (["status", "--hosts-file", str(hosts)], ["status"], ["status", *HOSTILE_TARGETS[:2]],
+                 ["runs", "--hosts-file", str(hosts)]):
+        r = e3(*args)
+        assert r.returncode in (2, 3), (args, r.stderr)  # refused by ssh (2) or unreachable (3)
+        for stream in (r.stdout, r.stderr):
+            assert not any(c in stream for c in _RAW), (args, stream)
+        if args[0] == "status":
+            rows = r.stdout.splitlines()[1:]
+            assert [ln.split()[0] for ln in rows] == SHOWN[:len(rows)] and len(rows) >= 2, r.stdout
+
+
+def test_the_fleet_tables_show_a_hostile_target_through_the_sanitizer() -> None:
+    rows = [fleet.host_row(t, AppState(), NOW, error="refused") for t in HOSTILE_TARGETS]
+    assert [ln.split()[0] for ln in fleet.format_table(rows).splitlines()[1:]] == SHOWN
+    assert rows[0].host == HOSTILE_TARGETS[0]  # the row keeps the target it connects to
+    ok = snap_state([gpu(0, GiB, 50)], [run("20261130-010000-aaaa", "running")])
+    runs = fleet.format_runs({HOSTILE_TARGETS[1]: ok}, NOW).splitlines()
+    assert runs[1].split()[1] == SHOWN[1]
+
+
+async def test_the_fleet_pane_shows_hostile_targets_sanitized_and_is_never_reset() -> None:
+    """The fleet screen (Textual pilot): the HOST cells, and the toast of a host that
+    could not connect, carry no escape; what the terminal would be sent holds none of
+    the payloads (the pane was reset by ESC c)."""
+    from tests.test_hosttext import assert_clean_screen
+    from tui.services.actions import new_client
+    from tui.views.app import make_fleet_app
+    from tui.views.screens.fleet import FleetScreen
+
+    cfg = parse_config("[host]\nconnect_timeout = 5\n")
+    clients = {t: new_client(t, cfg, reconnect=False) for t in HOSTILE_TARGETS}
+    app = make_fleet_app(clients, cfg, limit=4)
+    async with app.run_test(size=(140, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(f.error for f in screen.feeds.values()):
+            await pilot.pause(0.1)
+        assert all(f.error for f in screen.feeds.values())
+        screen._repaint()
+        await pilot.pause(0.2)
+        shown = [str(screen.query_one("DataTable").get_row_at(i)[0]) for i in range(len(HOSTILE_TARGETS))]
+        assert sorted(shown) == SHOWN
+        await pilot.press("enter")  # a host that failed: its error as a toast, host named
+        await pilot.pause(0.5)
+        assert_clean_screen(app)
+        await pilot.press("q")

@@ -1,12 +1,12 @@
 """The agent's files and content hash are read once for a fleet's hundreds of connects,
-and again when a file of the package changes (tui/transport/local.py agent_bundle)."""
+and again when a file of the package changes (tui/transport/bundle.py agent_bundle)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from tui.transport.local import agent_bundle, agent_files, agent_sha
+from tui.transport.bundle import agent_bundle, agent_files, agent_sha
 
 
 def test_the_bundle_is_read_again_only_when_a_file_changes(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ the suite as root; as another user they are skipped with that reason."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ from tui.services.actions import choose_run
 from tui.services.config import load_config
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root (CI runs as root)")
+ROOT_ONLY = pytest.mark.needs_root("trust: files and dirs another user owns (chown to nobody)")
 OTHER_UID = 65534  # nobody
 
 
@@ -89,7 +90,7 @@ def test_world_writable_runs_dir_is_refused(tmp_path: Path) -> None:
     runs.mkdir()
     os.chmod(runs, 0o777)
     with _agent(runs) as a:
-        with pytest.raises(AgentCallError, match=r"runs dir .*writable by group and others.*mode 0777"):
+        with pytest.raises(AgentCallError, match=r"runs dir .*writable by (group and )?others.*mode 0777 -- run chmod g?o-w "):
             a.call("runs")
         with pytest.raises(AgentCallError, match=r"mode 0777"):
             a.call("launch", {"argv": ["true"], "cwd": str(tmp_path)})
@@ -225,19 +226,18 @@ def test_a_run_from_the_future_never_wins_the_default_selection(tmp_path: Path) 
 
 
 def _agent_rdir(cache: Path) -> Path:
-    from tui.transport.local import agent_files, agent_sha, default_agent_dir
+    from tui.transport.bundle import agent_files, agent_sha, default_agent_dir
 
     return cache / f"agent-{agent_sha(agent_files(default_agent_dir()))[:12]}"
 
 
 @pytest.mark.ssh
-@pytest.mark.parametrize("how", ["owned-by-nobody", "mode-0777", "planted-file", "symlinked-dir"])
+@pytest.mark.parametrize("how", [pytest.param("owned-by-nobody", marks=ROOT_ONLY), "mode-0777",
+                                 pytest.param("planted-file", marks=ROOT_ONLY), "symlinked-dir"])
 async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
     from tui.transport import AgentClient, TransportError
     from tui.transport.ssh import SshLink
 
-    if how in ("owned-by-nobody", "planted-file") and os.geteuid() != 0:
-        pytest.skip("chown to another uid needs root (CI runs as root)")
     cache = tmp_path / "cache"
 
     def link() -> SshLink:
@@ -276,26 +276,44 @@ async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, 
         assert "nobody" in line
 
 
+def _shared_gid() -> int:
+    """A group that is not our private one and that we may give our files (a group
+    write of our own private group is ours: a umask of 002 under user-private groups)."""
+    from remote import trust
+
+    for gid in ([OTHER_UID] if os.geteuid() == 0 else os.getgroups()):
+        if not trust.private_group(gid):
+            return gid
+    pytest.skip("no group but our private one to give a file to")
+
+
 def test_trust_problem_names_path_owner_and_mode(tmp_path: Path) -> None:
     from remote import trust
 
     p = tmp_path / "f"
     p.write_bytes(b"")
+    gid = _shared_gid()
+    os.chown(p, -1, gid)
     os.chmod(p, 0o620)
     line = trust.problem(str(p), os.lstat(p), "run record")
     assert line == (f"refusing run record {p}: writable by group; owner "
-                    f"{trust.owner_name(os.geteuid())}, mode 0620")
+                    f"{trust.owner_name(os.geteuid())}, mode 0620 -- run chmod g-w {p} (group "
+                    f"{grp.getgrgid(gid).gr_name} (gid {gid}) is not yours alone: they could plant files "
+                    f"the agent would act on)")
     os.chmod(p, 0o600)
     assert trust.problem(str(p), os.lstat(p)) is None
 
 
 def test_a_group_writable_record_in_a_sealed_run_dir_is_still_ours(tmp_path: Path) -> None:
     """Records written by an older agent under a umask of 002 (0664) inside a 0700 run dir
-    (no one else can enter it) stay listed; the same record in a 0755 run dir does not."""
+    (no one else can enter it) stay listed; the same record in a 0755 run dir does not
+    (when its group is shared: the user's private group is the user's own)."""
     runs = tmp_path / "runs"
     runs.mkdir(mode=0o700)
     d = _plant_run(runs, "20260101-000000-old1", ["true"], launched_at=time.time() - 60)
+    gid = _shared_gid()
     for f in d.iterdir():
+        os.chown(f, -1, gid)
         os.chmod(f, 0o664)
     os.chmod(d, 0o700)
     assert [r["run_id"] for r in rundir.list_runs(str(runs))] == [d.name]

@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import json
+import os
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 
 from tests.replay import ReplayClient, snapshot
 from tui import protocol as p
-from tui.protocol.hosttext import clean
+from tui.protocol.hosttext import clean, has_controls
 from tui.services.config import parse_config
 from tui.views.app import EagleApp, make_app, make_fleet_app
 from tui.views.widgets.logtail import LogPane
@@ -90,6 +91,32 @@ def test_clean_drops_every_escape_and_control(raw: str | bytes, shown: str) -> N
 def test_clean_keeps_cr_for_the_line_assembler_and_makes_newlines_spaces_on_one_line() -> None:
     assert clean("a\rb\x1bc", cr=True) == "a\rb"
     assert clean("python -c 'import x\nx.run()'", newline=False) == "python -c 'import x x.run()'"
+
+
+@pytest.mark.parametrize("raw,shown", [
+    ("na\x98ive: the rest stays", "naive: the rest stays"),  # cp1252 "˜" read as Latin-1
+    ("Ko\x9eenje \x9fber alles", "Koenje ber alles"), ("a\x98b\x98c\x9ed", "abcd"),
+    ("\x98sos\x9cok", "ok"), ("\x9epm\x07ok", "ok"), ("\x9fapc\x1b\\ok", "ok"),  # terminated: all gone
+    ("\x98x\x1b]52;c;aGk=\x07y", "xy"), ("\x98x\x9b2Jy", "xy"), ("\x9fx\x9d52;c;aGk=", "x"),
+])
+def test_an_unterminated_8bit_sos_pm_apc_loses_only_itself(raw: str, shown: str) -> None:
+    """U+0098/U+009E/U+009F with no ST or BEL after it blanked the rest of its line (a
+    cp1252 letter read as Latin-1 is one); now only the introducer goes. Still linear:
+    a megabyte of them is cleaned in well under a second."""
+    assert clean(raw) == shown
+    for flood in ("\x98a" * 500_000, "\x9e" + "a" * 1_000_000, "\x9f\x1b" * 300_000, "\x98\x9d" * 300_000):
+        t0 = time.perf_counter()
+        clean(flood)
+        assert time.perf_counter() - t0 < 1.0
+
+
+def test_clean_makes_a_lone_surrogate_a_replacement_character() -> None:
+    """A host path with byte 0xFF arrives as U+DCFF (surrogateescape, then JSON): no UTF-8
+    encoder takes it, and Textual's web driver ended the browser session on it."""
+    path = os.fsdecode(b"/data/odd\xffdir/train.log")
+    assert clean(path) == "/data/odd\ufffddir/train.log" and has_controls(path)
+    assert clean("a\ud800\x1b[2Jb\udfff", newline=False) == "a\ufffdb\ufffd"
+    clean(path).encode("utf-8")
 
 
 @settings(max_examples=300, deadline=None)

@@ -16,7 +16,7 @@ from tui.services.inspect import format_report, inspect_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 KEYS = {"train", "phase", "shards", "extract", "failures", "root_cause", "timeline", "lines", "loaded_at_line",
-        "stage", "failed_in", "failed_stage", "failed_after_s", "summary", "loads"}
+        "stage", "failed_in", "failed_stage", "failed_after_s", "summary", "loads", "diverged"}
 
 
 def chunks(data: bytes, size: int) -> Iterator[bytes]:

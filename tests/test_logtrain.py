@@ -387,3 +387,38 @@ def test_host_pace_gives_a_loss_the_step_before_it_and_a_new_attempt_none(tmp_pa
         f.write("[eagle3-tui] attempt 2/3 starts\n")
     p.update(110.0)
     assert (p.loss, p.loss_step) == (None, None)
+
+
+# --- phases for the passes a run spends hours in (issue 37) ---------------------------------
+
+LIGHTNING_TRAIN = "Epoch 1:  {}%|█████     | {}/100 [00:10<00:10,  5.00it/s, loss=0.5, v_num=1]"
+LIGHTNING_VAL = "Validation DataLoader 0:  {}%|████      | {}/20 [00:01<00:02,  6.00it/s]"
+
+
+def test_a_validation_bar_interleaved_with_the_epoch_bar_is_evaluating_until_it_completes() -> None:
+    lines = [LIGHTNING_TRAIN.format(50, 50), LIGHTNING_VAL.format(40, 8), LIGHTNING_TRAIN.format(58, 58),
+             LIGHTNING_VAL.format(45, 9), LIGHTNING_TRAIN.format(59, 59)]
+    a = fold(lines)
+    assert a.phase == "evaluating" and a.train.step == 59
+    a = step(a, LIGHTNING_VAL.format(100, 20), 6)
+    a = step(a, LIGHTNING_TRAIN.format(60, 60), 7)
+    assert a.phase == "training"  # the validation bar reached its total: back to training
+
+
+def test_checkpoint_shard_saves_are_saving_not_a_load() -> None:
+    a = fold(["{'loss': 1.2, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5}",
+              "Saving checkpoint shards:  25%|██▌       | 1/4 [00:30<01:30, 30.0s/it]",
+              "Saving checkpoint shards:  50%|█████     | 2/4 [01:00<01:00, 30.0s/it]"])
+    assert a.phase == "saving" and a.shard is None
+    ds = fold(["{'loss': 1.2, 'epoch': 0.5}", "[2024-01-01 10:00:00,000] [INFO] [logging.py:96:log_dist] "
+               "[Rank 0] [Torch] Checkpoint global_step500 is about to be saved!"])
+    assert ds.phase == "saving"
+
+
+@pytest.mark.parametrize("last", ["Reached max_iters = 1000, stopping", "max_steps=1000 reached",
+                                  "[after training is done] datetime: 2024-01-01 10:00:00"])
+def test_a_trainer_without_a_total_that_stops_at_its_limit_finished_where_it_was(last: str) -> None:
+    a = fold(["iter 980 | loss 2.10 | lr 1e-4", "iter 1000 | loss 2.00 | lr 1e-4", last])
+    assert a.phase == "finished" and a.train.step == 1000 and a.train.loss == 2.0
+    r = inspect_log("\n".join(["iter 980 | loss 2.10 | lr 1e-4", "iter 1000 | loss 2.00 | lr 1e-4", last]).encode())
+    assert r["phase"] == "finished" and r["train"]["step"] == 1000

@@ -29,7 +29,7 @@ async def test_launch_without_a_command_names_the_run_section() -> None:
         await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.press("l")
         await until(pilot, lambda: bool(toasts(app)))
-        assert toasts(app) == ["no [run] command in the config: nothing to launch"]
+        assert toasts(app) == ["nothing to launch: no [run] command in the config"]  # files: test_newcomer
 
 
 async def test_relaunch_without_a_run_or_a_command_names_the_run_section() -> None:
@@ -38,7 +38,7 @@ async def test_relaunch_without_a_run_or_a_command_names_the_run_section() -> No
         await until(pilot, lambda: app.dashboard.state.seq == 0)
         await app.screen.run_action("relaunch")  # `r` is offered only with a run to relaunch
         await until(pilot, lambda: bool(toasts(app)))
-        assert toasts(app) == ["no run to relaunch and no [run] command in the config"]
+        assert toasts(app) == ["no run to relaunch and no [run] command in the config"]  # files: test_newcomer
 
 
 async def test_help_says_how_to_close_it() -> None:
@@ -163,7 +163,7 @@ async def test_an_empty_host_says_what_fills_each_panel_and_how(command: bool) -
         await pilot.pause(0.2)
         screen = "\n".join(screen_strips(app))
         runs_title = "Runs (0) · l: launch" if command else "Runs (0) · none: add a run command to eagle3.toml"
-        for said in (runs_title, "No run yet. l launches the [run] command", "a shows all runs",
+        for said in (runs_title, "No run yet. l launches the [run] command of", "a shows all runs",
                      "Processes (0) · none of a run and none holding GPU memory on this host",
                      "Log · none yet: the selected run's log is tailed here", "no GPU source"):
             assert said in screen, (said, screen)

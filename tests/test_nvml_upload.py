@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tui.transport.local import UPLOADED_PYNVML, agent_files, agent_sha
+from tui.transport.bundle import UPLOADED_PYNVML, agent_files, agent_sha
 
 REMOTE = Path(__file__).resolve().parent.parent / "remote"
 

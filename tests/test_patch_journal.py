@@ -5,6 +5,7 @@ LocalLink, the real speculators files, and the agent SIGKILLed at EVERY step of 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from remote import journal
-from tests import spec_wheel
+from tests import checkout, spec_wheel
 from tests.patch_fixtures import GEN, PY, SET, WORKER, pkg, site  # noqa: F401 - fixture
 from tui.services import patches as S
 from tui.state import patches as P
@@ -126,12 +127,13 @@ async def test_a_journal_left_by_a_dead_agent_is_rolled_back_and_reported(
         agent.wait_for(lambda m: m["type"] == "error" and m["message"]
                        == f"an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}")
     assert {r: pkg(site, r).read_bytes() for r in pristine} == pristine
+    # the pristine backup the push made went with it: a whole rollback leaves no trace
+    assert not Path(str(pkg(site, GEN)) + S.BACKUP_SUFFIX).exists()
 
 
+@pytest.mark.needs_root("trust: a patch journal another user owns (chown to nobody)")
 def test_a_planted_journal_is_refused(site: Path, jdir: Path, tmp_path: Path) -> None:  # noqa: F811
     """Someone else's journal would have the agent "restore" any file: never used."""
-    if os.geteuid() != 0:
-        pytest.skip("chown to another uid needs root (CI runs as root)")
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"mine\n")
     jdir.mkdir(mode=0o700)
@@ -237,3 +239,162 @@ def test_a_file_changed_on_the_host_is_named_with_both_hashes(jdir: Path, tmp_pa
             journal.apply(files, "v2")
         assert str(info.value) == f"{path} changed: current sha256 {now}, expected {was}; nothing was written"
     assert edited.read_bytes() == made.read_bytes() == b"theirs\n" and not removed.exists()
+
+
+# ---- a rollback undoes only the push's own writes (someone may edit while the agent lies dead)
+
+async def _killed_after_first_write(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Push v5 with the real agent SIGKILLed right after it wrote the generator file (step
+    5): the generator is v5 (and has its new pristine backup), the worker still pristine."""
+    monkeypatch.setenv(journal.KILL_AT_ENV, "5")
+    client = await _client(tmp_path)
+    monkeypatch.delenv(journal.KILL_AT_ENV)
+    with pytest.raises(S.PatchServiceError, match="killed at step 5: wrote vllm_hidden_states_generator.py"):
+        await S.push(client, SET, "v5", PY, user_dir=tmp_path / "u")
+    await client.close()
+
+
+def _patch_status(tmp_path: Path) -> tuple[int, str, str]:
+    """`eagle3-tui patch status` as a user runs it (a new process, a new agent)."""
+    import subprocess
+
+    from tests.test_cli_patch import ENTRY
+
+    cfg = tmp_path / "eagle3.toml"
+    cfg.write_text(f'[host]\npython = {json.dumps(PY)}\nruns_dir = {json.dumps(str(tmp_path / "runs"))}\n'
+                   f'[patches]\nset = "{SET}"\n')
+    r = subprocess.run([sys.executable, "-c", ENTRY, "--config", str(cfg), "patch", "status"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=checkout.env(XDG_CONFIG_HOME=str(tmp_path / "xdg")))
+    return r.returncode, r.stdout, r.stderr
+
+
+async def test_a_file_the_push_had_not_written_yet_and_someone_edited_is_left_and_named(
+        site: Path, jdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The reported case: after the agent died mid-push, a user edited the worker (which
+    the push had not reached); the next `patch status` put it back to pristine, silently.
+    Now the generator (the push's write) is put back, the worker keeps the user's edit,
+    and `patch status` says so, one line for the file."""
+    pristine = spec_wheel.pristine_files()
+    await _killed_after_first_write(site, tmp_path, monkeypatch)
+    theirs = pristine[WORKER] + b"# my fix, made while the agent lay dead\n"
+    pkg(site, WORKER).write_bytes(theirs)
+    code, out, err = _patch_status(tmp_path)
+    assert code == 0, err
+    assert pkg(site, WORKER).read_bytes() == theirs  # the user's edit survives
+    assert pkg(site, GEN).read_bytes() == pristine[GEN]  # the push's write is undone
+    assert err.splitlines() == [
+        f"an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}",
+        f"{pkg(site, WORKER)} was changed by someone else after the interrupted push began; left as it is"]
+    assert out.splitlines()[0] == "unknown (edited by hand)", out  # the worker is the user's
+    assert not (jdir / "journal.json").exists()
+
+
+async def test_a_pushed_file_edited_after_the_death_is_left_and_the_dashboard_says_so(
+        site: Path, jdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A file the push wrote, then edited by a user before any agent came back: not the
+    push's bytes any more, so not the push's to undo. It is left, named in the agent's
+    error message (the dashboard's toast) and in its hello; the pristine backup the push
+    made is kept, so the user can still force a rollback to pristine."""
+    pset = P.load_set_dir(P.bundled_sets_dir() / SET)
+    pristine = spec_wheel.pristine_files()
+    await _killed_after_first_write(site, tmp_path, monkeypatch)
+    theirs = P.build_version(pset, "v5", pristine)[GEN] + b"# tuned by hand\n"
+    pkg(site, GEN).write_bytes(theirs)
+    client = await _client(tmp_path)
+    try:
+        assert client.hello is not None
+        assert client.hello.patch_recovery == (
+            "an interrupted patch push to v5 was rolled back: nothing had changed yet",
+            f"{pkg(site, GEN)} was changed by someone else after the interrupted push began; left as it is")
+        toast = await asyncio.wait_for(_next_agent_error(client), 10)
+        assert toast == "\n".join(client.hello.patch_recovery)
+        assert pkg(site, GEN).read_bytes() == theirs and pkg(site, WORKER).read_bytes() == pristine[WORKER]
+        backup = Path(str(pkg(site, GEN)) + S.BACKUP_SUFFIX)
+        assert backup.read_bytes() == pristine[GEN]
+        done = await S.rollback(client, SET, PY, force=True, user_dir=tmp_path / "u")
+        assert done["state"] == "pristine"
+    finally:
+        await client.close()
+
+
+async def _next_agent_error(client: AgentClient) -> str:
+    from tui.protocol import AgentError
+
+    async for event in client.events():
+        if isinstance(event, AgentError):
+            return event.message
+    raise AssertionError("no agent error")
+
+
+@pytest.mark.parametrize("edited", [False, True])
+async def test_a_file_an_interrupted_push_created_is_removed_unless_someone_changed_it(
+        jdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edited: bool) -> None:
+    """A push that creates a file (expect_sha256 None), its agent killed right after the
+    write: the next agent removes the file -- it did not exist before the push -- but
+    only while it is what the push wrote; one someone changed since is theirs now."""
+    from tui.protocol.ops import PatchFile
+
+    old, made = tmp_path / "old.py", tmp_path / "made.py"
+    old.write_bytes(b"x = 1\n")
+    files = [PatchFile(str(old), b"x = 2\n", P.sha256(b"x = 1\n")), PatchFile(str(made), b"y = 1\n", None)]
+    monkeypatch.setenv(journal.KILL_AT_ENV, "5")  # locked, saved, journal, old.py, made.py
+    client = await _client(tmp_path)
+    monkeypatch.delenv(journal.KILL_AT_ENV)
+    with pytest.raises(Exception, match="killed at step 5: wrote made.py"):
+        await client.patch_apply(files, "v9")
+    await client.close()
+    assert made.read_bytes() == b"y = 1\n" and old.read_bytes() == b"x = 2\n"
+    if edited:
+        made.write_bytes(b"y = 1  # someone's\n")
+    client = await _client(tmp_path)
+    await client.close()
+    assert old.read_bytes() == b"x = 1\n"
+    assert client.hello is not None
+    if edited:
+        assert made.read_bytes() == b"y = 1  # someone's\n"
+        assert client.hello.patch_recovery[1:] == (
+            f"{made} was changed by someone else after the interrupted push began; left as it is",)
+    else:
+        assert not made.exists()
+        assert client.hello.patch_recovery == (f"an interrupted patch push to v9 was rolled back: {old}, {made}",)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp files
+
+
+def test_the_hello_recovery_lines_are_cleaned_bounded_and_never_a_crash() -> None:
+    """The lines come from the host (its paths): each one cleaned to one line, at most
+    50 of 500 characters; a hello with a malformed `patch_recovered` is no recovery."""
+    from tui.protocol import parse_message
+
+    def lines(rec: object) -> tuple[str, ...]:
+        msg = parse_message({"type": "hello", "protocol": 1, "patch_recovered": rec})
+        return msg.patch_recovery  # type: ignore[union-attr]
+
+    assert lines({"lines": ["/x/a\x1bc.py was changed\n\x1b]52;c;aGk=\x07", 7, "y" * 900] + ["z"] * 60}) == (
+        "/x/a.py was changed ", "7", "y" * 500, *["z"] * 47)
+    assert lines({"error": "cannot roll back \x9b2J"}) == ("cannot roll back ",)
+    assert lines(None) == lines([]) == lines({"lines": "nope"}) == ()
+
+
+async def test_the_dashboard_toasts_the_rollback_and_each_file_someone_changed(
+        site: Path, jdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The dashboard whose agent did the rollback (Textual pilot, the real local agent):
+    one toast, the rollback on its first line and the file someone changed on the next."""
+    from tui.services.config import parse_config
+    from tui.views.app import make_app
+
+    pristine = spec_wheel.pristine_files()
+    await _killed_after_first_write(site, tmp_path, monkeypatch)
+    pkg(site, WORKER).write_bytes(pristine[WORKER] + b"# mine\n")
+    client = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), reconnect=False)
+    app = make_app(client, parse_config(f'[host]\nruns_dir = {json.dumps(str(tmp_path / "runs"))}\n'), "local")
+    want = (f"agent: an interrupted patch push to v5 was rolled back: {pkg(site, GEN)}\n"
+            f"{pkg(site, WORKER)} was changed by someone else after the interrupted push began; left as it is")
+    async with app.run_test(size=(160, 50), notifications=True) as pilot:
+        for _ in range(200):
+            if any(str(n.message) == want for n in app._notifications):
+                break
+            await pilot.pause(0.05)
+        assert [str(n.message) for n in app._notifications if "interrupted" in str(n.message)] == [want]
+        await pilot.press("q")
+    assert pkg(site, WORKER).read_bytes() == pristine[WORKER] + b"# mine\n"

@@ -90,7 +90,7 @@ def _set_immutable(path: Path, on: bool) -> None:
         os.close(fd)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="setting a file immutable needs root (CI runs as root)")
+@pytest.mark.needs_root("prune: a file made immutable (chattr +i) in a run dir")
 def test_a_removal_that_fails_part_way_is_reported_and_prune_goes_on(tmp_path: Path) -> None:
     """A file in a run dir the user made immutable (chattr +i on a checkpoint to keep):
     the verdict cannot see it, the removal fails on it; prune says so for that run, in

@@ -25,7 +25,7 @@ from tests import need, real_vllm, spec_wheel
 from tests.test_patch_contract import EXPECTED, SET, batch
 from tui.state import patches as P
 from tui.state.signatures import SignatureSet, load_signatures
-from tui.transport.local import agent_files
+from tui.transport.bundle import agent_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "real_vllm_driver.py"

@@ -86,6 +86,128 @@ def test_host_matcher_agrees_with_the_client_on_every_fixture_line() -> None:
     assert {s.id for s in load_signatures(user_file=None)} - named == set()
 
 
+# ---------------------------------------------------------------- the classification, reviewed
+
+# Real lines, each from the thread named beside it. Every one is a programming, build or
+# launch error: it fails the same way on every attempt, so it is never restarted.
+DETERMINISTIC = [
+    ("cuda-unsupported", "https://github.com/vllm-project/vllm/issues/11485",
+     "[rank0]: RuntimeError: CUDA error: no kernel image is available for execution on the device"),
+    ("cuda-unsupported", "https://github.com/vllm-project/vllm/issues/14452",
+     "ERROR 07-28 15:07:22 [core.py:632] RuntimeError: CUDA error: no kernel image is available for execution on the device"),
+    ("cuda-unsupported", "https://github.com/billwuhao/ComfyUI_ACE-Step/issues/10",
+     "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedEx(handle, opa, "
+     "opb, (int)m, (int)n, (int)k, (void*)&falpha, a, CUDA_R_16BF, (int)lda, stridea, b, CUDA_R_16BF, (int)ldb, "
+     "strideb, (void*)&fbeta, c, CUDA_R_16BF, (int)ldc, stridec, (int)num_batches, compute_type, "
+     "CUBLAS_GEMM_DEFAULT_TENSOR_OP)`"),
+    ("cuda-kernel-fault", "https://github.com/vllm-project/vllm/issues/11931",
+     "ERROR 01-10 21:49:05 engine.py:366] Error in model execution: CUDA error: device-side assert triggered"),
+    ("cuda-kernel-fault", "https://github.com/vllm-project/vllm/issues/24815",
+     "(VllmWorker TP1 pid=409) ERROR 09-14 03:15:31 [multiproc_executor.py:596] RuntimeError: CUDA error: an "
+     "illegal memory access was encountered"),
+    ("cuda-kernel-fault", "https://github.com/vllm-project/vllm/issues/8177",
+     "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 PG GUID 3 Rank 0] Process group "
+     "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered"),
+    ("cuda-invalid-device", "https://github.com/hpcaitech/Open-Sora/issues/40",
+     "RuntimeError: CUDA error: invalid device ordinal"),
+    ("nccl-invalid-usage", "https://github.com/csguoh/MambaIR/issues/39",
+     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, "
+     "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.18.6"),
+    ("nccl-invalid-usage", "https://github.com/vllm-project/vllm/issues/7201",
+     "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"),
+    ("nccl-invalid-usage", "https://github.com/horovod/horovod/issues/3929",
+     "[1,2]<stdout>:smc-gpu-03:29880:30398 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 "
+     "both on CUDA device 1000"),
+]
+# and the ones a fresh start gets past: restarted
+TRANSIENT = [
+    ("nccl-timeout", "https://github.com/hiyouga/LlamaFactory/issues/7396",
+     "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+     "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) "
+     "ran for 600060 milliseconds before timing out."),
+    ("nccl-error", "https://github.com/pytorch/pytorch/issues/150916",
+     "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely."),
+    ("gpu-device-error", "tests/fixtures/logs/real_ecc_uncorrectable.log",
+     "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+]
+# The issue's sequence: an INFO line that says a step was retried after a watchdog
+# timeout (Python logging's default "LEVEL:name:" shape, as torchelastic logs at
+# https://github.com/shun-zheng/Doc2EDAG/issues/24; the watchdog's words from
+# LlamaFactory 7396), then the real failure (https://github.com/carolchenyx/MGFN./issues/35).
+RETRIED = ("INFO:torch.distributed.elastic.agent.server.api:[default] step 1580 retried after: [Rank 0] Watchdog "
+           "caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
+           "NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out.")
+OOM = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has a total capacty of "
+       "6.00 GiB of which 0 bytes is free. Of the allocated memory 2.93 GiB is allocated by PyTorch, and 2.30 GiB is "
+       "reserved by PyTorch but unallocated.")
+WATCHDOG = TRANSIENT[0][2]
+
+
+def _both(lines: list[str]) -> tuple[str | None, str | None]:
+    """The root cause's id as the client's analysis and the host's matcher name it."""
+    a = LogAnalysis()
+    for i, line in enumerate(lines, 1):
+        a = step(a, line, i)
+    host = Matcher(POLICY).root_cause(lines)
+    return (a.root_cause and a.root_cause.id), (host and host["id"])
+
+
+@pytest.mark.parametrize("want,source,line", DETERMINISTIC + TRANSIENT, ids=[f"{w}:{s.rsplit('/', 2)[-2]}" for w, s, _ in DETERMINISTIC + TRANSIENT])
+def test_each_real_failure_is_classed_and_decided_alike_on_both_sides(want: str, source: str, line: str) -> None:
+    assert _both([line]) == (want, want), source
+    cause = Matcher(POLICY).root_cause([line])
+    assert cause is not None
+    restarted, why = decide(POLICY, [], {"exit_code": 1, "cause": cause, "ended_at": 0.0}, 0.0)
+    if (want, source, line) in DETERMINISTIC:
+        assert (restarted, why) == (False, f"not restarted: {cause['title']} ({want}) is deterministic")
+    else:
+        assert restarted and why == f"restarting: {cause['title']} ({want})"
+
+
+def test_every_builtin_class_is_reviewed_with_its_reason() -> None:
+    """Each built-in entry's `restart` line says why, in a comment (issue 35's review)."""
+    import re
+
+    text = (REPO / "tui" / "data" / "signatures.toml").read_text()
+    lines = re.findall(r'^restart = .*$', text, re.M)
+    assert len(lines) == len(load_signatures(user_file=None))
+    assert [ln for ln in lines if not re.fullmatch(r'restart = "\w+"  # \S.{20,}', ln)] == []
+    by_id = {s.id: s.restart for s in load_signatures(user_file=None)}
+    assert by_id["cuda-error"] == "unclassified"  # the mixed rest: only after progress
+
+
+def test_an_info_line_that_mentions_a_retry_never_outranks_the_real_failure() -> None:
+    """An earlier INFO line saying a step was retried after a watchdog timeout made a
+    later OutOfMemoryError an "NCCL timeout": restarted, a wasted load each time. The
+    note is not a failure, in any quiet shape; the OOM is the root cause, deterministic."""
+    for note in (RETRIED,
+                 "2025-03-21 02:07:08,408 - INFO - trainer - retried after: Watchdog caught collective operation timeout",
+                 "WARNING:root:NCCL error in allreduce, retrying (1/3)",
+                 "tj5-sc-ai-h800r-dev01:534:1763 [3] NCCL WARN NCCL error: unhandled system error, retrying"):
+        assert _both([note, OOM]) == ("cuda-oom", "cuda-oom"), note
+        assert _both([note]) == (None, None), note
+    cause = Matcher(POLICY).root_cause([RETRIED, OOM])
+    assert decide(POLICY, [], {"exit_code": 1, "cause": cause, "ended_at": 0.0}, 0.0) == (
+        False, "not restarted: GPU out of memory (cuda-oom) is deterministic")
+    # a failure that mentions a retry but stands at no quiet level is still a failure
+    assert _both(["RuntimeError: NCCL error: unhandled system error after 3 retries"]) == ("nccl-error",) * 2
+    assert _both(["ERROR 01-10 21:49:05 engine.py:366] retried twice: CUDA error: device-side assert "
+                  "triggered"]) == ("cuda-kernel-fault",) * 2
+
+
+def test_the_first_failure_of_the_best_rank_is_the_root_cause_not_the_last() -> None:
+    """Two different failures of the same rank (both specific): the first is the cause,
+    the later one its consequence (the ranks that waited on the one that died). Each
+    order decides the other way, on both sides."""
+    assert _both([OOM, WATCHDOG]) == ("cuda-oom", "cuda-oom")
+    assert _both([WATCHDOG, OOM]) == ("nccl-timeout", "nccl-timeout")
+    no_kernel = DETERMINISTIC[0][2]
+    assert _both([no_kernel, WATCHDOG]) == ("cuda-unsupported", "cuda-unsupported")
+    # a wrapper never outranks a specific failure, before or after it
+    wrapper = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+    assert _both([wrapper, OOM])[1] == _both([OOM, wrapper])[1] == "cuda-oom"
+
+
 def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
     matcher = Matcher(POLICY)
     lines = ["ModuleNotFoundError: No module named 'x'", "[eagle3-tui] attempt 2/4 starts",
@@ -192,6 +314,35 @@ def test_module_not_found_is_never_restarted(tmp_path: Path) -> None:
     assert only["cause"]["id"] == "module-not-found" and only["restarted"] is False
     assert rec["restart_note"] == "not restarted: Import failed (module-not-found) is deterministic"
     assert (out / "attempts").read_text() == "1"
+
+
+def test_no_kernel_image_is_never_restarted(tmp_path: Path) -> None:
+    """The reported waste: `no kernel image is available` restarted 3 times. Now the
+    first attempt is the last, and the record says why."""
+    runs, run_id, out = _launch(tmp_path, "nokernel", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 0)
+    (only,) = rec["attempts"]
+    assert only["cause"]["id"] == "cuda-unsupported" and only["restarted"] is False
+    assert rec["restart_note"].startswith("not restarted: ") and rec["restart_note"].endswith(
+        "(cuda-unsupported) is deterministic")
+    assert (out / "attempts").read_text() == "1"
+
+
+def test_fail_then_fail_differently_restarts_once_then_stops_at_the_oom(tmp_path: Path) -> None:
+    """Attempt 1 dies of an NCCL watchdog timeout (transient: restarted); attempt 2 logs
+    an INFO line that a batch was retried after that timeout, then runs out of memory.
+    Attempt 2's cause is the OOM (its own first real failure, not the INFO note and not
+    attempt 1's timeout): deterministic, so no third attempt."""
+    runs, run_id, out = _launch(tmp_path, "then_oom", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["state"], rec["exit_code"], rec["restarts"]) == ("exited", 1, 1)
+    first, second = rec["attempts"]
+    assert first["cause"]["id"] == "nccl-timeout" and first["restarted"] is True
+    assert second["cause"]["id"] == "cuda-oom" and second["restarted"] is False
+    assert second["cause"]["line"].startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert rec["restart_note"] == "not restarted: GPU out of memory (cuda-oom) is deterministic"
+    assert (out / "attempts").read_text() == "2"
 
 
 def test_kill_during_the_wait_wins(tmp_path: Path) -> None:

@@ -905,7 +905,7 @@ while True:
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a process of another user needs root to start (CI runs as root)")
+@pytest.mark.needs_root("kill: another user's process with the run's marker is never killed")
 def test_another_users_process_with_the_runs_marker_is_never_killed_for_the_run(env):
     # On a shared host anyone can put a run's id in the environ of their own process;
     # a root agent's kill must not take it for the run's (run ids show in ps).

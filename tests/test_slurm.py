@@ -374,6 +374,24 @@ def test_a_node_agent_that_cannot_start_says_why_in_one_line(login_agent: AgentP
     a.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
 
 
+def test_a_node_name_is_never_an_ssh_option(tmp_path: Path) -> None:
+    """`how = "ssh"`: a node name (Slurm's text) went to ssh before `--`, so a node
+    called `-oProxyCommand=…` was an option (only the later `-u` made ssh abort). Now
+    `--` ends ssh's options, and a name starting with `-` is refused before anything
+    runs, in one line. The real ssh and the real NodeAgent."""
+    from remote import nodeagent
+
+    argv = nodeagent.command("ssh", "r1", "12", "gpu-node7")
+    assert argv[argv.index("gpu-node7") - 1] == "--" and argv.index("--") < argv.index("-u")
+    mark = tmp_path / "proxied"
+    node = nodeagent.NodeAgent("r1", "12", "-oProxyCommand=touch %s" % mark, how="ssh")
+    assert node.ended.wait(20)
+    assert node.proc is None and node.error == (
+        "node name '-oProxyCommand=touch %s' starts with '-'; not passed to ssh" % mark), node.error
+    assert not mark.exists()
+    node.close()
+
+
 # ---------------------------------------------------------------- Slurm's own record
 
 def test_sacct_keeps_the_jobs_record_after_squeue_forgot_it(slurm_accounting: Cluster, tmp_path: Path,

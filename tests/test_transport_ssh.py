@@ -21,8 +21,8 @@ from tui.transport import (
     HostUnreachable,
     TransportError,
 )
+from tui.transport.bundle import agent_files
 from tui.transport.hostpython import HostPythonError
-from tui.transport.local import agent_files
 from tui.transport.ssh import SshLink
 
 pytestmark = pytest.mark.ssh

@@ -12,6 +12,10 @@ the extractor's batch lines, and fails the way its mode says.
     stuck       attempt 1 writes 1 sample; every attempt dies unclassified at its next one
     stray       attempt 1 leaves a double-forked sleeper behind (its pid in OUT/stray) and
                 dies of an NCCL timeout; attempt 2 notes in OUT/stray_seen whether it lives
+    nokernel    every attempt dies at once: CUDA error: no kernel image (vLLM issue 11485's lines)
+    then_oom    attempt 1 dies after 3 new samples with an NCCL watchdog timeout; attempt 2
+                logs an INFO line saying a step was retried after that timeout, then dies
+                of CUDA out of memory (fail, then fail differently)
 
 OUT/attempts counts the attempts; OUT/writes.log gets one line per sample written.
 """
@@ -40,6 +44,11 @@ def nccl_timeout() -> None:
 
 
 say("attempt %d of %s" % (attempt, mode))
+if mode == "nokernel":  # https://github.com/vllm-project/vllm/issues/11485
+    say("[rank0]:     output = torch.empty_like(query)")
+    say("[rank0]: RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    say("[rank0]: Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    sys.exit(1)
 if mode == "module":
     import speculators_not_installed  # noqa: F401
 if mode == "always":
@@ -72,6 +81,15 @@ for i in range(1, n + 1):
         continue
     if mode in ("transient1", "transient2") and attempt <= int(mode[-1]) and new == 3:
         nccl_timeout()
+    if mode == "then_oom" and new == 3:
+        if attempt == 1:
+            nccl_timeout()
+        say("INFO:torch.distributed.elastic.agent.server.api:[default] batch %d retried after: [Rank 0] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for "
+            "600000 milliseconds before timing out." % i)
+        say("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has a total "
+            "capacity of 79.19 GiB of which 0 bytes is free.")  # the shape of carolchenyx/MGFN. issue 35's line
+        sys.exit(1)
     if (mode == "unknown" and new == 1) or (mode == "stuck" and (new == 1 or attempt > 1)):
         raise RuntimeError("something nobody classified")
     if mode == "hang1" and attempt == 1 and new == 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,12 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
     Exits non-zero whenever the demo run did not finish.
     """
     from tui.services.demo import DemoError, build_demo, check_job, demo_intro, torch_of
+    from tui.services.statefile import remember_demo
 
     if not headless:
         need_terminal("demo")
+    # the first line: which torch the job runs on (its venv sees this interpreter's)
+    click.echo(f"the demo's job runs on {torch_of(sys.executable)}", err=True)
     text, finished = demo_intro(Path(demo_dir))
     click.echo(text, err=True)
     try:
@@ -96,7 +100,9 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
         cfg = load_config(paths.config)
     except (DemoError, ConfigError) as exc:
         fail(str(exc), EXIT_USAGE)
-    click.echo(f"the demo's job runs on {torch_of(paths.python)}", err=True)
+    except OSError as exc:  # --dir a file, or a place this user cannot write
+        fail(f"cannot build the demo in {demo_dir}: {exc.strerror or exc}", EXIT_USAGE)
+    remember_demo(paths.config.parent)  # `runs` points here from any directory
     if paths.patches_note:
         click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:
@@ -123,8 +129,6 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
 
 def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> None:
     """The second stage (tui/services/demo_train.py): speculators' Trainer on the outputs."""
-    import sys
-
     from tui.services.demo import DemoError
     from tui.services.demo_train import build_train
 

@@ -12,6 +12,7 @@ import click
 from tui import __version__
 from tui.cli.common import Ctx, add_host_options
 from tui.cli.connect import connect, demo
+from tui.cli.init import init
 from tui.cli.inspect import inspect
 from tui.cli.patch import patch
 from tui.cli.replay import replay
@@ -39,11 +40,11 @@ def main(ctx: click.Context, config: str | None, ssh_config: str | None, accept_
     ctx.obj = Ctx(config, ssh_config, accept_new_host_key)
 
 
-for _cmd in (connect, serve, demo, status, runs, launch, relaunch, kill, inspect, patch, watch, replay):
+for _cmd in (init, connect, serve, demo, status, runs, launch, relaunch, kill, inspect, patch, watch, replay):
     main.add_command(_cmd)
 
 for _cmd in [*main.commands.values(), *patch.commands.values(), *runs.commands.values()]:
-    if not isinstance(_cmd, click.Group):
+    if not isinstance(_cmd, click.Group) and _cmd is not init:  # init reads no host
         add_host_options(_cmd)
 
 if __name__ == "__main__":  # pragma: no cover

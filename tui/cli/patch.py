@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from tui.cli.common import EXIT_USAGE, Ctx, fail, print_json, run_on_host
-from tui.protocol.hosttext import clean_tree
+from tui.protocol.hosttext import clean, clean_tree
 from tui.services import patches as S
 from tui.services.config import ConfigError
 from tui.state import patches as P
@@ -32,7 +32,14 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _run(obj: Ctx, target: str | None, body: Any) -> Any:
-    return run_on_host(obj, target, body)
+    async def said_first(client: AgentClient) -> Any:
+        # The agent rolled back a push another agent left unfinished before it said
+        # hello: say so, and name each file someone else changed since (left as it is).
+        for line in client.hello.patch_recovery if client.hello else ():
+            click.echo(line, err=True)
+        return await body(client)
+
+    return run_on_host(obj, target, said_first)
 
 
 def _print_json(obj: Any) -> None:
@@ -56,8 +63,10 @@ def _load_set(obj: Ctx, set_name: str | None) -> P.PatchSet:
 
 
 def _host(client: AgentClient, fallback: str) -> str:
+    """The host as the confirmation names it: the target is the user's text, cleaned."""
     hello = client.hello
-    return f"{hello.hostname} ({fallback})" if hello and hello.hostname else fallback
+    target = clean(fallback, newline=False)
+    return f"{hello.hostname} ({target})" if hello and hello.hostname else target
 
 
 def _print_status(st: dict[str, Any]) -> None:

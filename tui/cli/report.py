@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tui.protocol.hosttext import clean
+from tui.services.statefile import remembered_demo
 from tui.state import view
 from tui.state.format import num, size
 from tui.state.history import basis
@@ -65,15 +67,45 @@ def format_runs(state: AppState) -> str:
 
 def no_runs(runs_dir: str | None, where: str, cwd: Path) -> str:
     """`runs` with nothing to list: which runs dir was read, how to read another, and
-    where the demo's runs are when this directory holds the demo."""
-    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {where}"
+    where the demo's runs are."""
+    lines = [f"no runs in {runs_dir or '~/.cache/eagle3-tui/runs'} on {clean(where, newline=False)}"
              + ("" if runs_dir else " (the default runs dir)"),
              "another runs dir: [host] runs_dir in eagle3.toml, or --config FILE for another config"]
-    demo = cwd / "eagle3-demo" / "eagle3.toml"
-    if demo.is_file() and (runs_dir is None or Path(runs_dir) != demo.parent / "runs"):
-        lines.append(f"the demo's runs are in {demo.parent / 'runs'}: "
-                     f"eagle3-tui --config {os.path.relpath(demo, cwd)} runs")
-    return "\n".join(lines)
+    pointer = demo_pointer(runs_dir, where, cwd)
+    return "\n".join(lines + ([pointer] if pointer else []))
+
+
+def demo_pointer(runs_dir: str | None, where: str, cwd: Path) -> str | None:
+    """Where the demo's runs are, unless they are the ones read: the demo in this
+    directory, else the one `eagle3-tui demo` last built (tui/services/statefile.py)."""
+    if where != "local":
+        return None
+    here = cwd / "eagle3-demo"
+    demo = here if (here / "eagle3.toml").is_file() else remembered_demo()
+    if demo is None or runs_dir is not None and Path(runs_dir).expanduser().resolve() == (demo / "runs").resolve():
+        return None
+    config = os.path.relpath(demo / "eagle3.toml", cwd)
+    if config.startswith(".."):
+        config = str(demo / "eagle3.toml")
+    return f"the demo's runs are in {demo / 'runs'}: eagle3-tui --config {config} runs"
+
+
+def _wasted(w: Any, secs: Any) -> list[str]:
+    """ "  wasted       0.42 GPU-hours after divergence (at 812.0 s: …)"."""
+    if not isinstance(w, dict):
+        return []
+    why = f": {w['why']}" if w.get("why") else ""
+    return [f"  wasted       {w.get('gpu_hours')} GPU-hours after {w.get('after')} (from {secs(w.get('after_s'))}{why})"]
+
+
+def _stopped(st: Any) -> list[str]:
+    """ "  stopped      by the host: …; GPUs free (proved)"."""
+    if not isinstance(st, dict):
+        return []
+    free = {True: "GPUs free (proved)", False: "GPUs NOT free", None: "GPU-free proof not read"}.get(
+        st.get("gpus_free"), "?")
+    note = f" ({st['note']})" if st.get("note") else ""
+    return [f"  stopped      by the host: {st.get('detail') or st.get('why')}; {free}{note}"]
 
 
 def format_show(s: dict) -> str:
@@ -88,6 +120,8 @@ def format_show(s: dict) -> str:
              f"  first output {secs(s.get('first_output_s'))}",
              f"  duration     {secs(s.get('duration_s'))}",
              f"  GPU-hours    {s.get('gpu_hours') if s.get('gpu_hours') is not None else '-'}",
+             *_wasted(s.get("wasted"), secs),
+             *_stopped(s.get("stopped")),
              *_loss(s.get("loss"), secs),
              f"  attempts     {s.get('attempts')} ({s.get('restarts') or 0} restart(s))",
              f"  patch        {s.get('patch_version') or '-'}"]

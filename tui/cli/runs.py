@@ -96,12 +96,16 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
     if as_json:
         print_json({"runs": result, "warnings": warnings})
         return
-    from tui.cli.report import format_runs, no_runs
+    from tui.cli.report import demo_pointer, format_runs, no_runs
 
+    where = target or obj.cfg.host.target or "local"
     if not result:
-        click.echo(no_runs(obj.cfg.host.runs_dir, target or obj.cfg.host.target or "local", Path.cwd()))
+        click.echo(no_runs(obj.cfg.host.runs_dir, where, Path.cwd()))
         return
     click.echo(format_runs(services.state_of(obj.cfg, result)))
+    pointer = demo_pointer(obj.cfg.host.runs_dir, where, Path.cwd())
+    if pointer:  # the demo's runs are elsewhere: said under the list too
+        click.echo(pointer)
 
 
 @runs.command("show")

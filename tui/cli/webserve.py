@@ -1,14 +1,18 @@
-"""The web server of `eagle3-tui serve`: textual-serve's handlers behind a token.
+"""The web server of `eagle3-tui serve`: textual-serve's app processes behind a token.
 
 textual-serve (Textualize) runs one app process per browser session, its screen and
 keys over a WebSocket, and has no authentication of its own. This module builds the
-aiohttp application around its public handlers and adds, the way Jupyter does:
+aiohttp application around its `AppService` and adds, the way Jupyter does:
 
-- a token: the `?token=` of the printed URL, traded at once for an HttpOnly,
-  SameSite=Strict cookie (and dropped from the address bar); every request without it
-  gets 401 (none given) or 403 (a wrong one), compared in constant time;
-- the WebSocket only from the page's own origin (a page on another port of this host
-  is the same *site*, so the cookie alone would not stop it);
+- a token: the `?token=` of the printed URL. Loading the page with it gives the page
+  the token (kept in the page's `localStorage`, which, unlike a cookie, belongs to this
+  port alone) and a cookie for the page's files; the address bar loses it at once. The
+  cookie is not the token and opens no session: every other port of this host receives
+  it (cookies are scoped by host, not by port). Every request without the cookie gets
+  401 (none given) or 403 (a wrong one), compared in constant time;
+- a WebSocket only with the token itself, carried as a WebSocket subprotocol
+  (`eagle3-tui.k.TOKEN`: never in a URL, so never in a log), and only from the page's
+  own origin (the browser-side defence);
 - headers that keep the page out of frames and other origins (CSP, no referrer);
 - an access log without query strings (the token never reaches a log) and a line for
   each browser session that opens or closes (who, from where, how many now).
@@ -17,6 +21,7 @@ aiohttp application around its public handlers and adds, the way Jupyter does:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import html
 import itertools
@@ -24,68 +29,41 @@ import json
 import logging
 import os
 import re
+import secrets
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractAccessLogger
+from textual_serve.app_service import AppService
+from textual_serve.download_manager import DownloadManager
 from textual_serve.server import Server
 from yarl import URL
+
+from tui.cli.webpage import ENDED, FAVICON, KEY_PREFIX, PAGE, PAGE_JS, PROTOCOL
 
 log = logging.getLogger("eagle3-tui.serve")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 UNPRINTABLE = re.compile(r"[^\x20-\x7e]")  # paths, user agents: the client's text, one line
 
-PAGE = """<!DOCTYPE html>
-<html>
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>eagle3-tui</title>
-<link rel="stylesheet" href="/static/css/xterm.css">
-<link rel="preload" href="/static/fonts/RobotoMono-VariableFont_wght.ttf" as="font" type="font/ttf" crossorigin>
-<script src="/fit.js"></script>
-<script src="/static/js/textual.js"></script>
-<style>
-@font-face {{ font-family: "Roboto Mono"; src: url("/static/fonts/RobotoMono-VariableFont_wght.ttf"); }}
-html, body {{ margin: 0; height: 100%; background: #0c181f; color: #ddd; font-family: "Roboto Mono", monospace; }}
-.textual-terminal {{ width: 100vw; height: 100vh; opacity: 0; }}
-body.-first-byte .textual-terminal {{ opacity: 1; }}
-.note {{ position: absolute; inset: 0; display: flex; align-items: center; justify-content: center; }}
-body.-first-byte .starting, .ended {{ display: none; }}
-body.-closed .ended {{ display: flex; z-index: 10; background: #0c181fe0; }}
-a {{ color: #8cf; }}
-</style>
-</head>
-<body>
-<div class="note starting">eagle3-tui: starting the dashboard…</div>
-<div class="note ended"><p>Session ended. <a href="/">Start a new one</a></p></div>
-<div id="terminal" class="textual-terminal" data-session-websocket-url="{ws_url}" data-font-size="{font_size}"></div>
-</body>
-</html>
-"""
-
-
-# Before textual.js reads it (on load): a font size that gives a phone ~60 columns, unless
-# the URL says `?fontsize=N`. A file, not inline: the CSP allows scripts from 'self' only.
-FIT_JS = """document.addEventListener("DOMContentLoaded", () => {
-  if (new URLSearchParams(location.search).has("fontsize")) return;
-  const size = Math.max(9, Math.min(16, Math.floor(window.innerWidth / 36)));
-  document.getElementById("terminal").dataset.fontSize = String(size);
-});
-"""
-
-
 @dataclass
 class Session:
+    """One browser session: its app process, and the WebSocket drawing it (None while
+    the page is away: the app is kept `grace_s` for the page to come back)."""
+
     number: int
+    id: str
     peer: str
     agent: str
-    started: float
+    started: float  # time.time()
+    service: AppService | None = None
+    ws: web.WebSocketResponse | None = None
+    reaper: asyncio.TimerHandle | None = None
+    ended: bool = False
 
 
 class PathOnlyAccessLogger(AbstractAccessLogger):
@@ -96,20 +74,33 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
         self.logger.info("%s %s %s %s", request.remote, request.method, clean(request.path, 200), response.status)
 
 
+def cookie_value(token: bytes) -> str:
+    """What the cookie holds: derived from the token, never the token (it opens no session)."""
+    return hmac.new(token, b"eagle3-tui serve cookie", hashlib.sha256).hexdigest()
+
+
 class WebServer:
     """The aiohttp application serving `command` (one process per browser session)."""
 
-    def __init__(self, command: list[str], token: str, *, port: int, tls: bool, sessions_file: Path) -> None:
+    def __init__(self, command: list[str], token: str, *, port: int, tls: bool, sessions_file: Path,
+                 title: str = "eagle3-tui", read_only: bool = False, grace_s: float = 60.0) -> None:
         """`sessions_file`: where the open sessions are listed for their apps
         (tui/views/served.py reads it), in a directory only this user can read."""
+        self.command = shlex.join(command)
         self.token = token.encode()
+        self.cookie_value = cookie_value(self.token)
         self.sessions_file = sessions_file
         self.tls = tls
-        self.cookie = f"eagle3-tui-token-{port}"  # cookies do not tell ports apart
-        self.textual = Server(shlex.join(command), title="eagle3-tui")  # its handlers, not its server
-        self.sessions: dict[int, Session] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()  # the sessions' handlers, ended on shutdown
+        self.title = title
+        self.read_only = read_only
+        self.grace_s = grace_s
+        self.cookie = f"eagle3-tui-{port}"  # cookies do not tell ports apart: nor does its value open anything
+        self.downloads = DownloadManager()
+        self.statics = Server(self.command).statics_path  # its page's files: xterm.css, textual.js, fonts
+        self.sessions: dict[str, Session] = {}
         self._numbers = itertools.count(1)
+        self._closing = False
+        self._background: set[asyncio.Future[None]] = set()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
@@ -117,10 +108,12 @@ class WebServer:
         app.on_shutdown.append(self._end_sessions)
         app.add_routes([
             web.get("/", self._index),
-            web.get("/fit.js", self._fit),
+            web.get("/page.js", self._page_js),
+            web.get("/favicon.svg", self._favicon),
+            web.get("/favicon.ico", self._favicon),
             web.get("/ws", self._websocket),
-            web.get("/download/{key}", self.textual.handle_download),
-            web.static("/static", self.textual.statics_path),
+            web.get("/download/{key}", self._download),
+            web.static("/static", self.statics),
         ])
         return app
 
@@ -135,22 +128,24 @@ class WebServer:
             if not self._good(given):
                 log.warning("%s: wrong token for %s", request.remote, clean(request.path))
                 raise web.HTTPForbidden(text="eagle3-tui serve: wrong token\n")
-            # Trade the token for a cookie and take it out of the address bar (and so
-            # out of the history, and of what a screenshot of the page shows).
-            query = request.rel_url.query.copy()
-            query.popall("token")
-            here = URL.build(path="/" + request.path.lstrip("/"), query=query)  # never `//host`
-            response = web.Response(status=303, headers={"Location": str(here)})
-            response.set_cookie(self.cookie, self.token.decode(), httponly=True, samesite="Strict",
+            if request.path == "/":  # the page, given the token for its WebSocket
+                response = await self._index(request, key=given)
+            else:  # take it out of the address bar (and so out of the history)
+                query = request.rel_url.query.copy()
+                query.popall("token")
+                here = URL.build(path="/" + request.path.lstrip("/"), query=query)  # never `//host`
+                response = web.Response(status=303, headers={"Location": str(here)})
+            response.set_cookie(self.cookie, self.cookie_value, httponly=True, samesite="Strict",
                                 secure=self.tls, path="/")
             return response
         cookie = request.cookies.get(self.cookie)
         if cookie is None:
             raise web.HTTPUnauthorized(
                 text="eagle3-tui serve: open the URL the server printed (it ends in ?token=…)\n")
-        if not self._good(cookie):
+        if not hmac.compare_digest(cookie.encode(), self.cookie_value.encode()):
             log.warning("%s: wrong token cookie for %s", request.remote, clean(request.path))
-            raise web.HTTPForbidden(text="eagle3-tui serve: wrong token\n")
+            raise web.HTTPForbidden(text="eagle3-tui serve: wrong token (a restarted server has a new one: "
+                                         "eagle3-tui serve --url)\n")
         return await handler(request)
 
     async def _headers(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -164,18 +159,47 @@ class WebServer:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Cache-Control"] = "no-store"
 
-    # ---- the page and its WebSocket -------------------------------------------------
-    async def _index(self, request: web.Request) -> web.Response:
+    # ---- the page -------------------------------------------------------------------
+    async def _index(self, request: web.Request, key: str = "") -> web.Response:
         try:
             font_size = max(6, min(40, int(request.query.get("fontsize", "16"))))
         except ValueError:
             font_size = 16
         ws_url = f"{'wss' if self.tls else 'ws'}://{request.host}/ws"
-        return web.Response(text=PAGE.format(ws_url=html.escape(ws_url), font_size=font_size),
-                            content_type="text/html")
+        page = PAGE.format(ws_url=html.escape(ws_url), font_size=font_size, key=html.escape(key),
+                           title=html.escape(self.title))
+        return web.Response(text=page, content_type="text/html")
 
-    async def _fit(self, request: web.Request) -> web.Response:
-        return web.Response(text=FIT_JS, content_type="text/javascript")
+    async def _page_js(self, request: web.Request) -> web.Response:
+        text = PAGE_JS % {"grace_ms": int(self.grace_s * 1000), "protocol": PROTOCOL, "prefix": KEY_PREFIX,
+                          "ended": ENDED}
+        return web.Response(text=text, content_type="text/javascript")
+
+    async def _favicon(self, request: web.Request) -> web.Response:
+        return web.Response(text=FAVICON, content_type="image/svg+xml")
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """A file an app delivers (textual-serve's download route, on our manager)."""
+        key = request.match_info["key"]
+        try:
+            meta = await self.downloads.get_download_metadata(key)
+        except KeyError:
+            raise web.HTTPNotFound(text="eagle3-tui serve: no such download\n") from None
+        response = web.StreamResponse()
+        response.headers["Content-Type"] = meta.mime_type + (f"; charset={meta.encoding}" if meta.encoding else "")
+        disposition = "inline" if meta.open_method == "browser" else "attachment"
+        response.headers["Content-Disposition"] = f"{disposition}; filename={clean(meta.file_name)}"
+        await response.prepare(request)
+        async for chunk in self.downloads.download(key):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    # ---- the WebSocket --------------------------------------------------------------
+    def _key_given(self, request: web.Request) -> bool:
+        offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        keys = [p[len(KEY_PREFIX):] for p in offered if p.startswith(KEY_PREFIX)]
+        return len(keys) == 1 and self._good(keys[0])
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         origin = request.headers.get("Origin")
@@ -184,39 +208,177 @@ class WebServer:
             log.warning("%s: WebSocket refused, origin %s is not %s", request.remote,
                         clean(origin or "(none)"), clean(own))
             raise web.HTTPForbidden(text="eagle3-tui serve: WebSocket from another origin\n")
-        n = next(self._numbers)
-        self.sessions[n] = Session(n, request.remote or "?", clean(request.headers.get("User-Agent", "?")),
-                                   time.monotonic())
-        log.info("session %d opened from %s (%s); connected now: %s", n, self.sessions[n].peer,
-                 self.sessions[n].agent, self.describe())
-        self._write_sessions()
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
+        if not self._key_given(request):
+            log.warning("%s: WebSocket refused, no token or a wrong one (the cookie alone opens nothing)",
+                        request.remote)
+            raise web.HTTPForbidden(text="eagle3-tui serve: WebSocket without the token\n")
+        if self._closing:
+            raise web.HTTPServiceUnavailable(text="eagle3-tui serve: stopping\n")
+        ws = web.WebSocketResponse(heartbeat=15, protocols=(PROTOCOL,))
+        await ws.prepare(request)
+        session = await self._open(request, ws)
         try:
-            return await self.textual.handle_websocket(request)
+            await ws.send_str(json.dumps(["eagle3-session", session.id]))
+            await self._read(ws, session)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
         finally:
-            self._tasks.discard(task)
-            gone = self.sessions.pop(n)
-            log.info("session %d from %s ended after %.0f s; connected now: %s", n, gone.peer,
-                     time.monotonic() - gone.started, self.describe())
+            if session.ws is ws:
+                session.ws = None
+                if ws.close_code in (WSCloseCode.OK, WSCloseCode.GOING_AWAY):  # the page said goodbye:
+                    self._spawn(self._end(session, "its page closed"))  # a closed tab, a reload
+                else:
+                    self._lost(session)  # dropped without a word: a blip, a sleeping laptop
+        return ws
+
+    async def _open(self, request: web.Request, ws: web.WebSocketResponse) -> Session:
+        width = number(request.query.get("width"), 80)
+        height = number(request.query.get("height"), 24)
+        session = self.sessions.get(request.query.get("session", ""))
+        if session is not None and not session.ended:
+            if session.reaper is not None:
+                session.reaper.cancel()
+                session.reaper = None
+            old, session.ws = session.ws, ws
+            if old is not None:  # another tab took it over: that one's page ends
+                await old.close(code=ENDED, message=b"taken over by another page")
+            session.peer = request.remote or "?"
+            log.info("session %d back from %s; connected now: %s", session.number, session.peer, self.describe())
             self._write_sessions()
+            self._spawn(self._redraw(session, number(request.query.get("width"), 80), number(request.query.get("height"), 24)))
+            return session
+        n = next(self._numbers)
+        session = Session(n, secrets.token_urlsafe(18), request.remote or "?", clean(request.headers.get("User-Agent", "?")),
+                          time.time(), ws=ws)
+        self.sessions[session.id] = session
+
+        async def to_page(data: bytes | str) -> None:
+            page = session.ws
+            if page is None or page.closed:
+                return  # the page is away: its return redraws the screen
+            try:
+                if isinstance(data, bytes):
+                    await page.send_bytes(data)
+                else:
+                    await page.send_str(data)
+            except ConnectionError:
+                pass
+
+        async def app_exited() -> None:  # the app said so (q): the page shows "Session ended"
+            self._spawn(self._end(session, "its app quit"))  # not awaited: the app's own reader calls this
+
+        session.service = Service(self.command, write_bytes=to_page, write_str=to_page, close=app_exited,
+                                  download_manager=self.downloads, on_end=lambda: self._ended_alone(session))
+        log.info("session %d opened from %s (%s), %s; connected now: %s", n, session.peer, session.agent,
+                 "read-only" if self.read_only else "full control", self.describe())
+        self._write_sessions()
+        await session.service.start(width, height)
+        return session
+
+    async def _read(self, ws: web.WebSocketResponse, session: Session) -> None:
+        """The page's messages, as textual-serve's own loop reads them."""
+        service = session.service
+        assert service is not None
+        async for message in ws:
+            if message.type != WSMsgType.TEXT or session.ended:
+                continue
+            try:
+                kind, *rest = json.loads(message.data)
+            except (ValueError, TypeError):
+                continue
+            if kind == "stdin" and rest and isinstance(rest[0], str):
+                await service.send_bytes(rest[0].encode("utf-8", "replace"))
+            elif kind == "resize" and rest and isinstance(rest[0], dict):
+                await service.set_terminal_size(number(rest[0].get("width"), 80), number(rest[0].get("height"), 24))
+            elif kind == "ping" and rest:
+                await ws.send_json(["pong", str(rest[0])[:40]])
+            elif kind == "blur":
+                await service.blur()
+            elif kind == "focus":
+                await service.focus()
+
+    async def _redraw(self, session: Session, width: int, height: int) -> None:
+        """A returning page: the app paints its whole screen again (what it drew while the
+        page was away never arrived). Textual repaints all on a change of size only, so
+        one row less for a moment, then the page's size."""
+        assert session.service is not None
+        await session.service.set_terminal_size(width, max(1, height - 1))
+        await asyncio.sleep(0.15)
+        await session.service.set_terminal_size(width, height)
+
+    def _lost(self, session: Session) -> None:
+        """The page went away without the session ending: keep the app `grace_s`."""
+        if session.ended or self._closing:
+            return
+        log.info("session %d from %s lost its page; kept %.0f s for it to come back", session.number,
+                 session.peer, self.grace_s)
+        loop = asyncio.get_running_loop()
+        session.reaper = loop.call_later(self.grace_s, lambda: self._spawn(self._end(session, "not back in time")))
+        self._write_sessions()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _ended_alone(self, session: Session) -> None:
+        """The app process ended (a crash, or after `q`): end the session with it."""
+        if not session.ended:
+            self._spawn(self._end(session, "its app ended"))
+
+    async def _end(self, session: Session, why: str) -> None:
+        if session.ended:
+            return
+        session.ended = True
+        if session.reaper is not None:
+            session.reaper.cancel()
+        self.sessions.pop(session.id, None)
+        if session.ws is not None and not session.ws.closed:
+            await session.ws.close(code=ENDED, message=b"session ended")
+        if session.service is not None:
+            await session.service.stop()
+        log.info("session %d from %s ended after %.0f s (%s); connected now: %s", session.number, session.peer,
+                 time.time() - session.started, why, self.describe())
+        self._write_sessions()
 
     async def _end_sessions(self, app: web.Application) -> None:
         """Ctrl+C: end each session now (its app is told to quit, its page says "Session
         ended") instead of aiohttp waiting for the open WebSockets to close on their own."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._closing = True
+        await asyncio.gather(*(self._end(s, "the server stops") for s in list(self.sessions.values())),
+                             return_exceptions=True)
 
     def _write_sessions(self) -> None:
-        rows = [{"number": s.number, "peer": s.peer, "agent": s.agent} for s in self.sessions.values()]
+        rows = [{"number": s.number, "peer": s.peer, "agent": s.agent, "since": s.started,
+                 "read_only": self.read_only, "away": s.ws is None} for s in self.sessions.values()]
         tmp = self.sessions_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, self.sessions_file)  # a reader never sees half a list
 
     def describe(self) -> str:
-        return ", ".join(f"#{s.number} {s.peer}" for s in self.sessions.values()) or "none"
+        return ", ".join(f"#{s.number} {s.peer}{' (away)' if s.ws is None else ''}"
+                         for s in self.sessions.values()) or "none"
+
+
+class Service(AppService):
+    """textual-serve's app process, telling us when it ends (its `run` returns)."""
+
+    def __init__(self, command: str, *, on_end: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(command, **kwargs)
+        self.on_end = on_end
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            self.on_end()
+
+
+def number(value: Any, default: int) -> int:
+    try:
+        return max(1, min(1000, int(value)))
+    except (TypeError, ValueError):
+        return default
 
 
 def clean(text: str, limit: int = 80) -> str:

@@ -37,6 +37,9 @@ class Hello:
     gpu_source: str | None
     gpu_error: str | None
     capabilities: tuple[str, ...] = ()
+    # what this agent's start did to a patch push another agent left unfinished (one line
+    # each: rolled back, and each file someone else changed since; remote/journal.py)
+    patch_recovery: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,16 @@ def _shown(value: Any) -> str:
     return clean(str(value), newline=False)
 
 
+def _recovery_lines(rec: Any) -> tuple[str, ...]:
+    """The hello's `patch_recovered` ({lines} or {error}, or null) as lines to show."""
+    if not isinstance(rec, dict):
+        return ()
+    lines = rec.get("lines")
+    if not isinstance(lines, list):
+        lines = [rec.get("error") or ""]
+    return tuple(_shown(line)[:500] for line in lines[:50] if line)
+
+
 def _maybe(value: Any) -> str | None:
     return None if value is None else clean(str(value))
 
@@ -183,6 +196,7 @@ def _parse_message(obj: dict[str, Any]) -> Message:
             gpu_source=_maybe(obj.get("gpu_source")),
             gpu_error=_maybe(obj.get("gpu_error")),
             capabilities=tuple(obj.get("capabilities") or ()),
+            patch_recovery=_recovery_lines(obj.get("patch_recovered")),
         )
     if kind == "snapshot":
         return Snapshot(

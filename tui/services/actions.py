@@ -135,7 +135,7 @@ def settings_of(cfg: Config, error: str | None = None) -> Settings:
     """What the state needs of the config (the selection rule, the log, liveness)."""
     return Settings(
         name=cfg.run.name or None, log=cfg.run.log, has_command=bool(cfg.run.command),
-        interval=cfg.host.interval, error=error,
+        interval=cfg.host.interval, error=error, config=cfg.source,
     )
 
 
@@ -144,10 +144,11 @@ def reread_config(cfg: Config) -> tuple[Config, str | None]:
     session's [host] (the connection is made already). (cfg, None), or the old cfg and
     the error's one line when the file is broken now. A config built in memory (no
     path) stays as it is."""
-    if cfg.path is None:
+    path = cfg.path or (cfg.looked_for if cfg.looked_for is not None and cfg.looked_for.exists() else None)
+    if path is None:  # (a ./eagle3.toml written since the start is read now)
         return cfg, None
     try:
-        new = load_config(cfg.path)
+        new = load_config(path)
     except (ConfigError, OSError) as exc:
         return cfg, str(exc)
     return replace(new, host=cfg.host), None

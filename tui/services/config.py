@@ -27,6 +27,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 DEFAULT_NAME = "eagle3.toml"
+INIT_HINT = "eagle3-tui init writes a commented one"
 
 
 class ConfigError(ValueError):
@@ -127,10 +128,13 @@ _WatchSection = make_dataclass(
     "WatchSection",
     [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
       field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)
-     if f.name != "on_hang"]
+     if f.name not in ("on_hang", "on_diverge", "on_idle")]
     # what the supervisor on the host does to a hung run (remote/restart.py)
     + [("on_hang", Literal["notify", "kill", "restart"],
-        field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))],
+        field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))]
+    # … to a diverged run, and to one whose GPUs sit idle (a diverged run is never restarted)
+    + [(k, Literal["notify", "kill"], field(default="notify", metadata={"what": '"notify" or "kill"'}))
+       for k in ("on_diverge", "on_idle")],
     frozen=True, namespace={"__pydantic_config__": STRICT})
 @dataclass(frozen=True)
 class FleetConfig:
@@ -155,6 +159,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     patches: PatchesConfig = field(default_factory=PatchesConfig)
     path: Path | None = None
+    looked_for: Path | None = None  # no file was found: the ./eagle3.toml that was looked for
     watch: WatchConfig = field(default_factory=WatchConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
@@ -166,9 +171,28 @@ class Config:
 
     def require_command(self) -> tuple[str, ...]:
         """`[run] command`, or the ConfigError that launching without one deserves."""
+        if not self.run.command and self.looked_for is not None:
+            raise ConfigError(f"no config file: {self.looked_for} not found, and launching needs its "
+                              f"[run] command ({INIT_HINT})")
         if not self.run.command:
             raise ConfigError(f"{self.where}: run.command: required (a list of strings)")
         return self.run.command
+
+    @property
+    def source(self) -> str:
+        """Which file the settings came from, for a message: its path, "no config file at
+        PATH" when none was found, or "the config" for one built in memory."""
+        if self.path is not None:
+            return str(self.path)
+        if self.looked_for is not None:
+            return f"no config file at {self.looked_for}"
+        return "the config"
+
+    def lacks_command(self) -> str:
+        """Why there is nothing to launch, naming the file read or the one looked for."""
+        if self.looked_for is not None:
+            return f"no config file at {self.looked_for} ({INIT_HINT})"
+        return f"no [run] command in {self.source}"
 
 
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(cls) for name, cls in SECTIONS.items()}
@@ -268,8 +292,8 @@ def load_config(path: str | Path | None) -> Config:
     p = Path(path) if path is not None else Path.cwd() / DEFAULT_NAME
     if not p.exists():
         if explicit:
-            raise ConfigError(f"{p}: config file not found")
-        return Config()
+            raise ConfigError(f"{p}: config file not found ({INIT_HINT}: eagle3-tui --config {p} init)")
+        return Config(looked_for=p)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

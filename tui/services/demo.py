@@ -139,6 +139,20 @@ def _shard_groups(names: list[str], sizes: dict[str, int], shards: int) -> list[
     return groups
 
 
+def _make_dirs(path: Path) -> None:
+    """`path` and each missing parent, 0755 whatever the umask (an explicit mode for
+    everything eagle3-tui creates: under a umask of 002 plain mkdir made them 0775)."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o755)
+        except FileExistsError:
+            pass
+
+
 def _write_model(model_dir: Path, spec: DemoSpec) -> None:
     try:
         import torch
@@ -159,7 +173,7 @@ def _write_model(model_dir: Path, spec: DemoSpec) -> None:
     names = list(state)
     sizes = {k: v.numel() * v.element_size() for k, v in state.items()}
     groups = _shard_groups(names, sizes, spec.shards)
-    model_dir.mkdir(parents=True, exist_ok=True)
+    _make_dirs(model_dir)
     for old in model_dir.glob("model-*.safetensors"):
         old.unlink()  # a rebuild with another shard count must not leave strays
     weight_map: dict[str, str] = {}
@@ -213,7 +227,7 @@ def build_demo(
     paths = DemoPaths(root=root, model=root / "model", data=root / "data.jsonl",
                       out=root / "out", config=root / "eagle3.toml", extract=EXTRACT_SCRIPT,
                       command=demo_command(root, base, spec), python=base)
-    root.mkdir(parents=True, exist_ok=True)
+    _make_dirs(root)
     marker = root / MARKER
     want = json.dumps(asdict(spec), sort_keys=True)
     complete = False
@@ -353,28 +367,70 @@ def demo_intro(root: Path) -> tuple[str, bool]:
     return reuse + "starts fresh", False
 
 
+# Run by `python`: torch's version, its CUDA version (torch/version.py, read as text:
+# importing torch takes seconds), whether it requires CUDA packages, and the bytes its
+# files take on disk, with those of the CUDA stack a CUDA build brings (the installed
+# nvidia-*, cuda-* and triton distributions; not nvidia-ml-py, eagle3-tui's own NVML).
+_TORCH_INFO = """\
+import importlib.metadata as m, json, os, re
+try:
+    d = m.distribution('torch')
+except m.PackageNotFoundError:
+    print('null')
+    raise SystemExit
+def size(dist):
+    total = 0
+    for f in dist.files or []:
+        try:
+            total += os.lstat(dist.locate_file(f)).st_size
+        except OSError:
+            pass
+    return total
+cuda = None
+try:
+    with open(d.locate_file('torch/version.py'), encoding='utf-8') as f:
+        v = re.search(r"^cuda(?:: [^=]*)? = '([0-9.]+)'", f.read(65536), re.M)
+    cuda = v.group(1) if v else None
+except OSError:
+    pass
+needs = any(r.startswith(('nvidia-', 'cuda-')) for r in d.requires or [])
+total = size(d)
+if cuda or needs:
+    for other in m.distributions():
+        name = (other.metadata['Name'] or '').lower().replace('_', '-')
+        if name.startswith(('nvidia-', 'cuda-')) and name != 'nvidia-ml-py' or name == 'triton':
+            total += size(other)
+print(json.dumps([d.version, cuda, needs, total]))
+"""
+
+
 def torch_of(python: str) -> str:
-    """Which torch `python` runs the demo's job on, for one line: "torch 2.13.0+cpu (CPU
-    build)", "torch 2.13.0 (CUDA build, 1 NVIDIA GPU here)", or a CUDA build on a machine
-    without a GPU. Read from torch's metadata: importing torch takes seconds."""
-    code = ("import importlib.metadata as m, json; d = m.distribution('torch'); "
-            "print(json.dumps([d.version, any(r.startswith('nvidia-') for r in d.requires or [])]))")
+    """Which torch `python` runs the demo's job on, and what it takes on disk, for one
+    line: "torch 2.13.0+cpu (CPU build, 757 MB installed)", "torch 2.13.0 (CUDA 12.8
+    build, 1 NVIDIA GPU here, 4.8 GB installed with the nvidia-*, cuda-* …)", or a CUDA
+    build on a machine without a GPU."""
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+        out = subprocess.run([python, "-c", _TORCH_INFO], capture_output=True, text=True, timeout=60,
                              stdin=subprocess.DEVNULL, check=True).stdout
-        version, cuda = json.loads(out)
-    except (OSError, subprocess.SubprocessError, ValueError):
+        info = json.loads(out)
+        if info is None:
+            return "no torch: it is not installed here"
+        version, cuda_version, needs_nvidia, total = info
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
         return "torch (its version could not be read)"
-    cuda = cuda or "+cu" in version
+    cuda = bool(cuda_version or needs_nvidia) or "+cu" in version
+    disk = f"{total / 1e9:.1f} GB" if total >= 1e9 else f"{total / 1e6:.0f} MB"
     if not cuda:
-        return f"torch {version} (CPU build)"
+        return f"torch {version} (CPU build, {disk} installed)"
+    build = f"CUDA {cuda_version} build" if cuda_version else "CUDA build"
+    disk += " installed with the nvidia-*, cuda-* and triton packages"
     try:
         gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         gpus = 0
     if gpus:
-        return f"torch {version} (CUDA build, {gpus} NVIDIA GPU{'s' if gpus > 1 else ''} here)"
-    return (f"torch {version}, a CUDA build on a machine without an NVIDIA GPU: it runs on the CPU "
+        return f"torch {version} ({build}, {gpus} NVIDIA GPU{'s' if gpus > 1 else ''} here, {disk})"
+    return (f"torch {version}, a {build} on a machine without an NVIDIA GPU ({disk}): it runs on the CPU "
             f"(the CPU build takes a fifth of the disk: see the README's two commands)")
 
 

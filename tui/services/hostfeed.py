@@ -18,6 +18,7 @@ from typing import Awaitable, Callable, TypeVar
 
 from tui import protocol as p
 from tui import trace
+from tui.protocol.hosttext import clean
 from tui.services import actions as services
 from tui.services import ledger, notify
 from tui.services.config import Config
@@ -56,7 +57,8 @@ class HostFeed:
         self.cfg = cfg  # this session's config; [run] is re-read from its file on l and r
         self.target = target
         self.tail_bytes = tail_bytes
-        self.state = apply(AppState(target=target, watch=WatchState(config=cfg.watch)),
+        # the target is the user's text, shown on the top line: sanitized here, once
+        self.state = apply(AppState(target=clean(target, newline=False), watch=WatchState(config=cfg.watch)),
                            ConfigRead(services.settings_of(cfg)), time.time())
         self.error: str | None = None  # why the first connect failed (one line)
         self.error_exc: BaseException | None = None

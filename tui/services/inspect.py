@@ -69,8 +69,12 @@ def _extract(ep: ExtractProgress | None) -> dict[str, Any] | None:
 
 
 def _result(a: LogAnalysis, count: int) -> dict[str, Any]:
+    div = a.train.div.to_dict() if a.train is not None else None
+    cause = a.root_cause
     return {
-        "phase": a.phase,
+        # a run whose root cause is its divergence (remote/diverge.py) is in phase "diverged"
+        "phase": "diverged" if div is not None and cause is not None and cause.id == div["id"] else a.phase,
+        "diverged": div,
         "stage": a.stage,
         "failed_in": a.failed_in,
         "failed_stage": a.failed_stage,
@@ -79,7 +83,7 @@ def _result(a: LogAnalysis, count: int) -> dict[str, Any]:
         "shards": _shards(a.shard),
         "loads": {k: _shards(v) for k, v in a.loads.items()},
         "extract": _extract(a.extract),
-        "train": a.train.to_dict() if a.train is not None else None,
+        "train": a.train.to_dict() if a.train is not None and a.train.seen_training else None,
         "failures": [f.to_dict() for f in a.failures],
         "root_cause": a.root_cause.to_dict() if a.root_cause is not None else None,
         "timeline": [{"line_no": n, "label": label} for n, label in a.milestones],

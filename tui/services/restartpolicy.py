@@ -1,12 +1,13 @@
 """The restart policy a launch hands to the host's supervisor (remote/restart.py, which
 applies it with remote/restartpolicy.py).
 
-``compile_policy(cfg)`` turns ``[run] restart …`` and ``[watch] on_hang`` into one JSON
+``compile_policy(cfg)`` turns ``[run] restart …`` and ``[watch] on_hang``, ``on_diverge``,
+``on_idle`` and ``idle_s`` into one JSON
 object: the numbers, and the failure classification the client itself uses — every
 signature of the one table (``tui/data/signatures.toml`` plus the user's file) with its
 regexes and its ``restart`` class, in the order the client tries them, and the line
-prefixes, quiet levels, exception shape and interrupt lines of the client's log
-analysis. The host compiles the same regexes with Python's ``re``, so a line means the
+prefixes, quiet levels, exception shape, interrupt lines and retry notes of the
+client's log analysis. The host compiles the same regexes with Python's ``re``, so a line means the
 same there as here (``tests/test_restart.py`` checks both agree on every signature).
 """
 
@@ -24,7 +25,8 @@ VERSION = 1
 
 def wanted(cfg: Config) -> bool:
     """Whether the host's supervisor has anything to enforce for this config."""
-    return cfg.run.restart != "never" or cfg.watch.on_hang != "notify"
+    return cfg.run.restart != "never" or cfg.watch.on_hang != "notify" or "kill" in (
+        cfg.watch.on_diverge, cfg.watch.on_idle)
 
 
 def compile_policy(cfg: Config) -> dict[str, Any] | None:
@@ -45,6 +47,10 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
         "thrash_window": run.thrash_window,
         "on_hang": cfg.watch.on_hang,
         "hang_s": cfg.watch.hang_s,
+        "on_diverge": cfg.watch.on_diverge,
+        "on_idle": cfg.watch.on_idle,
+        "idle_s": cfg.watch.idle_s,
+        "gpu_wait": run.gpu_wait,
         "graces": list(run.graces),
         "signatures": [{"id": s.id, "title": s.title, "class": s.restart or "unclassified",
                         "wrapper": s.wrapper, "generic": s.generic, "serving_fatal": s.serving_fatal, "persist": s.persist,
@@ -58,5 +64,8 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
             "exception": logfailures.EXC_SHAPE.pattern,
             "interrupt": logfailures.INTERRUPT.pattern,
             "request_source": logfailures.REQUEST_SOURCE.pattern,
+            "note_level": logfailures.NOTE_LEVEL.pattern,
+            "note_retry": logfailures.NOTE_RETRY.pattern,
+            "note_head": logfailures.NOTE_HEAD,
         },
     }

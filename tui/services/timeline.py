@@ -183,9 +183,10 @@ def end_time(tl: Timeline) -> float | None:
     return tl.lines[-1]["t"] if tl.lines else None
 
 
-def _gpu_hours(tl: Timeline, end: float | None) -> float | None:
+def _gpu_hours(tl: Timeline, end: float | None, start: float | None = None) -> float | None:
     """Card-seconds the run held cards (``h`` = 1), from each card-set line to the next
-    or the end, in hours; None when the run was never seen holding a card."""
+    or the end (only those after ``start`` when given), in hours; None when the run was
+    never seen holding a card."""
     spans: list[tuple[float, int]] = []
     for ln in tl.lines:
         if isinstance(ln.get("c"), list):
@@ -194,8 +195,26 @@ def _gpu_hours(tl: Timeline, end: float | None) -> float | None:
         return None
     total = 0.0
     for (t, n), nxt in zip(spans, [s[0] for s in spans[1:]] + [end]):
+        t = t if start is None else max(t, start)
         total += n * max(0.0, nxt - t)
     return round(total / 3600.0, 4)
+
+
+def wasted(tl: Timeline, end: float | None) -> dict[str, Any] | None:
+    """GPU-hours spent after the run diverged (its ``diverged`` event) or after its GPUs
+    went idle for good (an attempt the host stopped for idle: its ``idle_since``), to the
+    run's end: ``{"after": "divergence" | "idle", "t", "gpu_hours", "why"}``, or None."""
+    t0 = tl.t0
+    for ln in tl.lines:
+        if ln.get("e") == "diverged":
+            return {"after": "divergence", "t": ln["t"], "gpu_hours": _gpu_hours(tl, end, ln["t"]) or 0.0,
+                    "why": ln.get("why"), "line": ln.get("line")}
+        since = _num(ln.get("idle_since"))
+        if ln.get("e") == "attempts" and ln.get("stopped") == "idle" and since is not None and t0 is not None:
+            t = round(since - t0, 1)
+            return {"after": "idle", "t": t, "gpu_hours": _gpu_hours(tl, end, t) or 0.0,
+                    "why": ln.get("note"), "line": None}
+    return None
 
 
 def _throughput(tl: Timeline, phases: list[dict[str, Any]], end: float | None) -> list[dict[str, Any]]:
@@ -251,6 +270,9 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "duration_s": since_launch(end),
         "throughput": _throughput(tl, phases, end),
         "gpu_hours": _gpu_hours(tl, end),
+        "stopped": stopped_by_host(run),  # by the host, with its GPU-free proof
+        # "wasted after divergence/idle": GPU-hours from that moment to the end
+        "wasted": dict(w, after_s=since_launch(w.pop("t"))) if (w := wasted(tl, end)) else None,
         "loss": loss_summary(tl, shift),
         "peak_mem_gib": peak,
         "attempts": len(_list(run.get("attempts"))) or max(_ints(a.get("n") for a in attempts), default=1),
@@ -275,6 +297,20 @@ def _ints(values: Any) -> list[int]:
     return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
+def stopped_by_host(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The last attempt's stop decided on the host (remote/restart.py), with its GPU-free
+    proof: ``{"what": "diverged" | "idle" | "hung", "why", "gpus_free", "gpus", "note"}``."""
+    attempts = _list(run.get("attempts"))
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    what = last.get("stopped") or ("hung" if last.get("hung") else None)
+    if what is None or last.get("restarted"):
+        return None
+    got = last.get("proof")
+    proof: dict[str, Any] = got if isinstance(got, dict) else {}
+    return {"what": str(what), "why": str(last.get("why") or what), "detail": last.get("stopped_why"),
+            "gpus_free": proof.get("gpus_free"), "gpus": _list(proof.get("gpus")), "note": proof.get("note")}
+
+
 def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | None:
     state = run.get("state")
     code = run.get("exit_code")
@@ -283,6 +319,9 @@ def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | Non
         code, sig = exit_line.get("code"), exit_line.get("signal")
     if state in ("running", "pending"):
         return str(state)
+    stop = stopped_by_host(run)
+    if stop is not None:  # the host's supervisor stopped it (on_diverge / on_idle / on_hang = kill)
+        return str(stop["why"])
     if sig:
         return "%s (%s)" % (state or "ended", sig) if state == "killed" else "signal %s" % sig
     if isinstance(code, int):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tui.protocol.hosttext import clean
 from tui.state import view
 from tui.state.format import gib
 from tui.state.model import AppState, Gpu, Run
@@ -250,8 +251,16 @@ def cells(row: HostRow) -> tuple[str, ...]:
     fail = row.stalled.upper() if row.stalled else ""
     if row.failures:
         fail = ", ".join(x for x in (fail, f"{row.failures}: {row.failure_text}") if x)
-    return (row.host, view.clip(row.link_text, 40), gpus, mem, runs, view.clip(row.run_text, 40),
+    return (host_text(row.host), view.clip(row.link_text, 40), gpus, mem, runs, view.clip(row.run_text, 40),
             view.clip(fail, 40))
+
+
+def host_text(host: str) -> str:
+    """A target as the HOST column shows it. Targets are the user's text (the command
+    line, a hosts file, `[fleet] hosts`), but a user part may hold anything but spaces,
+    ESC c and OSC 52 included: shown through the one sanitizer, never raw (the row keeps
+    the target itself, which is what is connected to)."""
+    return clean(host, newline=False)
 
 
 COLUMNS = ("HOST", "LINK", "GPUS", "MEM GiB", "RUNS", "RUN", "FAILURES")
@@ -273,7 +282,7 @@ def format_runs(states: dict[str, AppState], now: float) -> str:
         chosen = view.select_run(state)
         for r in view.run_rows(state, now, state.runs):
             mark = "*" if chosen is not None and r.run_id == chosen.run_id else ""
-            table.append((mark, host, r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch, r.name, r.note))
+            table.append((mark, host_text(host), r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch, r.name, r.note))
     if len(table) == 1:
         return "no runs"
     widths = [max(len(line[i]) for line in table) for i in range(len(head))]

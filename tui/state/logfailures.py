@@ -3,8 +3,9 @@ exception lines and exception chains (tracked per worker, since workers interlea
 and API request handlers' errors (a request's 400 is not the run's failure).
 
 The quoted root cause is the raised exception's own line: a traceback's last line, or
-the last link of a chained traceback. ``EXC_SHAPE``, ``INTERRUPT`` and ``REQUEST_SOURCE``
-are also sent to the host's supervisor as they are (tui/services/restartpolicy.py).
+the last link of a chained traceback. ``EXC_SHAPE``, ``INTERRUPT``, ``REQUEST_SOURCE``,
+``NOTE_LEVEL`` and ``NOTE_RETRY`` are also sent to the host's supervisor as they are
+(tui/services/restartpolicy.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,21 @@ INTERRUPT = re.compile(
     r"(?:^KeyboardInterrupt(?::.*)?$|^Aborted!$"
     r"|(?i:\b(?:received|receiving|caught|got|trigger)\b.{0,30}(?:SIGINT|SIGTERM|signal (?:2|15)\b)))"
 )
+# A line at a quiet level in a shape whose level the prefix parser does not take apart
+# (Python logging's "INFO:name:", "- INFO -" after a date, NCCL's "NCCL INFO"/"NCCL WARN")
+# that says something is being retried: a note about a failure that was handled, never
+# the failure itself ("INFO … retried after: Watchdog caught collective …" must not
+# outrank a later OutOfMemoryError). A level word in the head, a retry word anywhere.
+NOTE_LEVEL = re.compile(r"(?<![\w.])(?:DEBUG|INFO|NOTICE|WARN|WARNING)(?![\w.])")
+NOTE_RETRY = re.compile(r"(?i:\bretr(?:y|ies|ied|ying)\b|\bwill restart\b|\battempts? left\b)")
+NOTE_HEAD = 64  # the first characters of the message where the level word must stand
+
+
+def retry_note(msg: str) -> bool:
+    """True for a quiet-level line that only says a failure is being retried."""
+    return NOTE_LEVEL.search(msg[:NOTE_HEAD]) is not None and NOTE_RETRY.search(msg) is not None
+
+
 # Log lines of an API request handler: their errors are the request's (answered with a
 # 4xx/5xx while the server keeps serving), unless they say the engine itself is dead.
 REQUEST_SOURCE = re.compile(r"(?:^|/)(?:serving\w*|api_router)\.py:")

@@ -22,11 +22,13 @@ lifecycle markers, and re-exports the line-level API so callers need one import.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
+from remote import diverge
 from tui.state.lines import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
 from tui.state.loganalysis import (
     MAX_LOADS,
@@ -44,7 +46,13 @@ from tui.state.loganalysis import (
     log_seconds,
     signature_errors,
 )
-from tui.state.logfailures import REQUEST_SOURCE, find_failures, note_interrupt, request_error
+from tui.state.logfailures import (
+    REQUEST_SOURCE,
+    find_failures,
+    note_interrupt,
+    request_error,
+    retry_note,
+)
 from tui.state.logline import (
     ExtractProgress,
     LinePrefix,
@@ -54,7 +62,9 @@ from tui.state.logline import (
     split_prefix,
 )
 from tui.state.logtrain import (
+    MAX_LOSSES,
     TrainLine,
+    TrainProgress,
     arrival_rate,
     is_save_frame,
     is_train_frame,
@@ -62,6 +72,7 @@ from tui.state.logtrain import (
     parse_train_line,
     second_bar,
 )
+from tui.state.trainphases import in_evaluation
 
 __all__ = [
     "ExtractProgress",
@@ -166,12 +177,47 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
     return b.result()
 
 
+def _diverge(b: Builder, pre: LinePrefix, line: str, line_no: int) -> None:
+    """The divergence check (remote/diverge.py, the one the host's pace runs): its
+    verdict is a failure of the table's signature of that id, quoting the line where the
+    divergence began; a table without that id (the user's choice) leaves it unsaid."""
+    tp = b.get("train")
+    before = tp.div if tp is not None else _NO_DIV
+    after = diverge.fold(before, line, line_no)
+    if after is before:
+        return
+    b.set("train", replace(tp or TrainProgress(), div=after))
+    if after.verdict is not None and b.get("phase") != "failed":
+        sid, _, first_no, first = after.verdict
+        sigs = b.get("signatures") or default_signatures()
+        sig = sigs.by_id(sid)
+        if sig is not None:
+            if b.get("phase") in _BEFORE_TRAINING:  # a loss, a loss scale: only a training run has them
+                b.set("phase", "training")
+            b.failure(sig, sig.search(first), first, first_no, pre.worker)
+
+
+def _nan_loss(b: Builder, line_no: int) -> None:
+    """A line whose loss the divergence check read as non-finite in a spelling the
+    training parser does not know ("[Loss] nan", a tensor repr, "Loss is nan"): the
+    latest loss is NaN."""
+    tp = b.get("train")
+    if tp is None or tp.div.loss_bad_at != line_no or (tp.loss is not None and math.isnan(tp.loss)):
+        return
+    losses = (tp.losses + (math.nan,))[-MAX_LOSSES:]
+    b.set("train", replace(tp, loss=math.nan, losses=losses))
+
+
+_NO_DIV = diverge.State()
+
+
 def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None) -> None:
+    _diverge(b, pre, line, line_no)
     msg = pre.message
     key = pre.worker or ""
     if "%" in msg:
         sp = parse_shard_progress(pre)
-        if sp is not None:
+        if sp is not None and not _SAVING_BAR.search(sp.desc):  # a save's shards are no load
             _on_shard(b, sp, line_no, t)
             return
     if "[extract] " in msg:
@@ -180,6 +226,8 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
             _on_extract(b, ep, line_no)
             return
     tl = parse_train_line(msg)
+    if tl is None or tl.loss is None:
+        _nan_loss(b, line_no)
     if tl is not None:
         _on_train(b, tl, pre, line, line_no, t)
     elif msg[:1].isspace() and is_save_frame(msg) and b.get("phase") != "failed":
@@ -216,6 +264,8 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
         if "SIG" in msg or "signal" in msg:  # "received SIGTERM" at INFO: the run is being stopped
             note_interrupt(b, msg, line_no)
         return
+    if pre.level is None and retry_note(msg):  # "INFO:x:… retried after: <an error>": handled
+        return
     if pre.source is not None and REQUEST_SOURCE.search(pre.source):
         request_error(b, pre.worker, msg, line, line_no)
         return
@@ -223,6 +273,7 @@ def _fold(b: Builder, pre: LinePrefix, line: str, line_no: int, t: float | None)
 
 
 _TRAIN_PHASES = ("training", "evaluating", "saving")
+_SAVING_BAR = re.compile(r"(?i)\b(?:sav|writ)ing\b")
 _BEFORE_TRAINING = ("starting", "loading", "loaded")
 
 
@@ -240,6 +291,8 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
         b.set("last_progress_t", t)
     phase = b.get("phase")
     to = "evaluating" if tl.evaluating else tl.phase or ("training" if tl.progress else None)
+    if to == "training" and not tl.phase and in_evaluation(tp.eval_open, tp.step) and "poch" in (tl.desc or ""):
+        to = "evaluating"  # Lightning's epoch bar redrawn while its validation bar moves
     if to == "training" and tl.phase and phase == "saving" and tp.epochs and tp.epochs_done == tp.epochs:
         to = "finished"  # the last epoch's checkpoint is saved
     if to is not None and phase != "failed" and (phase != "finished" or to != "training"):
@@ -249,11 +302,6 @@ def _on_train(b: Builder, tl: TrainLine, pre: LinePrefix, line: str, line_no: in
                 b.milestone("train-start", line_no, "Training started")
         if to == "finished":
             b.milestone("train-done", line_no, "Training finished")
-    if tp.bad_run > 0 and tp.bad_first is not None:
-        sigs = b.get("signatures") or default_signatures()
-        hit = sigs.match(tp.bad_first[1], persist=True)
-        if hit is not None and tp.bad_run == hit[0].persist:
-            b.failure(hit[0], hit[1], tp.bad_first[1], tp.bad_first[0], pre.worker)
 
 
 def _loading_elsewhere(b: Builder, worker: str | None) -> bool:

@@ -25,12 +25,13 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from remote import diverge
 from tui.state.logline import MAX_SCAN, parse_duration
+from tui.state.trainphases import more_phase
 
 __all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
 MAX_LOSSES = 512  # points of loss history kept for the plot (halved when full)
-NAN_STREAK = 3  # consecutive non-finite losses / grad norms that make a diverged run
 
 _NUM = r"[-+]?(?:\d{1,40}(?:\.\d{0,40})?|\.\d{1,40})(?:[eE][-+]?\d{1,4})?|[-+]?(?i:nan|inf(?:inity)?)"
 # A tqdm bar: "{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{, postfix}]"
@@ -164,10 +165,16 @@ class TrainProgress:
     lines: int = 0  # metric lines seen (a step count for trainers that print no step)
     epochs_done: int | None = None
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
-    bad_run: int = 0  # consecutive non-finite losses or grad norms
-    bad_first: tuple[int, str] | None = None  # (line_no, line) where that run began
+    div: diverge.State = diverge.State()  # the divergence check (remote/diverge.py, the host's too)
+    # an evaluation bar short of its total: (its n, its total, the training step when it began)
+    eval_open: tuple[int, int, int] | None = None
     seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
     rate_seen: bool = False  # the rate is measured from the steps' arrival, not printed
+
+    @property
+    def seen_training(self) -> bool:
+        """Anything learned beyond the divergence check's state (a stop line alone is not)."""
+        return replace(self, div=_NO_DIV) != _NOTHING
 
     @property
     def percent(self) -> float | None:
@@ -191,6 +198,10 @@ class TrainProgress:
             "eta_s": self.eta_s,
             "losses": [_json_num(x) for x in self.losses],
         }
+
+
+_NO_DIV = diverge.State()
+_NOTHING = TrainProgress()
 
 
 def _json_num(x: float | None) -> float | str | None:
@@ -366,6 +377,8 @@ def parse_train_line(msg: str) -> TrainLine | None:
         pm = _PHASE_LINES.search(text)
         if pm:
             phase = pm.lastgroup
+    if phase is None:
+        phase = more_phase(text)
     tl = _bar(text) if "%" in text and "/" in text and "[" in text else None
     if tl is None and phase != "evaluating" and _TRAIN_WORDS.search(text):
         head = _BAR.search(text) if "%" in text else None
@@ -450,6 +463,9 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             ch["total"] = tp.step * tl.epochs // tl.epoch_done
     elif tl.epoch is not None and not tl.metrics:
         ch["epoch"] = tl.epoch  # "Training epoch 2/3 started"
+    if tl.evaluating and tl.step is not None and tl.total:
+        began = tp.eval_open[2] if tp.eval_open is not None else tp.step or 0
+        ch["eval_open"] = (tl.step, tl.total, began) if tl.step < tl.total else None
     if tl.metrics and not tl.evaluating:
         if tl.desc is not None and tl.total is not None and tp.bar is None:
             ch["bar"] = (tl.desc, tl.total)
@@ -477,14 +493,4 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
             if len(losses) > MAX_LOSSES:
                 losses = losses[1::2]
             ch["losses"] = losses
-        bad = (tl.loss is not None and not math.isfinite(tl.loss)) or (
-            tl.grad_norm is not None and not math.isfinite(tl.grad_norm))
-        if tl.loss is not None or tl.grad_norm is not None:
-            if bad:
-                ch["bad_run"] = tp.bad_run + 1
-                if tp.bad_run == 0:
-                    ch["bad_first"] = (line_no, line[:500])
-            else:
-                ch["bad_run"] = 0
-                ch["bad_first"] = None
     return replace(tp, **ch) if ch else tp

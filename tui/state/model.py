@@ -25,6 +25,7 @@ from tui.state.watchstate import WatchState
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
 LOG_LINES = 1000  # lines of log tail kept in memory
+PREVIEW_LINES = 400  # the newest lines of a first tail analysed at once (`LogTail.preview`)
 
 
 def _num(value: object) -> float | None:
@@ -313,6 +314,21 @@ class LogTail:
     older: bool = False
     prepended: int = 0
     backlog: tuple[tuple[int, float, tuple[str, ...]], ...] = ()
+    # While the backlog is analysed (seconds on a long log), the newest lines' own
+    # analysis: the first tail's last PREVIEW_LINES and every line since, so the progress
+    # panel shows the log's latest step, loss and phase from the first frame, not the
+    # older lines' being folded in. None once the backlog is in (`shown_analysis`).
+    preview: LogAnalysis | None = None
+
+    @property
+    def catching_up(self) -> bool:
+        """The analysis is behind the lines received (older bytes or a backlog to fold)."""
+        return self.older or bool(self.backlog)
+
+    @property
+    def shown_analysis(self) -> LogAnalysis | None:
+        """What the progress panel shows: the analysis, or while it catches up the preview."""
+        return self.preview if self.catching_up and self.preview is not None else self.analysis
 
     @property
     def total_lines(self) -> int:
@@ -374,6 +390,7 @@ class Settings:
     has_command: bool = False
     interval: float = 1.0  # the agent's snapshot interval: liveness is judged against it
     error: str | None = None  # the config as re-read is broken: one line for the banner
+    config: str = "the config"  # the file read, or "no config file at PATH" (Config.source)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from tui.state.events import (
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
+    PREVIEW_LINES,
     Action,
     AppState,
     Gpu,
@@ -222,9 +223,14 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         data = data[log.offset - event.offset :]  # keep only the bytes not seen yet
     lines, partial = logparse.split_lines(log.partial, data)
     analysis = log.analysis if log.analysis is not None else logparse.LogAnalysis()
-    line_no, backlog = log.total_lines, log.backlog
+    line_no, backlog, preview = log.total_lines, log.backlog, log.preview
     if lines and log.defer and (log.older or backlog or len(lines) > ANALYSE_SLICE):
         backlog += ((line_no + 1, now, tuple(lines)),)  # analysed later, in order
+        # meanwhile the newest lines tell the latest step, loss and phase at once
+        preview = preview if preview is not None else logparse.LogAnalysis()
+        newest = lines[-PREVIEW_LINES:]
+        for i, line in enumerate(newest, line_no + len(lines) - len(newest) + 1):
+            preview = logparse.step(preview, line, i, now)
         line_no += len(lines)
     else:
         for line in lines:
@@ -243,6 +249,7 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         live=logparse.live_segment(partial),
         analysis=analysis,
         backlog=backlog,
+        preview=preview if backlog or log.older else None,
         note=None,
     )
 
@@ -280,7 +287,8 @@ def analyse_log(log: LogTail, budget: int) -> LogTail:
             backlog[0] = (first + len(take), t, lines[len(take):])
         else:
             backlog.pop(0)
-    return replace(log, analysis=analysis, backlog=tuple(backlog))
+    return replace(log, analysis=analysis, backlog=tuple(backlog),
+                   preview=log.preview if backlog or log.older else None)  # caught up: the whole log's
 
 
 def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
@@ -301,6 +309,7 @@ def reset_log(log: LogTail, event: p.LogReset) -> LogTail:
         live="",
         analysis=None if restart else log.analysis,
         backlog=() if restart else log.backlog,  # the old stream's lines no longer count
+        preview=None if restart else log.preview,
         older=False if restart else log.older,
         prepended=0 if restart else log.prepended,
         note=notes.get(event.reason),

@@ -340,6 +340,11 @@ class SignatureSet:
         many = Prefilter.of(p for s in ordered if s.persist > 1 for p in s.patterns)
         return cls(specific, wrappers, generic, one, many)
 
+    def by_id(self, sid: str) -> Signature | None:
+        """The signature of that id (the generic one included), or None."""
+        return next((s for s in (*self.specific, *self.wrappers, *([self.generic] if self.generic else []))
+                     if s.id == sid), None)
+
     def match(self, message: str, persist: bool = False) -> tuple[Signature, re.Match[str]] | None:
         """The first signature matching ``message`` (specific before wrappers). Signatures
         that need several consecutive lines (``persist`` > 1) match only when ``persist``."""

@@ -240,7 +240,7 @@ def analysis_of(state: AppState, run: Run | None) -> Any:
     previous run's, and its finished training must not show under the new run's name)."""
     if run is not None and run.log and state.log.path != run.log:
         return None
-    return state.log.analysis
+    return state.log.shown_analysis
 
 
 def phase(state: AppState, run: Run | None, now: float) -> str | None:
@@ -253,6 +253,10 @@ def phase(state: AppState, run: Run | None, now: float) -> str | None:
     w = state.watch  # tui.state.watch: stalled / hung, from the run's own pace
     if run is not None and w is not None and w.run_id == run.run_id and w.condition in ("stalled", "hung"):
         return str(w.condition)
+    div = watcher.diverged(run, a) if run is not None else None
+    root = getattr(a, "root_cause", None)
+    if div is not None and (root is None or root.id == div.get("id")):
+        return "diverged"  # the log's (or the host's pace's) verdict: remote/diverge.py
     return ph
 
 

@@ -14,6 +14,9 @@ passes ``now``, so tests drive it with a fake one.
   (all GPUs when it holds none that we can see) is at most ``idle_util`` % busy,
   continuously for ``hang_s`` seconds. A serving engine with no requests looks like
   that on purpose, so serving is never called hung.
+- **diverged**: the log's training loss or grad norm went non-finite for good, or the
+  trainer said so (remote/diverge.py: the client's analysis, or the host's pace with
+  no client watching); told once, as the run's failure.
 - **failed / finished / killed**: a root cause in the log (even while the processes
   linger, as vLLM's often do), or the run's end with its exit code.
 
@@ -125,14 +128,19 @@ def observe(
     events.extend(_attempt_events(run))
     if root is not None and bool(getattr(run, "attempts", None)) and run.state not in _ENDED:
         root = None  # the host decides whether this attempt's failure ends the run: its record says
-    if root is not None and analysis is not None:  # (a root cause comes from the analysis)
+    verdict = diverged(run, analysis)
+    if verdict is not None and (root is None or root.id == verdict.get("id")):
+        events.append(("diverged", f"diverged: {verdict.get('why')}", {
+            "cause": str(verdict.get("line") or "").strip(), "id": verdict.get("id"),
+            "phase": getattr(analysis, "failed_in", None) or "training"}))
+    elif root is not None and analysis is not None:  # (a root cause comes from the analysis)
         summary = analysis.failure_summary() or "failed"
         events.append(("failed", f"{summary}: {root.title}", {"cause": root.line.strip(), "id": root.id,
                                                                "phase": getattr(analysis, "failed_in", None)}))
     if run.state in _ENDED:
         kind = ending(run, analysis)
         detail: JSONObject = {"exit_code": run.exit_code, "signal": run.signal, "state": run.state}
-        if kind == "failed" and root is None:
+        if kind == "failed" and root is None and verdict is None:
             code = run.exit_code if run.exit_code is not None else run.signal
             events.append(("failed", f"run {run.state} (exit {code})", detail))
         elif kind != "failed":
@@ -189,6 +197,19 @@ def observe(
             events.append(("stalled", ws.describe(now) or "stalled",
                            {"phase": phase, "last": ws.last_step, "last_t": ws.last_step_t, "limit_s": limit}))
     return _emit(ws, events, run.run_id, now)
+
+
+def diverged(run: Run, analysis: LogAnalysis | None) -> JSONObject | None:
+    """The run's divergence verdict (remote/diverge.py): the log analysis's, else the
+    host's pace's (read with no client watching), else None."""
+    tr = getattr(analysis, "train", None)
+    div = getattr(tr, "div", None)
+    got: JSONValue = div.to_dict() if div is not None and div.verdict is not None else None
+    if isinstance(got, dict):
+        return got
+    pace = getattr(run, "pace", None)
+    got = pace.get("diverged") if isinstance(pace, dict) else None
+    return got if isinstance(got, dict) else None
 
 
 def _step_text(progress: JSONValue) -> str:
@@ -289,12 +310,18 @@ def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
 
 def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObject | None:
     """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
-    ``{"condition": "ok" | "stalled" | "hung", "message", "last_step", "last_step_at", "source"}``,
+    ``{"condition": "ok" | "stalled" | "hung" | "diverged", "message", "last_step", "last_step_at",
+    "source"}`` (diverged also with ``cause``: the line it began at, ``id``, ``diverged_at``),
     or None for a run that is not live or has no pace."""
     run = Run.from_dict(record)
     ws = assess(run, config, now)
     if ws is None:
         return None
+    div = diverged(run, None)
+    if div is not None:  # the host's pace read it diverge: what matters most, whatever the pace
+        return {"condition": "diverged", "message": f"diverged: {div.get('why')}", "cause": div.get("line"),
+                "id": div.get("id"), "diverged_at": div.get("at"), "last_step": ws.last_step,
+                "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
     return {"condition": ws.condition, "message": ws.describe(now), "last_step": ws.last_step,
             "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
@@ -361,7 +388,9 @@ def _emit(ws: WatchState, events: list[tuple[str, str, JSONObject]], run_id: str
         key = kind if kind in ("stalled", "hung") else f"{kind}:{run_id}"
         kind = kind.split(":")[0]  # "restarting:2": once per attempt
         if kind != "resumed":
-            if key in once or (kind in ("finished", "killed", "lost") and f"failed:{run_id}" in once):
+            if key in once or (kind in ("finished", "killed", "lost", "failed")
+                               and f"diverged:{run_id}" in once) or (
+                    kind in ("finished", "killed", "lost") and f"failed:{run_id}" in once):
                 continue  # sent already; or the log said it failed, and its end is the same news
             once.add(key)
         seq += 1

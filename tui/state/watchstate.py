@@ -35,6 +35,9 @@ class WatchConfig:
     hang_s: float = 600.0
     idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
     on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
+    on_diverge: str = "notify"  # "notify" | "kill": a diverged run (remote/diverge.py), by the host
+    on_idle: str = "notify"  # "notify" | "kill": GPUs held but idle, log and CPU quiet, for idle_s
+    idle_s: float = 1800.0
 
 
     def floor(self, phase: str) -> float:
@@ -57,7 +60,7 @@ class Event:
     """Something the user should hear about; ``seq`` orders events of one watch."""
 
     seq: int
-    kind: str  # "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
+    kind: str  # "diverged" | "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
     run_id: str
     at: float
     message: str

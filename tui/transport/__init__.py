@@ -20,8 +20,9 @@ from .errors import (
     LinkLost,
     TransportError,
 )
+from .link import AgentStream, Link
 from .links import make_link
-from .local import AgentStream, Link, LocalLink
+from .local import LocalLink
 from .targets import Target, parse_target
 
 

@@ -36,7 +36,7 @@ from tui.protocol.stream import AgentEvent, LinkStatus
 
 from .api import AgentApi, ProgressCallback
 from .errors import AgentStartFailed, LinkLost, TransportError
-from .local import AgentStream, Link
+from .link import AgentStream, Link
 
 # Lines that are not JSON before the hello (a chatty ~/.bashrc) are skipped, up to this many.
 MAX_NOISE_LINES = 50

@@ -29,8 +29,8 @@ import hashlib
 import shlex
 from dataclasses import dataclass
 
+from .bundle import AGENT_MAIN
 from .errors import ConfigError
-from .local import AGENT_MAIN
 
 MIN_VERSION = (3, 9)
 CANDIDATES = ("python3", *(f"python3.{x}" for x in range(14, 8, -1)))

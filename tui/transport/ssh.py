@@ -15,14 +15,20 @@ import json
 import os
 import shlex
 import socket
+import warnings
 from pathlib import Path
 from typing import Any
+
+# cryptography >= 51 warns at asyncssh's import that DSA is deprecated: a line of library
+# noise on the stderr of every command, before its own one-line message. Only that warning.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")
 
 import asyncssh
 
 from tui import trace
 
 from . import hostpython
+from .bundle import agent_bundle, default_agent_dir
 from .errors import (
     AgentStartFailed,
     AuthFailed,
@@ -32,7 +38,7 @@ from .errors import (
     HostUnreachable,
     TransportError,
 )
-from .local import AgentStream, agent_bundle, default_agent_dir
+from .link import AgentStream
 from .targets import parse_target
 
 

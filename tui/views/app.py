@@ -23,7 +23,7 @@ from tui.services.hostfeed import HostFeed
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.help import HelpScreen
-from tui.views.served import follow_sessions
+from tui.views.served import SessionsScreen, follow_sessions, served
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 
@@ -34,10 +34,12 @@ class EagleApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("S", "sessions", "Browser sessions", show=False),  # served only (tui/views/served.py)
     ]
-    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; below 30 rows
-    # the Processes panel gives its rows to the runs, the phase and the log.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    # Screen classes for app.tcss: below 120 columns the GPU cards narrow; at 80 and below
+    # (a phone, a split terminal) the dashboard keeps the essentials, stacked; below 30
+    # rows the Processes panel gives its rows to the runs, the phase and the log.
+    HORIZONTAL_BREAKPOINTS = [(0, "-phone"), (81, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     def __init__(self, first: Screen[Any], read_only: bool = False) -> None:
@@ -92,6 +94,8 @@ class EagleApp(App[None]):
         return self.dashboard.track_push(goal)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "sessions":
+            return served()
         if action in DashboardScreen.DASHBOARD_ACTIONS:
             try:
                 return self.dashboard.check_action(action, parameters)
@@ -109,8 +113,15 @@ class EagleApp(App[None]):
             self.install_screen(help_, name)
         self.push_screen(name)
 
+    def action_sessions(self) -> None:
+        """Who is connected to this `serve` (each browser session: address, since, mode)."""
+        if not isinstance(self.screen, SessionsScreen):
+            self.push_screen(SessionsScreen())
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        if served():
+            yield SystemCommand("Browser sessions", "Who is connected to this eagle3-tui serve", self.action_sessions)
         if not isinstance(screen, DashboardScreen):
             return
         yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", screen.action_kill)

@@ -36,13 +36,13 @@ from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
 from tui.views.screens.dashboard_actions import DashboardActions
 from tui.views.widgets.gpus import GpuPanel
-from tui.views.widgets.logtail import BUSY_S, FRAME_S, LogPane
+from tui.views.widgets.logtail import LogPane, repaint_wait
 from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.render import set_content, set_title, terminal_write
 from tui.views.widgets.status import StatusBar
 from tui.views.widgets.tables import ProcessTable, RunsTable
 
-LIVENESS_EVERY = 0.1  # seconds between checks of how old the agent's last message is (a float compare)
+LIVENESS_EVERY = 0.1  # at most this late, the link is shown stale once its last message is too old
 
 
 class DashboardScreen(DashboardActions, Screen[None]):
@@ -137,7 +137,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         if not self.attached:  # `connect HOST`: this screen starts its host's feed
             self.connect_agent()
         self.set_interval(1.0, self._tick)
-        self.set_interval(LIVENESS_EVERY, self._check_liveness)
+        self._check_liveness()
 
     def on_unmount(self) -> None:
         if self._unlisten is not None:
@@ -197,6 +197,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._repaint_soon("progress" if self.state.log.backlog else "all")
         elif isinstance(event, p.KillProgress):
             self._render_banner()
+        elif isinstance(event, p.Snapshot) and self._repaint_timer is not None:
+            self._repaint_soon("all")  # lines keep coming: the tables join their repaint, one frame
         else:
             self._render_all()
 
@@ -206,8 +208,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         the step and loss with every line, and each repaint lays the screen out again."""
         self._due = "all" if "all" in (what, self._due) else what
         if self._repaint_timer is None:
-            wait = max(FRAME_S, BUSY_S - (time.monotonic() - self._repainted_at))
-            self._repaint_timer = self.set_timer(wait, self._repaint_due)
+            self._repaint_timer = self.set_timer(repaint_wait(time.monotonic(), self._repainted_at),
+                                                 self._repaint_due)
 
     def _repaint_due(self) -> None:
         self._repaint_timer, self._repainted_at = None, time.monotonic()
@@ -262,8 +264,9 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._due = None
         run, st = self._run(), self.state
         phase = self._phase(run)
-        if view.analysis_of(st, run) is not st.log.analysis:  # the previous run's log, still followed
-            st = replace(st, log=replace(st.log, analysis=None))
+        shown = view.analysis_of(st, run)  # None: the previous run's log, still followed
+        if shown is not st.log.analysis:  # or, while the analysis catches up, the newest lines'
+            st = replace(st, log=replace(st.log, analysis=shown))
         shards = list((getattr(st.log.analysis, "shards", None) or {}).values())
         now = st.snapshot_time or time.time()  # the host's clock, as the run's launch time is
         self._progress.show(st, phase, view.progress_label(run), history.load_line(run, shards, phase, now))
@@ -284,12 +287,21 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._render_banner()  # ages: "stale for N s", a finished kill's verdict expiring
 
     def _check_liveness(self) -> None:
-        """Repaint as soon as the agent's last message is older than two intervals + 1 s."""
-        stale = view.link_text(self.state, time.time())[0].startswith("stale")
+        """Repaint as soon as the agent's last message is older than two intervals + 1 s.
+
+        Checked when that moment comes (then again at the next one: messages keep moving
+        it), not ten times a second: an idle dashboard's timer wake-ups cost more than
+        the comparison."""
+        now = time.time()
+        stale = view.link_text(self.state, now)[0].startswith("stale")
         if stale != self._stale_shown and self.app.is_running:
             self._stale_shown = stale
             with contextlib.suppress(NoMatches):  # the screen is being torn down
                 self._tick()
+        last = self.state.link.last_data
+        due = None if last is None else last + view.stale_after(self.state) - now
+        wait = due + LIVENESS_EVERY / 2 if due is not None and due > 0 else 1.0  # stale, or no data: the tick's pace
+        self.set_timer(max(LIVENESS_EVERY, wait), self._check_liveness)
 
     def _run_notes(self) -> dict[str, str]:
         return view.run_notes(self.state)

@@ -114,7 +114,7 @@ class DashboardActions(_Base):
         run = self._run()
         argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
         if run is None and not self.cfg.run.command:
-            self.notify("no run to relaunch and no [run] command in the config", severity="warning", markup=False)
+            self.notify(f"no run to relaunch and {self.cfg.lacks_command()}", severity="warning", markup=False)
             return
         what = [f"launches: {view.clip(' '.join(argv), 70)}", f"in:       {cwd}"]
         if run is not None and run.external:
@@ -225,7 +225,7 @@ class DashboardActions(_Base):
         if not self._reread_config():
             return
         if run is None and not self.cfg.run.command:
-            self.notify("no [run] command in the config: nothing to launch", severity="warning", markup=False)
+            self.notify(f"nothing to launch: {self.cfg.lacks_command()}", severity="warning", markup=False)
             return
         aid = services.new_action_id()
         self._apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))

@@ -34,6 +34,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
 from tui import protocol as p
+from tui.protocol.hosttext import clean
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
 from tui.state.events import Event
@@ -148,7 +149,8 @@ class FleetScreen(Screen[None]):
     def _changed(self, feed: HostFeed, event: Event) -> None:
         # any host's failed, finished, stalled or hung run: told once, whatever is on screen
         for ev in feed.notifier(lambda seq: terminal_write(self.app, seq)).send_new(feed.state.watch):
-            self.notify(ev.message, title=f"{feed.target}: run {ev.run_id} {ev.kind}", timeout=15,
+            self.notify(ev.message, title=f"{fleet.host_text(feed.target)}: run {ev.run_id} {ev.kind}", timeout=15,
+                        markup=False,
                         severity="information" if ev.kind in ("finished", "resumed") else "error")
         if self.first_full_frame is None and isinstance(event, p.Snapshot) and feed.target not in self._shown:
             self._shown.add(feed.target)  # a host's first snapshot; the last one's frame is drawn now
@@ -255,10 +257,11 @@ class FleetScreen(Screen[None]):
         if feed is None:
             return
         if feed.error is not None:
-            self.notify(f"{host}: {feed.error}", severity="error")
+            self.notify(f"{fleet.host_text(feed.target)}: {clean(feed.error, newline=False)}", severity="error",
+                        markup=False)
             return
         if not feed.started:
-            self.notify(f"{host}: still connecting", severity="warning")
+            self.notify(f"{fleet.host_text(feed.target)}: still connecting", severity="warning", markup=False)
             return
         if feed.log_held:  # its log at once, the others' still wait for the first full frame
             self.run_worker(feed.release_log(), group="logs", exit_on_error=False)

@@ -11,6 +11,7 @@ every visible row), and a line every few seconds is on screen within a frame."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections import deque
@@ -23,7 +24,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
@@ -45,6 +46,17 @@ FRAME_S = 0.05  # the shortest wait before a throttled repaint
 BUSY_S = 0.5  # while lines keep coming, one repaint per this many seconds at most
 SPARSE_PER_S = 4  # up to this many updates in the last second, each is drawn at once
 MARK = "── "  # a restart marker line: "── log was truncated ──"
+
+
+def repaint_wait(now: float, last: float) -> float:
+    """Seconds until a throttled repaint, `last` the previous one (monotonic times):
+    the next frame after a quiet spell; while updates keep coming, the next slot of one
+    grid of BUSY_S slots that every throttled panel shares, so the log and the progress
+    panel repaint in the same frame (one screen update, not two)."""
+    if now - last >= BUSY_S:
+        return FRAME_S
+    earliest = max(now, last + BUSY_S - FRAME_S)  # about once per BUSY_S, at most
+    return max(FRAME_S, math.ceil(earliest / BUSY_S) * BUSY_S - now)
 
 
 def line_style(line: str) -> str:
@@ -90,6 +102,7 @@ class TailLog(ScrollView, can_focus=True):
         self._rows: list[str] = []
         self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
+        self._base: Style | None = None  # the widget's style while a repaint runs
 
     @property
     def lines(self) -> Sequence[str]:
@@ -115,13 +128,23 @@ class TailLog(ScrollView, can_focus=True):
         if len(self._rows) > self.max_lines:
             del self._rows[: len(self._rows) - self.max_lines]
         self._widest = max(self._widest, max(cell_len(ln) for ln in new))
-        self.virtual_size = Size(self._widest, len(self._rows))
+        size = Size(self._widest, len(self._rows))
+        laid_out = not (size.width == self.virtual_size.width and self.virtual_size.height and self.is_mounted)
+        if not laid_out:
+            # Only taller (a tail still short of max_lines): the scrollbar's range
+            # follows, nothing moves on screen, so no layout of the whole screen, which
+            # would repaint every panel the log pane's region crosses.
+            self.set_reactive(TailLog.virtual_size, size)
+            self.vertical_scrollbar.window_virtual_size = size.height
+        else:
+            self.virtual_size = size
         self.refresh()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
-            # A first wide line brings the horizontal scrollbar, which takes a row only
-            # once laid out: end again then, or the newest line sits under the bar.
-            self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+            if laid_out:
+                # A first wide line brings the horizontal scrollbar, which takes a row only
+                # once laid out: end again then, or the newest line sits under the bar.
+                self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
 
     def clear(self) -> None:
         self._rows.clear()
@@ -130,9 +153,16 @@ class TailLog(ScrollView, can_focus=True):
         self.virtual_size = Size(0, 0)
         self.refresh()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style  # one walk up the DOM per repaint, not one per row
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index, width, base = scroll_y + y, self.size.width, self.rich_style
+        index, width, base = scroll_y + y, self.size.width, self._base or self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, base)
         return self._row(index, base).crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
@@ -211,7 +241,7 @@ class LogPane(Vertical):
         if self._pending is None:
             # Throttle only while lines keep coming; while the first tail still comes, a
             # partial draw would only be drawn over.
-            self.set_timer(BUSY_S if first else max(FRAME_S, BUSY_S - (now - self._flushed_at)), self.flush)
+            self.set_timer(BUSY_S if first else repaint_wait(now, self._flushed_at), self.flush)
         self._pending = log
 
     def flush(self) -> None:

@@ -35,17 +35,20 @@ def _rate(rate_it_s: float | None) -> str:
     return f"{1 / rate_it_s:.1f} s/shard" if rate_it_s < 1 else f"{rate_it_s:.2f} shards/s"
 
 
-def shard_line(sp: Any, width: int, stopped: bool = False) -> Text:
+def shard_line(sp: Any, width: int, stopped: bool = False, eta: bool = True) -> Text:
     """One worker's shard bar; on a narrow panel elapsed, then the rate, then the ETA
     give way (the bar and n/N stay). ``stopped``: the run is stalled or hung, so the
-    bar's last ETA no longer means anything (an unfinished bar shows none)."""
+    bar's last ETA no longer means anything (an unfinished bar shows none). ``eta``
+    False: the load's ETA is said elsewhere (the history line), so none here."""
     label = f"{sp.worker or 'load'}"
-    eta = None if stopped and sp.done < sp.total else sp.remaining_s
+    left = None if stopped and sp.done < sp.total else sp.remaining_s
     parts = [
         f" {sp.done}/{sp.total} {sp.percent:3.0f}%", f"  {_rate(sp.rate_it_s)}",
-        f"  elapsed {duration(sp.elapsed_s)}", f"  ETA {duration(eta)}",
+        f"  elapsed {duration(sp.elapsed_s)}", *([f"  ETA {duration(left)}"] if eta else []),
     ]
     for drop in (2, 1, 1):
+        if drop >= len(parts):
+            break
         if max(len(label), 5) + 1 + 5 + sum(map(len, parts)) <= width:
             break
         parts.pop(drop)
@@ -138,14 +141,17 @@ class RunProgress(Static):
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
         if run_label == "no run" and phase is None:  # an empty host: what would fill this, and how
-            out = Text("No run yet. l launches the [run] command\nof eagle3.toml (or: eagle3-tui launch);\n"
-                       "a shows all runs. A run's shard loading\nand extraction show here.", style="dim")
+            config = state.settings.config  # the file read, or where eagle3.toml was looked for
+            said = (f"No run yet, and no config file at\n{config.removeprefix('no config file at ')}\n"
+                    "(eagle3-tui init writes a commented one);\n" if config.startswith("no config file at ") else
+                    f"No run yet. l launches the [run] command of\n{config}\n(or: eagle3-tui launch);\n")
+            out = Text(said + "a shows all runs. A run's shard loading\nand extraction show here.", style="dim")
         stopped = phase in ("stalled", "hung")
         if a is not None:
             shards = list(getattr(a, "shards", {}).values()) if isinstance(getattr(a, "shards", None), dict) else []
-            for sp in shards[:8]:
+            for sp in shards[:8]:  # one ETA at a time: with history's line below, that one
                 out.append("\n")
-                out.append_text(shard_line(sp, width, stopped))
+                out.append_text(shard_line(sp, width, stopped, eta=history is None))
         if history is not None:
             out.append("\n")
             out.append_text(Text.assemble(("load  ", "bold"), (history, "italic")))

@@ -38,6 +38,8 @@ class KeyedTable(DataTable):
     _all_rows: dict[str, tuple[Any, ...]] = {}
     _shown_cols: tuple[str, ...] = ()
     _shown_heads: tuple[str, ...] | None = None
+    _drawn: list[tuple[Any, ...]] = []  # the cells on screen, row by row in their order
+    _cell_strips: LRUCache[tuple[Any, ...], Any] | None = None
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -50,6 +52,32 @@ class KeyedTable(DataTable):
                            ("_row_renderable_cache", 200), ("_line_cache", 200)):
             if isinstance(getattr(self, name, None), LRUCache):
                 setattr(self, name, LRUCache(size))
+        self._cell_strips = LRUCache(1000)
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Any, width: int,
+                     cursor: bool = False, hover: bool = False) -> Any:
+        """A cell's rendering, kept while the cell's text, place and style are the same.
+
+        DataTable keys its own cell cache by a counter every `update_cell` bumps, so a
+        1 Hz snapshot that changes one cell (a run's duration, a process's CPU%) renders
+        every cell of the table again, the header too: most of an idle dashboard's CPU.
+        Keyed here by what the cell shows instead, only the changed cells are rendered."""
+        cells = self._shown_heads if row_index < 0 else (
+            self._drawn[row_index] if 0 <= row_index < len(self._drawn) else None)
+        if cells is None or not 0 <= column_index < len(cells) or self._cell_strips is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (row_index, column_index, _cell_key(cells[column_index]), base_style, width, cursor, hover,
+               getattr(self, "_show_hover_cursor", None), getattr(self, "_pseudo_class_state", None))
+        lines = self._cell_strips.get(key)
+        if lines is None:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            self._cell_strips[key] = lines
+        return lines
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self._cell_strips is not None:
+            self._cell_strips.clear()  # a theme or CSS change restyles every cell
 
     def on_resize(self) -> None:
         self.sync(self._all_rows)
@@ -109,6 +137,7 @@ class KeyedTable(DataTable):
         # a label follows its column's width too: the first row can narrow the FLEX column
         # ("FAILURE / NOTE" left as it was ran past the edge as "FAILURE / NO")
         new_cols = (cols, heads) != (self._shown_cols, self._shown_heads)
+        self._drawn = list(shown.values())
         with self.app.batch_update():
             if new_cols or [rk.value for rk in self.rows] != list(shown):
                 selected = self._cursor_key()
@@ -136,6 +165,11 @@ class KeyedTable(DataTable):
             return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         except Exception:  # noqa: BLE001 - cursor outside the table after rows vanished
             return None
+
+
+def _cell_key(cell: Any) -> Any:
+    """What a cell shows, hashable (`Text` is not: its text, spans and style)."""
+    return (cell.plain, tuple(cell.spans), str(cell.style)) if isinstance(cell, Text) else cell
 
 
 def _cell_len(cell: Any) -> int:

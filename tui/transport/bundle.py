@@ -1,0 +1,82 @@
+"""What the client ships to a host as the agent: the `remote` package's files, nvidia-ml-py's
+`pynvml.py` beside them, and their content hash (the agent directory's name on the host).
+Both links start the agent from it; hostpython.py's start command names `AGENT_MAIN`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+from pathlib import Path
+
+from .errors import AgentStartFailed
+
+
+def default_agent_dir() -> Path:
+    """The directory of the `remote` package (repo checkout or installed wheel)."""
+    import remote  # the host-side package ships with the client as data
+
+    return Path(remote.__file__).resolve().parent
+
+
+# nvidia-ml-py's own `pynvml` module travels with the agent under this name: a login's
+# python3 rarely has it (vLLM installs it into its own venv), and without it the agent
+# reads GPUs by starting nvidia-smi twice a snapshot. The host's own pynvml comes first.
+UPLOADED_PYNVML = "uploaded_pynvml.py"
+
+
+@functools.lru_cache(maxsize=1)
+def client_pynvml() -> bytes | None:
+    """The client's installed nvidia-ml-py `pynvml.py` (pure Python over the driver's
+    libnvidia-ml.so.1), or None where it is not installed."""
+    try:
+        path = importlib.metadata.distribution("nvidia-ml-py").locate_file("pynvml.py")
+        return Path(str(path)).read_bytes()
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+
+
+# The upload keeps the package's shape: `remote/*.py` under the agent directory, so the
+# host imports the siblings as `remote.x`, as the tests and the client do.
+AGENT_PACKAGE = "remote"
+AGENT_MAIN = f"{AGENT_PACKAGE}/agent.py"  # started as a file, relative to the agent directory
+
+
+def agent_files(agent_dir: Path) -> dict[str, bytes]:
+    """Every `*.py` of the agent package by its path in the upload (`remote/agent.py`),
+    and nvidia-ml-py's pynvml beside the package (part of the content hash: another
+    nvidia-ml-py is another agent version)."""
+    files = {f"{AGENT_PACKAGE}/{p.name}": p.read_bytes() for p in sorted(agent_dir.glob("*.py"))}
+    if AGENT_MAIN not in files:
+        raise AgentStartFailed(f"no agent.py in {agent_dir}")
+    nvml = client_pynvml()
+    if nvml is not None:
+        files[UPLOADED_PYNVML] = nvml
+    return files
+
+
+def agent_sha(files: dict[str, bytes]) -> str:
+    """sha256 over the sorted (name, content) pairs, as in docs/architecture.md."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        # Length-prefix each part so ("ab", "c") and ("a", "bc") hash differently.
+        for part in (name.encode(), files[name]):
+            h.update(len(part).to_bytes(8, "big"))
+            h.update(part)
+    return h.hexdigest()
+
+
+_bundles: dict[Path, tuple[tuple[tuple[str, int, int], ...], dict[str, bytes], str]] = {}
+
+
+def agent_bundle(agent_dir: Path) -> tuple[dict[str, bytes], str]:
+    """`agent_files` and their `agent_sha`, read and hashed again only when a file of
+    the package changed (name, size or mtime): a fleet starts hundreds of agents from
+    the same files (nvidia-ml-py's is read once per process, as `client_pynvml` is)."""
+    key = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(agent_dir.glob("*.py")) for st in [f.stat()])
+    hit = _bundles.get(agent_dir)
+    if hit is None or hit[0] != key:
+        files = agent_files(agent_dir)
+        hit = _bundles[agent_dir] = (key, files, agent_sha(files))
+    return hit[1], hit[2]
