@@ -28,6 +28,7 @@ from remote import rundir, timeline, trust
 HISTORY_RUNS = 3  # loads the median is taken over
 SCAN_MAX = 200  # run dirs looked at, newest first: a launch never waits on a huge runs dir
 HEAD_MAX = 1 << 20  # bytes of a timeline read for its load: phases come at once, early
+LINE_MAX = 64 * 1024  # bytes of a timeline line worth parsing (the client's bound too)
 AFTER_LOAD = ("loaded", "extracting", "training", "evaluating", "serving", "finished")
 
 
@@ -46,10 +47,12 @@ def load_seconds(path: str) -> Optional[float]:
         os.close(fd)
     header: Optional[Dict[str, Any]] = None
     for raw in data.split(b"\n"):
+        if len(raw) > LINE_MAX:
+            continue  # no line of the recorder's is this long
         try:
             line = json.loads(raw)
-        except ValueError:
-            continue  # a torn line, or the end of what was read
+        except (ValueError, RecursionError):
+            continue  # a torn line, the end of what was read, or a line nested 100,000 deep
         if not isinstance(line, dict):
             continue
         if header is None:
@@ -63,8 +66,8 @@ def load_seconds(path: str) -> Optional[float]:
         if kind == "phase" and line.get("phase") in AFTER_LOAD:
             t, t0 = line.get("t"), header.get("t0")
             launched = header.get("launched_at") or t0
-            if not all(isinstance(v, (int, float)) for v in (t, t0, launched)):
-                return None
+            if not all(timeline.sane(v) for v in (t, t0, launched)):
+                return None  # a 400-digit t made float() raise and cost every run's history
             # the very sum `runs show` makes (t + (t0 - launched)): both round 13.95 alike
             return round(float(t) + (float(t0) - float(launched)), 1)
     return None

@@ -36,6 +36,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from remote import atomicfile, diverge, procfs
+from remote.wire import MAX_SCAN
 
 PACE_FILE = "pace.json"
 MAX_INTERVALS = 32  # intervals kept for the client's median
@@ -47,25 +48,35 @@ IDLE_PHASES = _AFTER_LOAD  # where restart.py's on_idle may call a run idle
 
 # The target model's weight-loading bar: vLLM's "Loading safetensors checkpoint shards:
 # 59% Completed | 38/64 [...]" or tqdm's "desc:  59%|█████▉    | 38/64 [...]".
-_BAR = re.compile(
-    r"(?P<desc>[^:\r\n]{0,120}(?i:shards|safetensors|checkpoint)[^:\r\n]{0,60}):\s*\d{1,3}%"
-    r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d+)/(?P<total>\d+)\s*\["
-)
-_BATCH = re.compile(r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+)")
+# Read from its ":  59%" on (``_bar``): the description is the text before that colon, back
+# to the previous one, with a loader's word at most 60 characters before the colon, and at
+# most 120 characters before that word.
+_PCT = re.compile(r":\s*\d{1,3}%")
+_BAR_TAIL = re.compile(r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d{1,9})/(?P<total>\d{1,9})\s*\[")
+_BAR_WORD = re.compile(r"(?i)shards|safetensors|checkpoint")
+_BATCH = re.compile(r"\[extract\] batch (?P<b>\d{1,12})/(?P<bs>\d{1,12})")
 _DONE = re.compile(r"\[extract\] done: ")
 # A training loop's step (the client's tui/state/logtrain.py reads much more): a tqdm bar
 # that is not a loader's, "step=N", "Step N |", "global_step: N", "iteration N/T", or a
 # metrics line with a loss ({'loss': …}, "train/loss=…"), which counts one step per line.
-_TRAIN_BAR = re.compile(r"(?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+, *[\d.]+(?:it|s|step|batch)")
+# Linear on any line: no quantifier next to another over the same characters, a number
+# starts where a digit run starts and has at most 12 digits (a longer one is no step), and
+# "a loss or lr follows" is a second search from the step's end, not a lookahead that
+# re-reads the rest of the line at each "step N".
+_TRAIN_BAR = re.compile(r"(?<!\d)(?P<n>\d{1,12})/(?P<total>\d{1,12}) \[[\d:]{1,20}<[\d:?]{1,20}, *[\d.]{1,20}"
+                        r"(?:it|s|step|batch)")
 _TRAIN_STEP = re.compile(
-    r"(?i)(?:\b(?:global_)?step\b['\"]?\s*[=:]?\s*|\biteration\s+)(?P<n>\d+)(?:\s*/\s*(?P<total>\d+))?"
-    r"(?=.*\bloss\b|.*\blr\b|.*learning.rate)")
+    r"(?i)(?:\b(?:global_)?step\b['\"]?\s*(?:[=:]\s*)?|\biteration\s+)(?P<n>\d{1,12})(?!\d)"
+    r"(?:\s*/\s*(?P<total>\d{1,12})(?!\d))?")
+_TRAIN_AFTER = re.compile(r"(?i)\bloss\b|\blr\b|learning.rate")  # what a step's line goes on to say
 _TRAIN_LOSS = re.compile(r"(?i)['\"]?\b(?:train[_/])?loss['\"]?\s*[:=]\s*[-+\d.na]")
 # The training loss of a line that is a training step: the first of ``_LOSS_KEYS`` among
 # its ``key: value`` / ``key=value`` pairs ({'loss': 0.5}, loss=0.5, train/loss=4.3e-04,
 # Loss: 1.77); an evaluation's loss or a loss's parts (val/loss, eval_loss, loss_0) never.
-_LOSS_KV = re.compile(r"""(?i)(?<![\w/.-])['"]?([a-z_/]*loss[a-z_/]*)['"]?\s*[:=]\s*(?:tensor\()?"""
-                      r"([-+]?(?:nan|inf|(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?))(?![\w.])")
+# (the key is any word, kept when it names a loss: "[a-z_/]*loss[a-z_/]*" backtracks on
+# "losslossloss…"; a number has at most 40 digits a side, so float() never reads 1 MB)
+_LOSS_KV = re.compile(r"""(?i)(?<![\w/.-])['"]?([a-z_/]+)['"]?\s*[:=]\s*(?:tensor\()?"""
+                      r"([-+]?(?:nan|inf|(?:\d{1,40}(?:\.\d{0,40})?|\.\d{1,40})(?:e[-+]?\d{1,4})?))(?![\w.])")
 _LOSS_KEYS = ("loss", "train/loss", "train_loss", "training_loss", "train_loss_step", "train/loss_step",
               "total_loss", "train/total_loss", "reduced_train_loss", "lm_loss", "step_loss", "avg_loss")
 _NOT_TRAIN = re.compile(r"(?i)shard|checkpoint|download|loading|processed prompts|map\b|tokeniz|"
@@ -171,8 +182,8 @@ class Pace:
         waiting_only = bool(parts) and all(any(w in p for w in _WAITING) for p in parts if p.strip())
         moved = False
         line_no = self.lines - newlines
-        for raw in parts:
-            line = raw.decode("utf-8", "replace")
+        for raw in parts:  # the head of each line only: a line may be 1 GB (MAX_SCAN)
+            line = raw[: MAX_SCAN * 4].decode("utf-8", "replace")[:MAX_SCAN]
             line_no += 1
             moved = self._marker(line, now) or moved
             self._diverge(line, line_no, now)
@@ -188,14 +199,14 @@ class Pace:
             self.transitions = (self.transitions + [(now, "starting")])[-32:]
             self.step_at, self.cpu, self.idle_since, self.sampled_at = now, None, None, None
             return True
-        m = _BAR.search(line)
-        if m:
-            desc = m.group("desc").strip()
+        bar = _bar(line) if "%" in line else None
+        if bar:
+            desc = bar[0].strip()
             if self.target is None:
                 self.target = desc
             if desc != self.target or self.phase not in ("starting", "loading"):
                 return False  # another loader's bar, or a re-read after the load
-            n, total = int(m.group("n")), int(m.group("total"))
+            n, total = bar[1], bar[2]
             self._enter("loading" if n < total else "loaded", now)
             return self._step(("shard", n, total), "shard %d/%d" % (n, total), now)
         m = _BATCH.search(line)
@@ -236,7 +247,7 @@ class Pace:
         if m and not _NOT_TRAIN.search(line[: m.start()].rsplit("]", 1)[-1]):
             return (int(m.group("n")),), "step %s/%s" % (m.group("n"), m.group("total"))
         m = _TRAIN_STEP.search(line)
-        if m:
+        if m and _TRAIN_AFTER.search(line, m.end()):  # searched from the step on: \b still sees before it
             of = "/" + m.group("total") if m.group("total") else ""
             return (int(m.group("n")),), "step %s%s" % (m.group("n"), of)
         if _TRAIN_LOSS.search(line) and not re.search(r"(?i)\b(?:eval|val)[_/]loss", line):
@@ -261,6 +272,20 @@ class Pace:
         return True
 
 
+def _bar(line: str) -> Optional[Tuple[str, int, int]]:
+    """(description, n, total) of the first weight-loading bar in ``line``, or None."""
+    for m in _PCT.finditer(line):
+        tail = _BAR_TAIL.match(line, m.end())
+        if not tail:
+            continue
+        colon = m.start()
+        lo = line.rfind(":", 0, colon) + 1
+        for w in _BAR_WORD.finditer(line, max(lo, colon - 80), colon):
+            if w.end() >= colon - 60:
+                return line[max(lo, w.start() - 120):colon], int(tail.group("n")), int(tail.group("total"))
+    return None
+
+
 def loss_value(text: str) -> Any:
     """A printed loss as the record keeps it: a float to 4 significant digits (the
     timeline's bytes), a non-finite one as the string "nan", "inf" or "-inf" (JSON has none)."""
@@ -277,8 +302,10 @@ def line_loss(line: str, default: Any = None) -> Any:
     if ("oss" not in line and "OSS" not in line) or "train_runtime" in line:
         return default  # no loss, or HF Trainer's closing summary (its train_loss is the run's mean)
     found = {}
-    for m in _LOSS_KV.finditer(line):
-        found.setdefault(m.group(1).lower(), m.group(2))
+    for m in _LOSS_KV.finditer(line[:MAX_SCAN]):
+        key = m.group(1).lower()
+        if "loss" in key:
+            found.setdefault(key, m.group(2))
     for key in _LOSS_KEYS:
         if key in found:
             return loss_value(found[key])

@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterable
 
 from remote import diverge
+from remote.wire import MAX_SCAN
 
 MARK = "[eagle3-tui] attempt "  # the supervisor's own lines in the run's log
 # The line that begins attempt 2, 3, …: the client's log analysis and the host's pace
@@ -78,7 +79,7 @@ class Matcher:
 
     def split(self, line: str) -> tuple[str | None, str | None, str]:
         """(level, source, message) as the client's split_prefix gives them."""
-        text = line[:8192]
+        text = line[:MAX_SCAN]
         worker = False
         foreign_level = None
         for _ in range(8):
@@ -122,7 +123,8 @@ class Matcher:
         interrupted = False
         div = diverge.State()
         for raw in lines:
-            line = self.ansi.sub("", raw) if "\x1b" in raw else raw
+            raw = raw[: MAX_SCAN * 4]  # the head of a line only, as the client reads it: a line may be 1 GB
+            line = (self.ansi.sub("", raw) if "\x1b" in raw else raw)[:MAX_SCAN]
             if line.startswith(MARK):  # this supervisor's own lines: never a failure
                 if STARTS.match(line):
                     best, interrupted, div = None, False, diverge.State()  # a new attempt: its own failures only

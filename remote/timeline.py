@@ -51,10 +51,17 @@ last line from the dead job ended with a newline first (so it loses only itself)
 file's size counted against the bounds. The job that ended writes ``resubmitted`` and an
 empty card set (``"c": [], "h": 0``: no cards held while the next job is queued).
 
+Sane numbers only: a value that is not a finite number within ``NUMBER_MAX`` (a step of
+400 digits a job printed, a NaN reading) is left out where it would be written -- the
+progress of that sample, a card's reading, an event's field -- never written for a
+client to trip on (a loss may be as large as any float, or "nan"/"inf"/"-inf"). A step's
+label is cut to ``LABEL_MAX`` characters.
+
 Stdlib only, Python >= 3.9. ``now`` is passed in, so tests use a fake clock.
 """
 
 import json
+import math
 import os
 from typing import Any, Dict, List, Optional
 
@@ -65,18 +72,39 @@ SAMPLE_S = 10.0
 THIN_AT, THIN_S = 1_500_000, 60.0
 SAMPLE_CAP, MAX_BYTES = 1_900_000, 2_000_000
 _GIB = 1024.0 ** 3
+NUMBER_MAX = 1e15  # the client's bound (tui/protocol/hostjson.py): beyond it a number is no reading
+LABEL_MAX = 200
+
+
+def sane(value: Any) -> bool:
+    """A finite JSON number within NUMBER_MAX (an int too big for a float is not)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -NUMBER_MAX <= value <= NUMBER_MAX
+    return math.isfinite(value) and -NUMBER_MAX <= value <= NUMBER_MAX
 
 
 def _r(value: Any, digits: int = 0) -> Any:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if not sane(value):
         return None
     return round(float(value), digits) if digits else int(round(value))
+
+
+def _mark_ok(mark: Any) -> bool:
+    """A progress mark whose numbers are all sane (["train", n], ["shard", n, total], …)."""
+    return not isinstance(mark, list) or all(sane(v) for v in mark if isinstance(v, (int, float)))
+
+
+def _loss_ok(loss: Any) -> bool:
+    return loss in ("nan", "inf", "-inf") or (
+        isinstance(loss, float) and math.isfinite(loss)) or (isinstance(loss, int) and sane(loss))
 
 
 def card_values(gpu: Dict[str, Any]) -> List[Any]:
     """[memory GiB to 0.1, utilisation %, power W] of one card in gpus.py's shape."""
     mem = gpu.get("mem_used")
-    return [_r(mem / _GIB, 1) if isinstance(mem, (int, float)) else None,
+    return [_r(mem / _GIB, 1) if sane(mem) else None,
             _r(gpu.get("util")), _r(gpu.get("power"))]
 
 
@@ -175,10 +203,14 @@ class Recorder:
         if due:
             self.due = now + (THIN_S if self.size >= THIN_AT else self.sample_s)
         rec: Dict[str, Any] = {"t": self._t(now)}
-        if step != self.step:
+        if isinstance(step, str):
+            step = step[:LABEL_MAX]
+        if step != self.step and _mark_ok(mark):  # an absurd mark: this sample has no progress
             self.step = step
             rec.update(s=step, m=mark)
-        lv = [loss, loss_step] if isinstance(loss_step, int) and loss is not None else loss
+        if not _loss_ok(loss):
+            loss = None
+        lv = [loss, loss_step] if isinstance(loss_step, int) and sane(loss_step) and loss is not None else loss
         if lv is not None and lv != self.loss:
             self.loss = rec["l"] = lv
         if gpus and due:
@@ -188,7 +220,7 @@ class Recorder:
             self._write(rec)
 
     def _offset(self, offset: Optional[int]) -> Dict[str, Any]:
-        if not isinstance(offset, int) or offset == self.offset:
+        if not isinstance(offset, int) or not sane(offset) or offset == self.offset:
             return {}
         self.offset = offset
         return {"o": offset}
@@ -233,8 +265,10 @@ class Recorder:
                 marks = {k: last[k] for k in ("stopped", "idle_since") if last.get(k) is not None}
                 if isinstance(last.get("proof"), dict):  # the stop's GPU-free proof, in short
                     marks["gpus_free"] = last["proof"].get("gpus_free")
-                self.event(now, "attempts", restarts=rec.get("restarts"), note=rec.get("note"),
-                           restart_at=rec.get("restart_at"), n=last.get("n"),
+                if "idle_since" in marks:  # a host file's number: written only when sane
+                    marks["idle_since"] = _r(marks["idle_since"], 2)
+                self.event(now, "attempts", restarts=_r(rec.get("restarts")), note=rec.get("note"),
+                           restart_at=_r(rec.get("restart_at"), 2), n=_r(last.get("n")),
                            cause=(last.get("cause") or {}).get("id") if isinstance(last.get("cause"), dict) else None,
                            **marks)
 

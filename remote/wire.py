@@ -13,6 +13,11 @@ import sys
 import threading
 from typing import Any, Dict, Optional
 
+# Characters of one log line that any host-side parser looks at (remote/pace.py, the
+# restart matcher in remote/restartpolicy.py): the client's tui/state/logline.MAX_SCAN, so
+# both sides read the same part of a line, and a 1 GB line costs what a normal one does.
+MAX_SCAN = 8192
+
 _OUT_LOCK = threading.Lock()
 # Set once stdout is broken (the client or the SSH link is gone): later lines are
 # dropped and the main loop winds down as on stdin EOF, letting kills finish first.

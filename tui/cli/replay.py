@@ -37,6 +37,9 @@ def replay(obj: Ctx, run: str, speed: float, start_s: float) -> None:
         rec = replaying.load(path)
     except replaying.ReplayError as exc:
         fail(str(exc), EXIT_USAGE)
+    if rec.tl.bad_lines or rec.dropped:  # left out, never fatal: say so once
+        click.echo(f"warning: {rec.tl.bad_lines} line(s) of the timeline and {rec.dropped} number(s) of the "
+                   "run record left out (unreadable, or a number not finite or beyond 1e15)", err=True)
     need_terminal("replay")
     client = replaying.ReplayClient(rec, speed=speed, start_s=start_s)
 

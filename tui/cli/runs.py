@@ -135,6 +135,7 @@ def runs_show(obj: Ctx, target: str | None, run_id: str | None, as_json: bool) -
 async def _shown(client: AgentClient, obj: Ctx, found: list[dict[str, Any]], run_id: str | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(summary, cleaned run record) of one run for `runs show` and `runs compare`."""
+    from tui.protocol import hostjson
     from tui.protocol.hosttext import clean_tree
     from tui.services import timeline
 
@@ -142,12 +143,16 @@ async def _shown(client: AgentClient, obj: Ctx, found: list[dict[str, Any]], run
     if run is None or (run_id and run.run_id != run_id):
         raise ValueError(f"no run {run_id} on this host" if run_id else
                          f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
-    rec = clean_tree(next(r for r in found if r.get("run_id") == run.run_id))  # host text
+    # host text, and host numbers: one not finite or beyond 1e15 is left out, and said
+    rec, bad = hostjson.checked(clean_tree(next(r for r in found if r.get("run_id") == run.run_id)))
+    dropped = f"{bad} number(s) of the run record left out (not finite, or beyond 1e15)" if bad else None
     tl = None if run.external else await timeline.fetch(client, obj.cfg.host.runs_dir, run.run_id)
     if tl is None or not tl.header:
+        note = "no timeline: the run has no shim record of its own (adopted, or older)"
         return dict(timeline.summary(timeline.Timeline(), rec), timeline_points=0,
-                    note="no timeline: the run has no shim record of its own (adopted, or older)"), rec
-    return timeline.summary(tl, rec), rec
+                    note="; ".join(filter(None, [note, dropped]))), rec
+    shown = timeline.summary(tl, rec)
+    return (dict(shown, note=dropped) if dropped else shown), rec
 
 
 @runs.command("compare")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from tui import protocol as p
+from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
 from tui.services import timeline
 from tui.transport import AgentApi, AgentRequestError
@@ -40,6 +41,7 @@ TICK_S = 0.1  # wall seconds between steps of the replay
 SNAPSHOT_S = 1.0  # wall seconds between snapshots (the agent's default interval)
 LOG_FILE = "output.log"
 LOG_MAX = 64 * 1024 * 1024  # a bigger log is played from its last 64 MiB
+RECORD_MAX = 4 * 1024 * 1024  # bytes of a run record (manifest, exit, killed): its argv and env at most
 
 
 class ReplayError(Exception):
@@ -58,6 +60,7 @@ class Recording:
     end: float  # seconds since the launch of the last thing recorded
     exit: dict[str, Any] | None  # the timeline's exit event, if the run ended
     offsets: list[tuple[float, int]] = field(default_factory=list)  # (seconds, log bytes) known
+    dropped: int = 0  # absurd numbers of the run record, left out (``tl.bad_lines``: the timeline's)
 
     def log_at(self, rel: float) -> int:
         """Log bytes played at ``rel`` seconds since the launch: linear between known
@@ -71,11 +74,19 @@ class Recording:
         return self.log.rfind(b"\n", 0, n) + 1 if n < len(self.log) else n
 
 
-def _json(path: Path) -> Any:
+def _json(path: Path, dropped: list[int] | None = None) -> Any:
+    """A record file's JSON with its absurd numbers (not finite, or beyond
+    ``hostjson.NUMBER_MAX``) None, counted in ``dropped``; None for a file that is
+    missing, too big, too deep or not JSON."""
     try:
-        return json.loads(path.read_bytes())
+        with path.open("rb") as f:
+            data = f.read(RECORD_MAX + 1)
+        obj, bad = hostjson.checked(hostjson.loads(data, RECORD_MAX))
     except (OSError, ValueError):
         return None
+    if dropped is not None:
+        dropped.append(bad)
+    return obj
 
 
 def load(run_dir: Path) -> Recording:
@@ -93,22 +104,16 @@ def load(run_dir: Path) -> Recording:
     if t0 is None or not tl.lines:
         raise ReplayError(f"{where}/{timeline.TIMELINE_FILE} is not a run's timeline "
                           f"({len(tl.lines)} readable line(s), {'a' if t0 else 'no'} header)")
-    rec = _json(run_dir / "manifest.json")
-    rec = rec if isinstance(rec, dict) else _json(run_dir / "launch.json")
+    dropped: list[int] = []
+    rec = _json(run_dir / "manifest.json", dropped)
+    rec = rec if isinstance(rec, dict) else _json(run_dir / "launch.json", dropped)
     if not isinstance(rec, dict):
         raise ReplayError(f"{where} holds no run record (manifest.json or launch.json)")
     rec = clean_tree(rec)
-    at = tl.header.get("launched_at")
-    launched = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and at else t0
+    launched = hostjson.number(tl.header.get("launched_at")) or t0  # the header's sane fields only
     shift = t0 - launched
-    raw: list[tuple[float, bytes]] = []
-    for line in data.split(b"\n")[1:]:
-        try:
-            t = json.loads(line).get("t")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(t, (int, float)):
-            raw.append((t + shift, line))
+    # the lines the timeline kept (an absurd number, a torn or foreign line: none of them)
+    raw = [(ln["t"] + shift, line) for ln, line in zip(tl.lines, tl.raw)]
     exits = [ln for ln in tl.lines if ln.get("e") == "exit"]
     end = tl.lines[-1]["t"] + shift
     log_file = run_dir / LOG_FILE
@@ -124,8 +129,8 @@ def load(run_dir: Path) -> Recording:
         if isinstance(o, int) and not isinstance(o, bool) and o >= offsets[-1][1]:
             offsets.append((ln["t"] + shift, min(o, len(log))))
     offsets.append((max(end, offsets[-1][0]), len(log)))
-    killed = _json(run_dir / "killed.json")
-    ended = _json(run_dir / "exit.json")
+    killed = _json(run_dir / "killed.json", dropped)
+    ended = _json(run_dir / "exit.json", dropped)
     # the log under the host's path, as the live dashboard showed it; its bytes are the copy's
     log_path = rec["log"] if isinstance(rec.get("log"), str) and rec["log"] else str(log_file)
     record = dict(rec, run_id=str(rec.get("run_id") or tl.header.get("run") or run_dir.name),
@@ -136,7 +141,7 @@ def load(run_dir: Path) -> Recording:
                            "signal": (ended or {}).get("signal") if isinstance(ended, dict)
                            else exits[-1].get("signal") if exits else None}
     return Recording(run_dir, record, tl, raw, log, log_path, shift, end,
-                     exits[-1] if exits else None, offsets)
+                     exits[-1] if exits else None, offsets, sum(dropped))
 
 
 class ReplayClient(AgentApi):

@@ -4,17 +4,20 @@ thread, ``remote/timeline.py`` describes its lines), read on demand through the 
 
 Every byte is host text: lines that are not a JSON object are skipped and counted,
 values of the wrong type are dropped, and every string is cleaned
-(``hosttext.clean_tree``) before anything shows it.
+(``hosttext.clean_tree``) before anything shows it. Every number too
+(``tui.protocol.hostjson``): a line over ``LINE_MAX`` bytes or nested too deep, or one
+holding a number that is not finite or beyond ``NUMBER_MAX`` (a loss: ``LOSS_MAX``), is
+skipped and counted (``bad_lines``); the header keeps its sane fields and is counted.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
 from tui.transport import AgentApi
 
@@ -23,10 +26,28 @@ READ_MAX = 4 * 1024 * 1024  # the agent's read_range limit; the host keeps the f
 DEFAULT_RUNS_DIR = "~/.cache/eagle3-tui/runs"
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating", "serving", "finished")
 _OUTPUT = ("extracting", "training", "serving")
+LINE_MAX = 64 * 1024  # bytes of one line: the host writes < 1 KB (8 cards' sample: 219)
+LOSS_MAX = 1e300  # a diverging loss may be huge and still a float; beyond, it is no reading
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return hostjson.number(v)
+
+
+def _sane(obj: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """``obj`` with its absurd numbers replaced by None, and how many there were; the loss
+    (``l``: LOSS or [LOSS, STEP]) may be as large as ``LOSS_MAX``."""
+    lv = obj.pop("l", None)
+    obj, bad = hostjson.checked(obj)
+    if lv is not None:
+        loss, step = (lv[0], lv[1]) if isinstance(lv, list) and len(lv) == 2 else (lv, None)
+        if not isinstance(loss, str) and hostjson.number(loss, LOSS_MAX) is None:
+            bad += 1
+        elif isinstance(step, (int, float)) and hostjson.number(step) is None:
+            bad += 1
+        else:
+            obj["l"] = lv
+    return obj, bad
 
 
 @dataclass
@@ -36,6 +57,7 @@ class Timeline:
     header: dict[str, Any] = field(default_factory=dict)
     lines: list[dict[str, Any]] = field(default_factory=list)
     bad_lines: int = 0
+    raw: list[bytes] = field(default_factory=list)  # each of ``lines`` as the file has it (a replay's)
 
     @property
     def t0(self) -> float | None:
@@ -49,23 +71,26 @@ def parse(data: bytes) -> Timeline:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.decode("utf-8", "replace"))
+            obj = hostjson.loads(raw, LINE_MAX)
         except ValueError:
             tl.bad_lines += 1
             continue
         if not isinstance(obj, dict):
             tl.bad_lines += 1
             continue
+        obj, bad = _sane(obj)
         obj = clean_tree(obj)
         if "v" in obj and not tl.header and not tl.lines:
-            tl.header = obj
+            tl.header = obj  # its absurd fields are None now: the rest of the file still counts
+            tl.bad_lines += bool(bad)
             continue
         t = _num(obj.get("t"))
-        if t is None:
+        if t is None or bad:
             tl.bad_lines += 1
             continue
         obj["t"] = t
         tl.lines.append(obj)
+        tl.raw.append(raw)
     return tl
 
 

@@ -39,13 +39,18 @@ __all__ = [
 # (tui/services/restartpolicy.py), so a line means the same there as here.
 
 # Longest slice of a line any parser looks at: keeps the per-line cost bounded, so a
-# pathological 1 GB line costs the same as a normal one.
+# pathological 1 GB line costs the same as a normal one. The host's parsers use the same
+# (remote/wire.py MAX_SCAN). Within it every pattern is linear: no two quantifiers next to
+# each other over the same characters, a number starts where its digit run starts and has
+# a bounded number of digits (a longer one is not a count; int() refuses > 4300 digits),
+# and no ".*" between two words is searched from every occurrence of the first
+# (tests/test_linear_time.py feeds 1 MB adversarial lines to every parser).
 MAX_SCAN = 8192
 
 # "(Worker_TP0 pid=1)", "(ServeReplica:app:Deployment pid=2)", "(RayWorkerWrapper pid=3, ip=10.0.0.1)",
 # Ray's nameless "(pid=4)"; nested ones ("(EngineCore_DP0 pid=5) (Worker_TP0 pid=6)") keep the innermost.
 WORKER_PREFIX = re.compile(
-    r"\s*\((?:(?P<name>[A-Za-z][\w:.\-]*(?: [\w=\-]+)?) )?pid=(?P<pid>\d+)(?:, ip=[\w.:\-]+)?\) ?"
+    r"\s*\((?:(?P<name>[A-Za-z][\w:.\-]*(?: [\w=\-]+)?) )?pid=(?P<pid>\d{1,10})(?:, ip=[\w.:\-]+)?\) ?"
 )
 # What launchers, containers and other loggers put before (or instead of) vLLM's prefix:
 # ISO timestamps (bare or in brackets, SGLang's "[2025-03-07 23:50:27 TP0]", or its older
@@ -144,12 +149,12 @@ def parse_duration(text: str) -> float | None:
     """Seconds in "07:12", "1:02:03", "0:00:04", "2 days, 1:00:00"; None for "?" or junk."""
     text = text.strip()
     days = 0
-    m = re.fullmatch(r"(\d+) days?, (.*)", text)
+    m = re.fullmatch(r"(\d{1,6}) days?, (.*)", text)
     if m:
         days = int(m.group(1))
         text = m.group(2)
     parts = text.split(":")
-    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() and len(p) <= 12 for p in parts):
         return None
     total = 0
     for p in parts:
@@ -200,9 +205,9 @@ _PCT = re.compile(r":\s*(\d{1,3})%")
 _BAR_TAIL = re.compile(
     # after "NN%": vLLM's " Completed |", tqdm's "|███▊  |", or nothing (a bar
     # rendered without its bar, as some notebook/ray log captures do)
-    r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]{1,12}|\d+ days?, [\d:]{1,12})<(?P<remaining>[\d:]{1,12}|\?),\s*"
-    r"(?P<rate>[^\],]{1,40}?)\s*(?:,[^\]]{0,200})?\]"
+    r"(?: Completed \||\|[^|\n]{0,200}\||)\s*(?P<n>\d{1,9})/(?P<total>\d{1,9})\s*"
+    r"\[(?P<elapsed>[\d:]{1,12}|\d{1,6} days?, [\d:]{1,12})<(?P<remaining>[\d:]{1,12}|\?),\s*"
+    r"(?P<rate>[^\],]{1,40})(?:,[^\]]{0,200})?\]"  # the rate up to its "," or "]", blanks and all
 )
 
 
@@ -255,17 +260,20 @@ class ExtractProgress:
     output: str | None = None  # the index file named by the final "done" line
 
 
-_DUR = r"(?:\d+ days?, )?[\d:]+|\?"
+_DUR = r"(?:\d{1,6} days?, )?[\d:]{1,20}|\?"
+_N = r"\d{1,15}"  # a count: at most 15 digits
 _EX_BATCH = re.compile(
-    r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+) \| seqs (?P<s>\d+)/(?P<st>\d+) \| "
-    r"tokens (?P<t>\d+)/(?P<tt>\d+) \| (?P<rate>[\d.]+|\?) tok/s \| "
+    rf"\[extract\] batch (?P<b>{_N})/(?P<bs>{_N}) \| seqs (?P<s>{_N})/(?P<st>{_N}) \| "
+    rf"tokens (?P<t>{_N})/(?P<tt>{_N}) \| (?P<rate>[\d.]{{1,30}}|\?) tok/s \| "
     rf"elapsed (?P<el>{_DUR}) \| eta (?P<eta>{_DUR})\s*$"
 )
-_EX_SKIP = re.compile(r"\[extract\] batch (?P<b>\d+)/(?P<bs>\d+) skipped\b")
+_EX_SKIP = re.compile(rf"\[extract\] batch (?P<b>{_N})/(?P<bs>{_N}) skipped\b")
+# (the output name ends at its last non-blank: a lazy ".+?" before "\s*$" re-read the
+# blanks after every character)
 _EX_DONE = re.compile(
-    r"\[extract\] done: (?P<s>\d+) sequences, (?P<t>\d+) tokens in (?P<el>"
+    rf"\[extract\] done: (?P<s>{_N}) sequences, (?P<t>{_N}) tokens in (?P<el>"
     + _DUR
-    + r") \((?P<rate>[\d.]+|\?) tok/s\)(?: -> (?P<out>.+?))?\s*$"
+    + r") \((?P<rate>[\d.]{1,30}|\?) tok/s\)(?: -> (?P<out>.*\S))?\s*$"
 )
 
 

@@ -97,8 +97,9 @@ __all__ = [
 # Milestones: one regex, one named group per kind; each kind is recorded once.
 _MILESTONES = re.compile(
     r"(?P<start>Starting to load model (?P<model>\S+?)(?:\.\.\.)?$)"
-    r"|(?P<weights>Loading (?:model )?weights took (?P<wsec>[\d.]+) (?P<wunit>seconds|GB|GiB))"
-    r"|(?P<loaded>Model loading took (?P<gib>[\d.]+) Gi?B(?: memory)? and (?P<lsec>[\d.]+) seconds)"
+    r"|(?P<weights>Loading (?:model )?weights took (?P<wsec>\d{1,15}(?:\.\d{1,15})?) (?P<wunit>seconds|GB|GiB))"
+    r"|(?P<loaded>Model loading took (?P<gib>\d{1,15}(?:\.\d{1,15})?) Gi?B(?: memory)? and "
+    r"(?P<lsec>\d{1,15}(?:\.\d{1,15})?) seconds)"
     r"|(?P<arch>Resolved architecture: (?P<archname>\S+))"
     r"|(?P<async>Asynchronous scheduling is (?P<onoff>enabled|disabled))"
     r"|(?P<maxlen>Using max model len (?P<len>\d+))"
@@ -133,7 +134,7 @@ def _milestone_label(m: re.Match[str]) -> tuple[str, str]:
 # Lifecycle evidence: the server is up and requests flow, or the engine is past the load.
 _LIFECYCLE = re.compile(
     r"(?P<serving>Uvicorn running on|Application startup complete|Avg prompt throughput"
-    r"|Starting vLLM API server|Received request|Added request|\"(?:GET|POST) /\S* HTTP/1\.[01]\" \d{3}"
+    r"|Starting vLLM API server|Received request|Added request|\"(?:GET|POST) /[^\s\"]* HTTP/1\.[01]\" \d{3}"
     r"|The server is fired up and ready to roll|^Processed prompts:)"
     r"|(?P<load>^Load weight begin\b)"
     r"|(?P<capture>^Capturing (?:CUDA graphs?|cudagraphs|the model for CUDA graphs)|^Capture cuda graph begin"

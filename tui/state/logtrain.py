@@ -33,13 +33,13 @@ __all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 
 MAX_LOSSES = 512  # points of loss history kept for the plot (halved when full)
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
+_NUM = r"[-+]?(?:\d{1,40}(?:\.\d{0,40})?|\.\d{1,40})(?:[eE][-+]?\d{1,4})?|[-+]?(?i:nan|inf(?:inity)?)"
 # A tqdm bar: "{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{, postfix}]"
 # (the bar may be absent: "Epoch 0:  29% 1034/3597 [51:02<2:06:30,  2.96s/it]").
 _BAR = re.compile(
-    r"(?P<pct>\d{1,3})%(?:\|[^|\n]{0,400}\||\s)\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>(?:\d+ days?, )?[\d:]{1,12})<(?P<remaining>(?:\d+ days?, )?[\d:]{1,12}|\?),\s*"
-    r"(?P<rate>[^,\]]{0,40}?)\s*(?:,\s*(?P<postfix>[^\]]{0,2000}))?\]"
+    r"(?P<pct>\d{1,3})%(?:\|[^|\n]{0,400}\||\s)\s*(?P<n>\d{1,12})/(?P<total>\d{1,12})\s*"
+    r"\[(?P<elapsed>(?:\d{1,6} days?, )?[\d:]{1,12})<(?P<remaining>(?:\d{1,6} days?, )?[\d:]{1,12}|\?),\s*"
+    r"(?P<rate>[^,\]]{0,40})(?:,(?P<postfix>[^\]]{0,2000}))?\]"  # each up to its "," or "]", blanks and all
 )
 _RATE = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<si>[kMG]?)(?P<unit>[A-Za-z]+)/(?P<per>[A-Za-z]+)")
 # Bars that are not the training loop: loaders, downloads, dataset passes, inference.
@@ -53,11 +53,14 @@ _TRAIN_DESC = re.compile(r"(?i)epoch|train|step|iter|loss|batch|fine.?tun|fit")
 _BAR_UNITS_OK = ("it", "s", "step", "steps", "batch", "batches", "ba", "iter", "sample", "samples")
 
 # A count written with thousands separators ("iter: 2,800", "Step 1,200/10,000").
-_GROUPED = r"\d{1,3}(?:,\d{3})+(?![\d.])"
+_GROUPED = r"\d{1,3}(?:,\d{3}){1,6}(?![\d.]|,\d)"
 # key/value pairs: {'loss': 0.5}, loss=0.5, loss: 0.5, loss:0.5, "train_loss 5.7e-01"
+# (after the key one separator: ":" or "=" with blanks about it, or blanks alone; then an
+# optional quote and "[" each with the blanks after it: no two blank runs side by side)
+# (a key starts where its word starts: trying every letter of a long word cost 60 steps each)
 _KV = re.compile(
-    r"(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]\s*|\s+)['\"]?\[?\s*(?P<val>" + _GROUPED + "|" + _NUM
-    + r")(?![\w.])(?:\s*/\s*(?P<of>" + _GROUPED + r"|\d+)\b)?"
+    r"(?<![\w/.\-])(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]|\s)\s*(?:['\"]\s*)?(?:\[\s*)?(?P<val>" + _GROUPED + "|"
+    + _NUM + r")(?![\w.])(?:\s*/\s*(?P<of>" + _GROUPED + r"|\d{1,15})\b)?"
 )
 # Cheap first test: a metrics line names a loss, a step, a learning rate or a grad norm.
 _TRAIN_WORDS = re.compile(r"(?i)loss|step|iter|\blr\b|learning.rate|grad|epoch|update|\d/\d+ \[[=>.]")
@@ -65,16 +68,16 @@ _MULTIWORD = re.compile(r"(?i)\b(grad norm|learning rate|lm loss|total loss|trai
 # "Epoch [7][5850/32025]", "Epoch(train) [1][250/735]", "[Train] Epoch: [1][371/4899]",
 # "| [   2/   3][   500/  1000] |", "Train Epoch: 3 [400/2022 (20%)]"
 _BRACKETS = re.compile(
-    r"(?:(?i:epoch)(?:\(train\))?:?\s*)?\[\s*(?P<e>\d+)(?:\s*/\s*(?P<es>\d+))?\s*\]\s*"
-    r"\[\s*(?P<n>\d+)\s*/\s*(?P<t>\d+)\s*\]"
-    r"|(?i:epoch):?\s*(?P<e2>\d+)\s*\[\s*(?P<n2>\d+)\s*/\s*(?P<t2>\d+)\s*\("
+    r"(?:(?i:epoch)(?:\(train\))?:?\s*)?\[\s*(?P<e>\d{1,12})(?:\s*/\s*(?P<es>\d{1,12}))?\s*\]\s*"
+    r"\[\s*(?P<n>\d{1,12})\s*/\s*(?P<t>\d{1,12})\s*\]"
+    r"|(?i:epoch):?\s*(?P<e2>\d{1,12})\s*\[\s*(?P<n2>\d{1,12})\s*/\s*(?P<t2>\d{1,12})\s*\("
 )
 # Keras: "1875/1875 [==============================] - 5s 2ms/step - loss: 0.2954"
-_KERAS = re.compile(r"(?P<n>\d+)/(?P<t>\d+) \[[=>.]{3,}\]")
+_KERAS = re.compile(r"(?<!\d)(?P<n>\d{1,12})/(?P<t>\d{1,12}) \[[=>.]{3,}\]")
 # ESPnet / FunASR: "1epoch:train:2501-2550batch:2550num_updates:"
-_ESPNET = re.compile(r"(?P<e>\d+)epoch:train:\d+-(?P<n>\d+)batch")
-_TOTAL_STEPS = re.compile(r"(?i)Total (?:optimization|training) steps\s*=\s*(?P<t>[\d,]+)")
-_EPOCHS_OF = re.compile(r"(?i)\bepochs?:?\s*(?P<e>\d+)\s*/\s*(?P<es>\d+)")
+_ESPNET = re.compile(r"(?<!\d)(?P<e>\d{1,12})epoch:train:\d{1,12}-(?P<n>\d{1,12})batch")
+_TOTAL_STEPS = re.compile(r"(?i)Total (?:optimization|training) steps\s*=\s*(?P<t>[\d,]{1,20})(?![\d,])")
+_EPOCHS_OF = re.compile(r"(?i)\bepochs?:?\s*(?P<e>\d{1,12})\s*/\s*(?P<es>\d{1,12})(?!\d)")
 
 _NOT_TRAIN_KEYS = ("val", "eval", "test", "valid")
 _LOSS_KEYS = ("loss", "train_loss", "train/loss", "training_loss", "train/loss_step", "train_loss_step",
@@ -87,11 +90,11 @@ _EPOCH_KEYS = ("epoch", "train/epoch")
 
 # Lines trainers print when they change what they are doing.
 _PHASE_LINES = re.compile(
-    r"(?P<evaluating>\*{3,} Running Evaluation \*{3,}|\bValidation epoch \d+/\d+ started|Running validation\b"
+    r"(?P<evaluating>(?<!\*)\*{3,} Running Evaluation \*{3,}|\bValidation epoch \d+/\d+ started|Running validation\b"
     r"|^Evaluating\b|^---- Evaluating)"
     r"|(?P<saving>Saving model checkpoint to|Started saving checkpoint|[Ss]aving (?:the )?(?:model )?checkpoint"
     r"|Saving model to)"
-    r"|(?P<training>Finished saving checkpoint|\*{3,} Running training \*{3,}"
+    r"|(?P<training>Finished saving checkpoint|(?<!\*)\*{3,} Running training \*{3,}"
     r"|Training epoch \d+/\d+ started|OVERFLOW! Rank \d+ Skipping step|Overflow detected\. Skipping step"
     r"|Grad overflow on iteration|Reducing dynamic loss scale)"
     r"|(?P<finished>Training completed\. |'train_runtime'|\btrain_runtime\b|`Trainer\.fit` stopped"
@@ -112,8 +115,8 @@ _PER_STEP = re.compile(r"(?:^|[\s,])train/loss=")
 # A step counter heading a line of its own, its metrics on the lines after it (Coqui and
 # mozilla TTS: "   --> STEP: 10/13 -- GLOBAL_STEP: 25", then "| > loss: 35.6 (36.3)", …;
 # "Step 10/13", "=> iteration 5/100"): the line starts with the counter.
-_STEP_HEAD = re.compile(r"(?i)^[\s\-=>|*#]*(?:global[_ ])?(?:step|iteration|iter)s?\s*[:=]?\s*\d+\s*/\s*\d+\b")
-_EPOCH_DONE = re.compile(r"Training epoch (?P<e>\d+)/(?P<es>\d+) (?P<what>started|completed)")
+_STEP_HEAD = re.compile(r"(?i)^[\s\-=>|*#]*(?:global[_ ])?(?:step|iteration|iter)s?\s*(?:[:=]\s*)?\d+\s*/\s*\d+\b")
+_EPOCH_DONE = re.compile(r"Training epoch (?P<e>\d{1,12})/(?P<es>\d{1,12}) (?P<what>started|completed)")
 
 
 @dataclass(frozen=True)
@@ -290,18 +293,18 @@ def _bar(text: str) -> TrainLine | None:
             found = TrainLine(epoch=float(n), epochs=total, metrics=True,
                               phase="finished" if total and n >= total else None)
             continue
-        tt = re.match(r"\s*(\d+)\|(\d+)\|Loss:\s*(" + _NUM + ")", desc)  # torchtune
+        tt = re.match(r"\s*(\d{1,12})\|(\d{1,12})\|Loss:\s*(" + _NUM + ")", desc)  # torchtune
         if tt:
             epoch, n = float(tt.group(1)), int(tt.group(2))
             total = total if total is not None and n <= total else None
             loss: float | None = _num(tt.group(3))
         else:
             loss = _headline_loss(pairs)
-        em = re.search(r"(?i)\bepoch:?\s*(\d+)(?:\s*/\s*(\d+))?", desc)
+        em = re.search(r"(?i)\bepoch:?\s*(\d{1,12})(?!\d)(?:\s*/\s*(\d{1,12})(?!\d))?", desc)
         if em:
             epoch = float(em.group(1))
             epochs = int(em.group(2)) if em.group(2) else None
-        sm = re.search(r"(?i)\bstep\s+(\d+)\s*/\s*(\d+)", desc)
+        sm = re.search(r"(?i)\bstep\s+(\d{1,12})\s*/\s*(\d{1,12})(?!\d)", desc)
         if sm:
             n, total = int(sm.group(1)), int(sm.group(2))
         lr = _first(pairs, _LR_KEYS)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
+from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
 from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.protocol.ops import KillReport, LaunchReply
@@ -28,9 +29,11 @@ PREVIEW_LINES = 400  # the newest lines of a first tail analysed at once (`LogTa
 
 
 def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A host's number as it came, when it is finite and within ``hostjson.NUMBER_MAX``
+    (a 400-digit ``launched_at`` made every float() after it raise); else None."""
+    if hostjson.number(value) is None:
         return None
-    return value
+    return value  # type: ignore[return-value]
 
 
 def _int(value: object) -> int | None:

@@ -16,18 +16,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tui.state.logline import MAX_SCAN
+
 if sys.version_info >= (3, 11):
+    from re import _constants as _sre_constants  # re's own parser: what a pattern requires
+    from re import _parser as _sre_parser
+
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parser
+
     import tomli as tomllib
 
 __all__ = [
     "BUILTIN_PATH",
     "RESTART_CLASSES",
+    "Prefilter",
     "Signature",
     "SignatureError",
     "SignatureSet",
     "load_signatures",
+    "required_words",
     "user_signatures_path",
 ]
 
@@ -218,30 +228,117 @@ def load_signatures(
 
 
 @dataclass(frozen=True)
+class Prefilter:
+    """Words one of which every match of some signature contains: for each pattern the
+    longest literal any match of it must contain (``required_words``), lower-cased for a
+    pattern that ignores case. A line with none of them matches no signature, and is
+    turned away with a few substring tests instead of every pattern's search.
+
+    (One regex made of all the patterns, tried first, was the earlier cheap test: on the
+    real logs it cost as much as the patterns one by one, since ``re`` tries each
+    alternative at each position without the literal scan a single pattern gets.)"""
+
+    exact: tuple[str, ...]
+    folded: tuple[str, ...]  # ASCII, lower-cased: compared with an ASCII line lower-cased
+
+    def admits(self, message: str) -> bool:
+        for word in self.exact:
+            if word in message:
+                return True
+        if not self.folded:
+            return False
+        if not message.isascii():  # re's case folding pairs some non-ASCII letters with ASCII ones
+            return True
+        low = message.lower()
+        return any(word in low for word in self.folded)
+
+    @classmethod
+    def of(cls, patterns: Iterable[re.Pattern[str]]) -> Prefilter | None:
+        """The prefilter for ``patterns``; None when one of them requires no word (then
+        every line must be tried)."""
+        exact: set[str] = set()
+        folded: set[str] = set()
+        for pat in patterns:
+            words, icase = required_words(pat)
+            if not words:
+                return None
+            if icase:
+                if not all(w.isascii() for w in words):
+                    return None
+                folded.update(w.lower() for w in words)
+            else:
+                exact.update(words)
+        return cls(_shortest(exact), _shortest(folded))
+
+
+def _shortest(words: set[str]) -> tuple[str, ...]:
+    """``words`` without those that contain another one (that one is found anyway)."""
+    return tuple(sorted(w for w in words if not any(o != w and o in w for o in words)))
+
+
+def required_words(pattern: re.Pattern[str]) -> tuple[tuple[str, ...], bool]:
+    """(literals one of which every match of ``pattern`` contains, the longest such choice
+    found, or () when none is; whether some part of it ignores case). Read from ``re``'s
+    own parse of the pattern."""
+    try:
+        icase = [bool(pattern.flags & re.IGNORECASE)]
+        parsed = _sre_parser.parse(pattern.pattern, pattern.flags)
+        return tuple(_required(list(parsed.data), icase)), icase[0]
+    except Exception:  # an internal of re that changed shape: no prefilter, never a wrong one
+        return (), True
+
+
+def _required(items: list[Any], icase: list[bool]) -> list[str]:
+    c = _sre_constants
+    choices: list[list[str]] = []
+    run: list[str] = []
+    for op, av in items:
+        if op is c.LITERAL:
+            run.append(chr(av))
+            continue
+        if op in (c.AT, c.ASSERT, c.ASSERT_NOT):  # zero-width: the literal run goes on
+            continue
+        if run:
+            choices.append(["".join(run)])
+            run = []
+        if op is c.SUBPATTERN:
+            icase[0] = icase[0] or bool(av[1] & c.SRE_FLAG_IGNORECASE)  # a scoped (?i:...)
+            choices.append(_required(list(av[-1]), icase))
+        elif op is getattr(c, "ATOMIC_GROUP", None):
+            choices.append(_required(list(av), icase))
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)) and av[0] >= 1:
+            choices.append(_required(list(av[2]), icase))
+        elif op is c.BRANCH:
+            alts = [_required(list(a), icase) for a in av[1]]
+            if all(alts):
+                choices.append([w for a in alts for w in a])
+    if run:
+        choices.append(["".join(run)])
+    choices = [ch for ch in choices if ch and all(ch)]
+    return max(choices, key=lambda ch: min(map(len, ch)), default=[])
+
+
+@dataclass(frozen=True)
 class SignatureSet:
     """Signatures ordered for matching: specific ones, then wrappers; plus the catch-all."""
 
     specific: tuple[Signature, ...]
     wrappers: tuple[Signature, ...]
     generic: Signature | None
-    _prefilter: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    # the cheap first test of `match`, for one-line signatures and for persisting ones
+    _prefilter: Prefilter | None = field(default=None, compare=False, repr=False)
+    _prefilter_persist: Prefilter | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def build(cls, sigs: Sequence[Signature]) -> SignatureSet:
-        """Order ``sigs`` and compile one combined regex used as a cheap first test."""
+        """Order ``sigs`` and build the prefilters ``match`` tries first."""
         specific = tuple(s for s in sigs if not s.wrapper and not s.generic)
         wrappers = tuple(s for s in sigs if s.wrapper and not s.generic)
         generic = next((s for s in sigs if s.generic), None)
-        pats = [p.pattern for s in specific + wrappers for p in s.patterns]
-        prefilter = None
-        # Group references would shift inside the combined regex: then test one by one.
-        if pats and not any(re.search(r"\\\d|\(\?P=", p) for p in pats):
-            try:
-                combined = "|".join(f"(?:{_ungroup(p)})" for p in pats)
-                prefilter = re.compile(combined)
-            except re.error:
-                prefilter = None
-        return cls(specific, wrappers, generic, prefilter)
+        ordered = specific + wrappers
+        one = Prefilter.of(p for s in ordered if s.persist == 1 for p in s.patterns)
+        many = Prefilter.of(p for s in ordered if s.persist > 1 for p in s.patterns)
+        return cls(specific, wrappers, generic, one, many)
 
     def by_id(self, sid: str) -> Signature | None:
         """The signature of that id (the generic one included), or None."""
@@ -251,7 +348,9 @@ class SignatureSet:
     def match(self, message: str, persist: bool = False) -> tuple[Signature, re.Match[str]] | None:
         """The first signature matching ``message`` (specific before wrappers). Signatures
         that need several consecutive lines (``persist`` > 1) match only when ``persist``."""
-        if self._prefilter is not None and not self._prefilter.search(message):
+        message = message[:MAX_SCAN]  # as every parser of a line: its head only, linear in that
+        pre = self._prefilter_persist if persist else self._prefilter
+        if pre is not None and not pre.admits(message):
             return None
         for sig in self.specific + self.wrappers:
             if (sig.persist > 1) != persist:
@@ -260,8 +359,3 @@ class SignatureSet:
             if m:
                 return sig, m
         return None
-
-
-def _ungroup(pattern: str) -> str:
-    """Turn named groups into plain groups so several patterns can share one regex."""
-    return re.sub(r"\(\?P<\w+>", "(", pattern)

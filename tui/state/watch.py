@@ -39,6 +39,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from tui.protocol.hostjson import number
 from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.state.format import duration
 from tui.state.loganalysis import LogAnalysis
@@ -216,7 +217,9 @@ def _step_text(progress: JSONValue) -> str:
     step = progress.get("step") if isinstance(progress, dict) else None
     if not isinstance(step, str) or not step:
         return ""
-    return re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", step)
+    # the host's text: its head only, and only a count of at most 18 digits grouped (int()
+    # refuses 4300 digits, and a longer number is no count)
+    return re.sub(r"(?<!\d)\d{4,18}(?!\d)", lambda m: f"{int(m.group()):,}", step[:200])
 
 
 def attempt_cause(attempt: JSONObject) -> str:
@@ -258,20 +261,21 @@ def seed(ws: WatchState, run: Run) -> WatchState:
     if not isinstance(pace, dict) or getattr(run, "state", None) != "running":
         return ws
     if pace.get("source") == "mtime":
-        grew = pace.get("grew_at")
-        if not isinstance(grew, (int, float)):
+        grew = number(pace.get("grew_at"))  # the host's file: a number out of range is none
+        if grew is None:
             return ws
-        return replace(ws, last_step_t=float(grew), last_step="log growth", steps=(float(grew),), seeded=True)
-    at = pace.get("step_at")
-    if not isinstance(at, (int, float)):
+        return replace(ws, last_step_t=grew, last_step="log growth", steps=(grew,), seeded=True)
+    at = number(pace.get("step_at"))
+    if at is None:
         return ws
-    times = [float(at)]
-    for gap in reversed([g for g in pace.get("intervals") or [] if isinstance(g, (int, float))][-MAX_STEPS:]):
-        times.insert(0, times[0] - float(gap))
+    times = [at]
+    gaps = pace.get("intervals")
+    for gap in reversed([g for g in map(number, gaps if isinstance(gaps, list) else []) if g is not None][-MAX_STEPS:]):
+        times.insert(0, times[0] - gap)
     phase = pace.get("phase") if pace.get("phase") in _PHASES else None
-    since = pace.get("idle_since")  # the host saw the run idle since then, after the load
-    idle_since = float(since) if isinstance(since, (int, float)) and phase in _AFTER_LOAD else None
-    return replace(ws, phase=phase, steps=tuple(times), last_step_t=float(at),
+    since = number(pace.get("idle_since"))  # the host saw the run idle since then, after the load
+    idle_since = since if phase in _AFTER_LOAD else None
+    return replace(ws, phase=phase, steps=tuple(times), last_step_t=at,
                    last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
 
@@ -295,13 +299,13 @@ def assess(run: Run, config: WatchConfig | None, now: float, procs: Sequence[Pro
 def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
     """``ws`` hung when the host saw no CPU (and no GPU, where it can see them) activity
     for ``hang_s`` after the load (remote/pace.py's ``idle_since``)."""
-    since = pace.get("idle_since")
+    since = number(pace.get("idle_since"))
     hang_s = ws.config.hang_s
-    if (ws.condition in ("ending", "ended") or not isinstance(since, (int, float)) or hang_s <= 0
+    if (ws.condition in ("ending", "ended") or since is None or hang_s <= 0
             or pace.get("phase") not in _AFTER_LOAD or now - since < hang_s):
         return ws
     what = "CPU" if str(pace.get("gpu") or "none").startswith("none") else "CPU or GPU"
-    return replace(ws, condition="hung", idle_since=float(since), idle_what=what)
+    return replace(ws, condition="hung", idle_since=since, idle_what=what)
 
 
 def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObject | None:
