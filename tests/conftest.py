@@ -50,6 +50,9 @@ def _root_only(item: pytest.Item) -> pytest.Mark | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests import timeouts
+
+    timeouts.apply(items)  # a test's timeout: pyproject's 120 s, or its `slow(timeout=..., reason=...)`
     userns = os.environ.get("EAGLE3_TESTS_USERNS", "")
     if userns == "inside":  # only what a user namespace's root can do
         keep = [i for i in items if (m := _root_only(i)) is not None and m.kwargs.get("userns")]
@@ -216,9 +219,3 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     return need.header()
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test's timeout: pyproject's 120 s, or its `slow(timeout=..., reason=...)` (tests/timeouts.py)."""
-    from tests import timeouts
-
-    timeouts.apply(items)

@@ -106,3 +106,22 @@ def test_a_plain_pytest_prints_the_header(tmp_path: Path) -> None:
                          env=checkout.env(EAGLE3_TESTS_STRICT="0"))
     head = out.stdout.split("collected", 1)[0]
     assert "eagle3-tui: " in head and ("every test dependency found" in head or "missing" in head), head
+
+
+def test_no_test_module_defines_a_top_level_name_twice() -> None:
+    """ruff's F811 is off for tests/ (a fixture imported from a shared module looks like a
+    redefinition at each use), so a second `def pytest_collection_modifyitems` in
+    conftest.py silently replaced the first, and a normal user's run ran the tests that
+    need root instead of skipping them. Two top-level defs of one name in one file are an
+    error here."""
+    import ast
+
+    twice = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        seen: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in seen:
+                    twice.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+                seen.add(node.name)
+    assert not twice, twice
