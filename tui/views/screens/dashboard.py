@@ -78,6 +78,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._due: str | None = None
         self._repaint_timer: Any = None
         self._repainted_at = 0.0
+        self._tables_drawn = False  # the first snapshot's tables are drawn at once, never deferred
         self._unlisten: Any = None
 
     # The host's state lives in its feed; the screen reads it from there.
@@ -197,7 +198,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._repaint_soon("progress" if self.state.log.backlog else "all")
         elif isinstance(event, p.KillProgress):
             self._render_banner()
-        elif isinstance(event, p.Snapshot) and self._repaint_timer is not None:
+        elif isinstance(event, p.Snapshot) and self._repaint_timer is not None and self._tables_drawn:
             self._repaint_soon("all")  # lines keep coming: the tables join their repaint, one frame
         else:
             self._render_all()
@@ -227,6 +228,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         throttled = self._repaint_timer is not None  # lines keep coming: the progress waits for that repaint
         self._due = "progress" if throttled else None
         st = self.state
+        self._tables_drawn = self._tables_drawn or st.snapshot_time is not None
         self._status.show(st)
         self._gpus.show(st)
         self._procs.show(st)
