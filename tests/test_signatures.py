@@ -24,15 +24,7 @@ TABLE = load_signatures(user_file=None)  # the built-in table only, never the us
 
 # id -> why no fixture decides it yet. Strict: a fixture that makes one pass fails the
 # test until its id leaves this list, so the list only shrinks.
-NO_FIXTURE_YET: dict[str, str] = {
-    "kv-cache-specs-typeerror": "raised by the real vLLM 0.16.0 tier (test_real_vllm); no excerpt kept",
-    "scheduler-block-size": "raised by the real vLLM 0.16.0 tier (test_real_vllm); no excerpt kept",
-    "get-input-embeddings": "raised by the real vLLM 0.16.0 tier (test_real_vllm); no excerpt kept",
-    "no-space": "no real excerpt of ENOSPC in a run's log yet",
-    "preflight-failed": "own_jobs/preflight_without_vllm.log is decided by module-not-found first",
-    "worker-failed-wrapper": "a wrapper: decides only where no specific cause is in the log",
-    "workerproc-init-failed": "a wrapper: decides only where no specific cause is in the log",
-}
+NO_FIXTURE_YET: dict[str, str] = {}  # emptied by tests/fixtures/signatures/ (issue 41)
 
 
 @cache
