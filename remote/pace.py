@@ -43,6 +43,10 @@ MAX_INTERVALS = 32  # intervals kept for the client's median
 READ_MAX = 8 * 1024 * 1024  # bytes read per look; a bigger jump is skipped, not parsed
 TICK_S = 5.0  # the shim's look interval
 GPU_IDLE_UTIL = 5.0  # GPU utilisation (%) that counts as idle: [watch] idle_util's default
+# The share of one core under which a run's processes count as asleep. Not exactly 0: a
+# process holding a CUDA context still wakes now and then (the driver's own threads; on
+# an H100 a job blocked after its load gained a few ticks a tick for ~2 minutes).
+QUIET_SHARE = 0.01
 _AFTER_LOAD = ("loaded", "extracting", "training", "evaluating")  # phases where a sleeping run may be hung
 IDLE_PHASES = _AFTER_LOAD  # where restart.py's on_idle may call a run idle
 
@@ -131,6 +135,13 @@ class Pace:
                 "sampled_at": self.sampled_at, "loss": self.loss, "loss_step": self.loss_step,
                 "diverged": self.diverged}
 
+    def quiet(self, cpu: Optional[int], now: float) -> bool:
+        """Whether the run's processes were asleep since the last look: ``cpu`` (their
+        ticks now) grew by at most QUIET_SHARE of a core over the time between."""
+        if cpu is None or self.cpu is None or self.sampled_at is None:
+            return cpu is not None and cpu == self.cpu
+        return 0 <= cpu - self.cpu <= QUIET_SHARE * max(0.0, now - self.sampled_at) * procfs.CLK_TCK
+
     def sample(self, now: float, cpu: Optional[int], gpu_busy: Optional[bool], gpu: Optional[str],
                held: Optional[int] = None) -> bool:
         """One look at the run's activity: ``cpu`` its ticks (None: no process found),
@@ -140,7 +151,7 @@ class Pace:
         if self.phase not in _AFTER_LOAD:  # counted from the first look after the load
             self.cpu = self.sampled_at = self.idle_since = None
             return before is not None
-        idle = cpu is not None and cpu == self.cpu and not gpu_busy
+        idle = self.quiet(cpu, now) and not gpu_busy
         if not idle:
             self.idle_since = None
         elif self.idle_since is None:
@@ -421,7 +432,7 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
             if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
                 if not pids:
                     cpu, pids = group_cpu(pgid)
-                if cpu is not None and cpu == pace.cpu:  # asleep on the CPU: are its GPUs working?
+                if pace.quiet(cpu, now):  # asleep on the CPU: are its GPUs working?
                     busy, gpu, held = _gpu_look(source, pids, found)
                 else:  # working on the CPU (or gone): awake whatever the GPUs do; no query
                     busy, gpu, held = None, pace.gpu, pace.held
