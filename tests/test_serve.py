@@ -552,7 +552,8 @@ def test_a_cut_websocket_comes_back_to_the_same_session(tmp_path: Path, run: dic
             screen.page.keyboard.press("Escape")  # the same app: its screen stack, its keys
             screen.wait("Kill run")
             log = served.log()
-            assert "session 1 from 127.0.0.1 lost its page; kept 60 s" in log, log
+            # The server hears of the cut page before the new one, or (under load) only when
+            # the new page takes the session over: "lost its page" is then never said.
             assert "session 1 back from 127.0.0.1" in log and "session 2 opened" not in log, log
             print(f"back on the same session {back_s:.2f} s after the cut")
         finally:
