@@ -255,6 +255,21 @@ class Procs:
         return {k: 100 * (c1[k] - c0[k]) / wall for k in c0}
 
 
+def peers(args: argparse.Namespace, log: Path, sessions: list[Tmux], procs: Procs) -> Tmux:
+    """toolong (when given) and `tail -F` on the same log in the same window, measured
+    beside the dashboard; back once every viewer has read the file and settled, with the
+    `tail -F` pane (the latency peer)."""
+    if args.toolong:
+        tl = Tmux("tl", f"{shlex.quote(args.toolong)} {shlex.quote(str(log))}")
+        sessions.append(tl)
+        procs.pids["toolong"] = tl.pid
+    tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
+    sessions.append(tail)
+    procs.pids["tail -F"] = tail.pid
+    time.sleep(5)
+    return tail
+
+
 def load() -> str:
     """The 1, 5 and 15 minute load averages, for the record beside every phase."""
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
@@ -353,14 +368,7 @@ def generated_case(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         if agent:
             procs.pids["agent"] = agent
-        if args.toolong:
-            tl = Tmux("tl", f"{shlex.quote(args.toolong)} {shlex.quote(str(log))}")
-            sessions.append(tl)
-            procs.pids["toolong"] = tl.pid
-        tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
-        sessions.append(tail)
-        procs.pids["tail -F"] = tail.pid
-        time.sleep(5)  # every viewer has read the file and settled
+        tail = peers(args, log, sessions, procs)
 
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         results["idle"] = procs.phase(args.idle)
@@ -543,14 +551,7 @@ def launched_case(args: argparse.Namespace) -> None:
                     procs.pids[f"agent{label[6:]}"] = agent
                     break
                 time.sleep(0.1)
-        if args.toolong:
-            tl = Tmux("tl", f"{shlex.quote(args.toolong)} {shlex.quote(str(log))}")
-            sessions.append(tl)
-            procs.pids["toolong"] = tl.pid
-        tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
-        sessions.append(tail)
-        procs.pids["tail -F"] = tail.pid
-        time.sleep(5)  # every viewer has read the file and settled
+        tail = peers(args, log, sessions, procs)
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         for label in trees:  # which checkout each dashboard runs: its agent's path says
             agent_pid = procs.pids.get(f"agent{label[6:]}")
