@@ -8,7 +8,7 @@ claim that module's behaviour (pyproject.toml [tool.eagle3-mutation.modules]). A
 the tests let through is a survivor: a bug users could get with a green suite.
 
 cosmic-ray and not mutmut: most of these modules run in a subprocess the tests start (the
-host agent runs remote/*.py as a script, the CLI tests start `python -m tui.cli`), and
+host agent runs remote/agent/main.py as a script, the CLI tests start `python -m tui.cli`), and
 mutmut 3 switches its mutants inside the test process and counts which tests reach each
 function there, so it sees none of the agent's code run. cosmic-ray writes the mutant to
 the file, which every subprocess then imports (tests/checkout.py points them at the copy).

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import procfs, runner
+from remote.base import procfs
+from remote.run import kill as killer
+from remote.run import runner
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
 

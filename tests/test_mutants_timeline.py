@@ -1,4 +1,4 @@
-"""The run's timeline (remote/timeline.py) read back as `runs show` and the timeline
+"""The run's timeline (remote/run/timeline.py) read back as `runs show` and the timeline
 screen read it (tui/services/timeline.py), where fresh bugs went unnoticed (issue 41):
 a card set that changes (a run that takes or drops cards, cards renumbered, the run's
 set versus the host's) loses no sample; past each size cap the file stays bounded and
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote import pace as hostpace
-from remote import timeline as hosttl
+from remote.run import pace as hostpace
+from remote.run import timeline as hosttl
 from tui.services import timeline
 
 GIB = 2**30

@@ -1,4 +1,4 @@
-"""Restarts decided on the host (remote/restartpolicy.py, remote/restart.py): the policy compiled from eagle3.toml
+"""Restarts decided on the host (remote/run/restartpolicy.py, remote/run/restart.py): the policy compiled from eagle3.toml
 and the one signature table, the host's matcher against the client's, and real runs
 launched through the real shim with no client connected until they end."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import launch as launcher
-from remote import rundir
-from remote.restartpolicy import Matcher, decide, delay
+from remote.run import kill as killer
+from remote.run import launch as launcher
+from remote.run import rundir
+from remote.run.restartpolicy import Matcher, decide, delay
 from tests import need
 from tui.services.config import parse_config
 from tui.services.restartpolicy import compile_policy
@@ -219,7 +219,7 @@ def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
         a = step(a, line, i)
     assert a.root_cause is None  # the client's analysis starts afresh there too
     for name in ("restart.py", "restartpolicy.py"):
-        src = (REPO / "remote" / name).read_text()
+        src = (REPO / "remote" / "run" / name).read_text()
         assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
 
 
@@ -271,7 +271,7 @@ def _launch(tmp_path: Path, mode: str, toml: str, n: int = 10) -> tuple[str, str
 
 
 def _record(runs: str, run_id: str) -> dict:
-    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.procfs").procfs.boot_time())
+    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.base.procfs").base.procfs.boot_time())
     assert rec is not None
     return rec
 

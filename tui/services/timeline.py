@@ -1,5 +1,5 @@
 """A run's timeline (``RUN_DIR/timeline.jsonl``, written on the host by the shim's pace
-thread, ``remote/timeline.py`` describes its lines), read on demand through the agent's
+thread, ``remote/run/timeline.py`` describes its lines), read on demand through the agent's
 ``read_range`` and summed up for ``eagle3-tui runs show``.
 
 Every byte is host text: lines that are not a JSON object are skipped and counted,
@@ -262,7 +262,7 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "outcome": _outcome(run, exits[-1] if exits else None),
         "launched_at": launched,
         "load_s": since_launch(load),
-        # the host's history of this argv's loads (remote/history.py), kept in the record at launch
+        # the host's history of this argv's loads (remote/run/history.py), kept in the record at launch
         "expected_load_s": _num(run.get("expected_load_s")),
         "expected_load_runs": [str(r) for r in run.get("expected_load_runs") or [] if isinstance(r, str)]
         if isinstance(run.get("expected_load_runs"), list) else [],
@@ -298,7 +298,7 @@ def _ints(values: Any) -> list[int]:
 
 
 def stopped_by_host(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The last attempt's stop decided on the host (remote/restart.py), with its GPU-free
+    """The last attempt's stop decided on the host (remote/run/restart.py), with its GPU-free
     proof: ``{"what": "diverged" | "idle" | "hung", "why", "gpus_free", "gpus", "note"}``."""
     attempts = _list(run.get("attempts"))
     last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
