@@ -288,12 +288,12 @@ def test_private_reach_check_catches_both_forms(tmp_path: Path) -> None:
     for name in ("tui", "remote"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     view = tmp_path / "tui" / "state" / "view.py"
-    view.write_text(view.read_text() + "\nfrom tui.state.lines import _LEAD_PREFIX  # noqa: E402,F401\n"
-                    "from tui.state import logline  # noqa: E402\n_X = logline._LEVELS\n")
+    view.write_text(view.read_text() + "\nfrom tui.state.logbytes import _LEAD_PREFIX  # noqa: E402,F401\n"
+                    "from tui.state.loganalysis import lineshapes  # noqa: E402\n_X = lineshapes._LEVELS\n")
     agent = tmp_path / "remote" / "agent.py"
     agent.write_text(agent.read_text() + "\nfrom . import rundir as _rd  # noqa: E402\n_Y = _rd._ENDED\n")
     found = set(private_reaches(tmp_path, ("tui", "remote")))
-    assert {"tui/state/view.py: from tui.state.lines import _LEAD_PREFIX", "tui/state/view.py: logline._LEVELS",
+    assert {"tui/state/view.py: from tui.state.logbytes import _LEAD_PREFIX", "tui/state/view.py: lineshapes._LEVELS",
             "remote/agent.py: _rd._ENDED"} <= found, found
 
 

@@ -42,11 +42,11 @@ from dataclasses import replace
 from tui.protocol.hostjson import number
 from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.state.format import duration
-from tui.state.loganalysis import LogAnalysis
+from tui.state.loganalysis.record import LogAnalysis
 from tui.state.model import AppState, Gpu, Proc, Run
-from tui.state.watchstate import Event, Mark, WatchConfig, WatchState
+from tui.state.watchstate import Mark, WatchConfig, Event, WatchState
 
-__all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
+__all__ = ["WatchConfig", "Event", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
 MAX_STEPS = 64  # step times kept for the pace median
 MAX_EVENTS = 100

@@ -28,8 +28,9 @@ from textual.widgets import DataTable, Static
 from tui import protocol as p
 from tui import trace
 from tui.services.hostfeed import HostFeed
-from tui.state import history, logparse, view
+from tui.state import history, view
 from tui.state.events import AnalyseLog, CursorMoved, Event, LogFollowed, LogOlder, Notice, TailSize
+from tui.state.loganalysis import fold
 from tui.state.model import AppState, Run
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
@@ -130,7 +131,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         set_title(self.query_one("#procs"), "Processes")
         trace.mark("dashboard mounted")
         self._unlisten = self.feed.listen(self._on_feed_event)
-        for err in logparse.signature_errors():
+        for err in fold.signature_errors():
             self._apply(Notice("warning", f"signatures: {err}"))
         if self.attached:  # the fleet's feed is under way: its log so far
             self._log_pane.show(self.state.log)

@@ -24,7 +24,7 @@ from tui.state.events import (
     Event,
     ShowAll,
 )
-from tui.state.logindex import RootCause
+from tui.state.logpage.document import RootCause
 from tui.state.model import PushResult, Run
 from tui.transport import AgentRequestError, TransportError
 from tui.views.readonly import refused

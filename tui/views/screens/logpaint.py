@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tui.protocol.hosttext import clean
-from tui.state.logindex import MATCH_MAX, Line, LogDocument
+from tui.state.logpage.document import MATCH_MAX, Line, LogDocument
 from tui.views.widgets.logtail import ERROR_PATTERN, style_line
 
 

@@ -1,6 +1,6 @@
 """`L`: the full-screen log viewer, for logs of any size that live on the host.
 
-Nothing here holds the file: a ``LogDocument`` (tui/state/logindex.py) fetches 1 MiB
+Nothing here holds the file: a ``LogDocument`` (tui/state/logpage/document.py) fetches 1 MiB
 blocks with the agent's ``read_range`` into a bounded LRU, and a background worker
 counts lines into a sparse index so line numbers appear as it goes. The screen keeps
 only the window of lines on display.
@@ -28,7 +28,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
-from tui.state.logindex import Chunk, FileChanged, Line, LogDocument, RootCause
+from tui.state.logpage.document import Chunk, FileChanged, Line, LogDocument, RootCause
 from tui.transport import AgentApi, AgentRequestError, TransportError
 from tui.views.screens.logpaint import LogPainter
 from tui.views.widgets.logtail import ERROR_PATTERN

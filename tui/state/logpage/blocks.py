@@ -1,6 +1,6 @@
 """The bytes of a remote log: an LRU of aligned blocks and a sparse line index.
 
-Pure (no Textual); the layer under `tui.state.logindex.LogDocument`. ``BlockCache``
+Pure (no Textual); the layer under `tui.state.logpage.document.LogDocument`. ``BlockCache``
 keeps at most ``max_blocks`` blocks fetched through an async ``fetch`` (the agent's
 ``read_range``); ``LineIndex`` keeps the byte offset of every ``every``-th line up to a
 frontier; ``clean`` decodes one physical line as the dashboard's log pane shows it.
@@ -16,7 +16,7 @@ from tui.protocol.hosttext import clean as sanitize
 from tui.protocol.ops import (
     Chunk,  # what one ``read_range`` returned: ``data`` starts at ``offset``
 )
-from tui.state.lines import collapse_cr
+from tui.state.logbytes import collapse_cr
 
 BLOCK = 1 << 20  # bytes per cached block
 MAX_BLOCKS = 32  # cached blocks held at most (32 MiB)
