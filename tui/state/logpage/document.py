@@ -136,7 +136,7 @@ class LogDocument:
     async def _scan_fetch(self, offset: int, length: int) -> bytes:
         """A scan read, not cached; raises FileChanged if the file changed meanwhile."""
         gen = self.cache.generation
-        chunk = await self.cache._fetch(offset, length)
+        chunk = await self.cache.fetch_uncached(offset, length)
         self.cache.observe(chunk)
         if self.cache.generation != gen:
             self._sync()

@@ -204,7 +204,7 @@ class FleetScreen(Screen[None]):
                 Text(fail, style="bold red" if fail else ""))
 
     def selected_host(self) -> str | None:
-        return self.query_one(FleetTable)._cursor_key()
+        return self.query_one(FleetTable).cursor_key()
 
     def action_sort(self) -> None:
         self.sort_key = fleet.next_sort(self.sort_key)

@@ -140,7 +140,7 @@ class KeyedTable(DataTable):
         self._drawn = list(shown.values())
         with self.app.batch_update():
             if new_cols or [rk.value for rk in self.rows] != list(shown):
-                selected = self._cursor_key()
+                selected = self.cursor_key()
                 self.clear(columns=new_cols)
                 if new_cols:
                     for k, label in zip(cols, heads):
@@ -158,7 +158,8 @@ class KeyedTable(DataTable):
                         wider = _cell_len(new) > self.columns[ColumnKey(col)].content_width
                         self.update_cell(key, col, new, update_width=wider)
 
-    def _cursor_key(self) -> str | None:
+    def cursor_key(self) -> str | None:
+        """The row key under the cursor; None when the table is empty."""
         if not self.row_count:
             return None
         try:
@@ -249,7 +250,7 @@ class RunsTable(KeyedTable):
         )
 
     def selected_run_id(self) -> str | None:
-        return self._cursor_key()
+        return self.cursor_key()
 
     def select(self, run_id: str) -> None:
         keys = [rk.value for rk in self.rows]
