@@ -389,30 +389,20 @@ LIBRARY_PRIVATE_OVERRIDES_ALLOWED: dict[str, str] = {
 
 def library_private_overrides() -> list[str]:
     """"module.Class._name" for each private name a client class body defines that a
-    base class from outside the project defines too (imports every client module)."""
-    import importlib
+    base class from outside the project defines too."""
     import inspect
-    import pkgutil
-
-    import tui
 
     found: list[str] = []
-    for info in pkgutil.walk_packages(tui.__path__, "tui."):
-        if info.name.endswith("__main__"):
-            continue
-        module = importlib.import_module(info.name)
-        for cls in vars(module).values():
-            if not (inspect.isclass(cls) and cls.__module__ == module.__name__):
-                continue
-            libraries = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] not in PROJECT]
-            body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
-            assert isinstance(body, ast.ClassDef)
-            names = {s.name for s in body.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            names |= {t.id for s in body.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
-            names |= {s.target.id for s in body.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
-            for name in sorted(names):
-                if name.startswith("_") and not name.startswith("__") and any(name in vars(b) for b in libraries):
-                    found.append(f"{module.__name__}.{cls.__qualname__}.{name}")
+    for cls in _client_classes():
+        libraries = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] not in PROJECT]
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        names = {s.name for s in body.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        names |= {t.id for s in body.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+        names |= {s.target.id for s in body.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        for name in sorted(names):
+            if name.startswith("_") and not name.startswith("__") and any(name in vars(b) for b in libraries):
+                found.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
     return found
 
 
@@ -422,6 +412,47 @@ def test_no_client_class_overrides_a_library_private() -> None:
     assert not new, "a library's private name overridden (use its public API):\n" + "\n".join(new)
     stale = sorted(set(LIBRARY_PRIVATE_OVERRIDES_ALLOWED) - set(found))
     assert not stale, "no longer needed: drop from LIBRARY_PRIVATE_OVERRIDES_ALLOWED:\n" + "\n".join(stale)
+
+
+def _client_classes() -> list[type]:
+    """Every class defined in a client module (imports them all, Textual's too)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import tui
+
+    classes: list[type] = []
+    for info in pkgutil.walk_packages(tui.__path__, "tui."):
+        if not info.name.endswith("__main__"):
+            module = importlib.import_module(info.name)
+            classes += [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__]
+    return classes
+
+
+def split_class_reaches() -> list[str]:
+    """A class spread over modules (a screen and its mixin, a base class and its
+    subclass) whose part in one module uses `self._name` that a part in another module
+    defines: the cut between the files is not where the jobs part. As
+    "module.Class: self._name of module.Owner"."""
+    import inspect
+
+    found: set[str] = set()
+    for cls in _client_classes():
+        for part in (b for b in cls.__mro__ if b.__module__.split(".")[0] in PROJECT):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(part)))
+            used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and n.value.id == "self" and n.attr.startswith("_") and not n.attr.startswith("__")}
+            for name in used:
+                owner = next((o for o in cls.__mro__ if name in vars(o)), None)
+                if owner is not None and owner.__module__.split(".")[0] in PROJECT and owner.__module__ != part.__module__:
+                    found.add(f"{part.__module__}.{part.__qualname__}: self.{name} of {owner.__module__}.{owner.__qualname__}")
+    return sorted(found)
+
+
+def test_a_class_spread_over_modules_shares_only_public_names() -> None:
+    found = split_class_reaches()
+    assert not found, "a class's parts reach each other's privates across modules (cut by job):\n" + "\n".join(found)
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ class KeyedTable(DataTable):
     FLEX_MIN = 10
     FLEX_WANT = 10
     SHORT_LABELS: dict[str, str] = {}  # a column's label when its width is cut below it
+    ORDERED = False  # True: the same rows in a new order (a sort) are laid out again too
     _synced: dict[str, tuple[Any, ...]] | None = None
     _fitted: tuple[int, tuple[str, ...]] | None = None  # (width, visible columns)
     _all_rows: dict[str, tuple[Any, ...]] = {}
@@ -122,6 +123,8 @@ class KeyedTable(DataTable):
         """Show `rows` in their given order. Cells update in place; only a change in
         which rows or columns exist rebuilds the table (keeping the cursor on its row)."""
         width = self.scrollable_content_region.width
+        if self.ORDERED and self._synced is not None and list(rows) != list(self._synced):
+            self._synced = None  # dicts compare equal in any order
         if rows == self._synced and self._fitted is not None and self._fitted[0] == width:
             return  # nothing changed: no cell touched, nothing repainted
         self._all_rows = rows
