@@ -86,10 +86,6 @@ class Agent:
     """Owns the state; the main loop in `run()` is the only thread that touches it,
     except workers, which only call runner/GPUs and `emit()`."""
 
-    LONG_OPS = ("launch", "kill", "resolve_module", "py_compile", "prune")
-    # Long ops that change the host: the agent outlives its client until they finish.
-    FINISH_ON_EOF = ("launch", "kill")
-
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.slurm, self.slurm_killer, self.runner_error = load_runner()
         self.nodes = Follower(self)  # a followed Slurm run's node

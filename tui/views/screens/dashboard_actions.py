@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.binding import Binding
 
 from tui.protocol.ops import KillReport, LaunchReply
 from tui.services import actions as services
@@ -43,6 +44,26 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
+# The dashboard's keys, each declared once, beside its `action_*` below: the key, the
+# action, the footer's words, `id` (the CLI twin: `runs-show` is `eagle3-tui runs show`)
+# and `tooltip` (the command palette's help). The footer, `?` (tui/views/screens/help.py),
+# the command palette (tui/views/app.py) and `check_action` all read them from here.
+ACTION_KEYS = (
+    Binding("k", "kill", "Kill run", id="kill",
+            tooltip="Kill the selected run and wait until its GPUs are free"),
+    Binding("r", "relaunch", "Relaunch", id="relaunch",
+            tooltip="Launch the selected run again (same argv, cwd, env)"),
+    Binding("l", "launch", "Launch", id="launch", tooltip="Launch the \\[run] command from eagle3.toml"),
+    Binding("p", "patches", "Patches", id="patch-status",
+            tooltip="Patch versions on the host: status, diff, push, roll back"),
+    Binding("L", "open_log", "Log viewer", id="watch",
+            tooltip="The whole log: follow, search, filter, errors, root cause"),
+    Binding("t", "timeline", "Timeline", show=False, id="runs-show",  # the footer is full
+            tooltip="The selected run's whole timeline: loss, GPU memory, rate, phases"),
+    Binding("a", "all_runs", "All runs", show=False, id="runs-list",
+            tooltip="Show every run on the host, or only this config's"),
+)
+
 
 class DashboardActions(_Base):
     """The keys of one host's dashboard (see the module docstring)."""
@@ -60,7 +81,7 @@ class DashboardActions(_Base):
         def _apply(self, event: Event) -> None: ...
         def _run(self) -> Run | None: ...
 
-    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs", "timeline")
+    DASHBOARD_ACTIONS = tuple(b.action for b in ACTION_KEYS)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """True: enabled; None: shown dimmed (does not apply now); False: hidden.
