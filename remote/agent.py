@@ -35,6 +35,7 @@ import json
 import os
 import queue
 import select
+import shutil
 import socket
 import sys
 import threading
@@ -343,6 +344,16 @@ class Agent:
                 raise BadRequest("the Slurm module of this agent is unavailable")
             return self.slurm.submit(*where, scheduler, **extra)
         return runner.launch(*where, **extra)
+
+    @op("files", long=True)  # long: a hung network mount must not stall the loop
+    def op_disk_usage(self, args: Dict[str, Any], rid: int) -> Any:
+        """Space on the filesystem of `path` (default: the runs dir), or of its nearest
+        existing parent: where a run writes its checkpoints."""
+        path = os.path.abspath(user_path(arg(args, "path", str, None) or self._runs_dir()))
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        total, used, free = shutil.disk_usage(path)
+        return {"path": path, "total": total, "used": used, "free": free}
 
     @op("runs", runner=True)
     def op_runs(self, args: Dict[str, Any], rid: int) -> Any:

@@ -141,3 +141,52 @@ async def test_every_key_has_a_help_line_and_a_palette_entry() -> None:
             assert (key.key, key.description, cli_twin(key)) in keys, key
             assert palette[key.description].help == key.tooltip
             assert palette[key.description].callback == getattr(screen, f"action_{key.action}")
+
+
+# -- the key and op added through "Adding a key and an op": D, disk_usage, `runs df` ---------
+
+
+async def test_disk_usage_reads_the_nearest_existing_folder(client: Any, tmp_path: Path) -> None:
+    import shutil
+
+    disk = await client.disk_usage(str(tmp_path / "not-yet" / "made"))
+    assert disk.path == str(tmp_path)
+    assert 0 < disk.free <= disk.total
+    assert abs(disk.free - shutil.disk_usage(tmp_path).free) < 2**30
+    runs_dir = await client.disk_usage(None)  # the agent's runs dir (tmp_path/runs, not made yet)
+    assert runs_dir.path == str(tmp_path)
+
+
+def test_disk_usage_says_low_under_10_gib_or_5_percent() -> None:
+    from tui.protocol.ops import DiskUsage
+
+    gib = 2**30
+    assert not DiskUsage("/w", 100 * gib, 50 * gib).low
+    assert DiskUsage("/w", 100 * gib, 9 * gib).low  # under 10 GiB
+    assert DiskUsage("/w", 1000 * gib, 40 * gib).low  # under 5 %
+    assert DiskUsage("/w", 1000 * gib, 60 * gib).summary() == "/w: 60.0 GiB free of 1,000.0 GiB (94% used)"
+    assert DiskUsage.parse({"path": "/a\x1b[2Jb", "total": 4, "free": 1}).path == "/ab"  # host text
+
+
+def test_runs_df_is_the_keys_twin(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    config = tmp_path / "eagle3.toml"
+    config.write_text(f'[host]\nruns_dir = "{tmp_path / "runs"}"\n')
+    r = CliRunner().invoke(cli, ["--config", str(config), "runs", "df", "local", "--path", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"{tmp_path}: ") and "GiB free of" in r.output
+
+
+async def test_d_shows_the_free_space_of_the_runs_dir(client: Any, tmp_path: Path) -> None:
+    cfg = parse_config('[run]\nname = "kimi"\n')
+    app = make_app(client, cfg, "local")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        await pilot.press("D")
+        for _ in range(100):
+            shown = [str(n.message) for n in app._notifications]
+            if any("GiB free of" in m for m in shown):
+                break
+            await pilot.pause(0.05)
+        assert any(m.startswith(f"{tmp_path}: ") for m in shown), shown

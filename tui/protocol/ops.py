@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tui.protocol.hosttext import clean_tree
+from tui.protocol.hosttext import clean, clean_tree
 
 from . import ProtocolError, b64decode, b64encode
 
@@ -187,6 +187,34 @@ class Compiled(Reply, op="py_compile"):
     def parse(cls, result: Any) -> Compiled:
         obj = _obj(result, "py_compile")
         return cls(bool(obj.get("ok")), None if obj.get("error") is None else str(obj["error"]))
+
+
+@dataclass(frozen=True)
+class DiskUsage(Reply, op="disk_usage"):
+    """`disk_usage`: the space of the filesystem holding `path` (host text, sanitized)."""
+
+    path: str
+    total: int
+    free: int
+
+    LOW_FREE = 10 * 2**30  # under this many bytes free (or 5 %), a run's next checkpoint may not fit
+
+    @property
+    def low(self) -> bool:
+        return self.free < max(self.LOW_FREE, self.total // 20)
+
+    def summary(self) -> str:
+        """One line, for the `D` key and `eagle3-tui runs df`."""
+        gib = 2**30
+        used = 100 * (self.total - self.free) // self.total if self.total else 0
+        return (f"{self.path}: {self.free / gib:,.1f} GiB free of {self.total / gib:,.1f} GiB ({used}% used)"
+                + ("; low: a checkpoint may not fit" if self.low else ""))
+
+    @classmethod
+    def parse(cls, result: Any) -> DiskUsage:
+        obj = _obj(result, "disk_usage")
+        return cls(clean(str(obj.get("path") or "?"), newline=False), _int(obj, "total", "disk_usage"),
+                   _int(obj, "free", "disk_usage"))
 
 
 # -- runs ------------------------------------------------------------------------------

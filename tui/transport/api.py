@@ -18,6 +18,7 @@ from tui.protocol import KillProgress, Snapshot, b64encode, parse_message
 from tui.protocol.ops import (
     Chunk,
     Compiled,
+    DiskUsage,
     FileContent,
     FileWritten,
     KillReport,
@@ -112,6 +113,10 @@ class AgentApi:
     async def py_compile(self, source: bytes, filename: str, python: str | None) -> Compiled:
         return Compiled.parse(await self.request(
             Compiled.op, python=python, filename=filename, b64=b64encode(source)))
+
+    async def disk_usage(self, path: str | None = None) -> DiskUsage:
+        """The free space where `path` lives (None: the agent's runs dir)."""
+        return DiskUsage.parse(await self.request(DiskUsage.op, path=path))
 
     # -- runs ----------------------------------------------------------------------
 

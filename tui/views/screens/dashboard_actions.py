@@ -62,6 +62,8 @@ ACTION_KEYS = (
             tooltip="The selected run's whole timeline: loss, GPU memory, rate, phases"),
     Binding("a", "all_runs", "All runs", show=False, id="runs-list",
             tooltip="Show every run on the host, or only this config's"),
+    Binding("D", "disk", "Disk space", show=False, id="runs-df",
+            tooltip="Free space where the selected run writes (its cwd), else in the runs dir"),
 )
 
 
@@ -217,6 +219,17 @@ class DashboardActions(_Base):
         tl = await tls.fetch(self.client, self.cfg.host.runs_dir, run.run_id)
         rec = {"run_id": run.run_id, "state": run.state, "exit_code": run.exit_code, "signal": run.signal}
         self.app.push_screen(TimelineScreen(run.run_id, tl, rec))
+
+    @work(group="disk", exclusive=True)
+    async def action_disk(self) -> None:
+        """Free space where the selected run writes (its cwd), else in the runs dir."""
+        run = self._run()
+        try:
+            disk = await self.client.disk_usage(run.cwd if run is not None and run.cwd else self.cfg.host.runs_dir)
+        except (AgentRequestError, TransportError, ValueError) as exc:
+            self.notify(f"disk space: {exc}", severity="error")
+            return
+        self.notify(disk.summary(), severity="warning" if disk.low else "information")
 
     def track_push(self, goal: str) -> Any:
         """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""
