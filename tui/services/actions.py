@@ -245,7 +245,7 @@ async def outcome(
         await asyncio.sleep(poll)
 
 
-_R = TypeVar("_R", bound=ActionReply)  # an action op's reply: KillReport, LaunchReply, …
+_R = TypeVar("_R", bound=ActionReply)  # the reply of any op declared `action`
 
 
 async def settle(client: AgentClient, runs_dir: str | None, action_id: str, call: Awaitable[_R],

@@ -53,7 +53,7 @@ ACTION_KEYS = (
             tooltip="Kill the selected run and wait until its GPUs are free"),
     Binding("r", "relaunch", "Relaunch", id="relaunch",
             tooltip="Launch the selected run again (same argv, cwd, env)"),
-    Binding("l", "launch", "Launch", id="launch", tooltip="Launch the \\[run] command from eagle3.toml"),
+    Binding("l", "launch", "Launch", id="launch", tooltip="Launch the run command of eagle3.toml"),
     Binding("p", "patches", "Patches", id="patch-status",
             tooltip="Patch versions on the host: status, diff, push, roll back"),
     Binding("L", "open_log", "Log viewer", id="watch",
