@@ -18,9 +18,9 @@ from typing import TypedDict
 from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
 from tui.protocol.jsontypes import JSONObject, JSONValue
-from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.ops import ActionReply, KillReport
 from tui.state.advice import RunSummary
-from tui.state.loganalysis import LogAnalysis
+from tui.state.loganalysis.record import LogAnalysis
 from tui.state.watchstate import WatchState
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
@@ -355,7 +355,7 @@ class PushResult:
     unknown: bool = False
 
 
-ActionResult = KillReport | LaunchReply | PushResult
+ActionResult = ActionReply | PushResult  # an action op's reply (tui/protocol/ops.py), or a push's
 
 
 @dataclass(frozen=True)
