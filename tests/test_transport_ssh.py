@@ -89,7 +89,7 @@ async def test_alias_through_ssh_config_and_upload_once(
     first = link(sshd, tmp_path, sshd.alias, ssh_config=sshd.ssh_config)
     client = AgentClient(first)
     await client.start()
-    assert (await client.snapshot()).host["hostname"]
+    assert (await client.snapshot()).host.hostname
     await client.close()
     assert first.uploads == 1 and first.remote_dir
     remote = Path(first.remote_dir)
@@ -147,7 +147,7 @@ async def test_warm_start_is_one_exec_and_first_contact_uploads(
                            runs_dir=str(tmp_path / "runs"))
         client = AgentClient(lnk, reconnect=False)
         hello = await client.start()
-        assert (await client.snapshot()).host["hostname"]
+        assert (await client.snapshot()).host.hostname
         await client.close()
         assert hello.python == ".".join(map(str, sys.version_info[:3]))
         channels.append(lnk.channels)

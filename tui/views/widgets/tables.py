@@ -12,8 +12,9 @@ from textual.cache import LRUCache
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
+from tui.protocol.records import ProcReading, RunRecord
 from tui.state.format import duration, gib, num
-from tui.state.model import AppState, Proc, Run
+from tui.state.model import AppState
 from tui.state.view import run_row
 from tui.views.widgets.render import set_title
 
@@ -208,7 +209,7 @@ class ProcessTable(KeyedTable):
                   "Processes (0) · none of a run and none holding GPU memory on this host")
 
     @staticmethod
-    def _cells(p: Proc) -> tuple[Any, ...]:
+    def _cells(p: ProcReading) -> tuple[Any, ...]:
         cmd = " ".join(p.cmdline) or "N/A"
         return (
             f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
@@ -235,13 +236,13 @@ class RunsTable(KeyedTable):
     FLEX_WANT = 40  # a failure's title outranks NAME, STARTED, PATCH and DURATION
     SHORT_LABELS = {"note": "FAILURE"}
 
-    def show(self, runs: tuple[Run, ...], notes: dict[str, str] | None = None) -> None:
+    def show(self, runs: tuple[RunRecord, ...], notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
         ordered = sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
         self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in ordered})
 
     @staticmethod
-    def _cells(r: Run, note: str) -> tuple[Any, ...]:
+    def _cells(r: RunRecord, note: str) -> tuple[Any, ...]:
         row = run_row(r, note, time.time())  # the view model's row: the CLI prints the same
         return (
             row.run_id, row.name[:20], Text(row.state, style=STATE_STYLE.get(row.state, "")),
