@@ -340,13 +340,13 @@ def untyped_crossings(root: Path) -> list[str]:
         if annotation is not None and name in used and not name.startswith("_") and name not in WIRE:
             text = ast.unparse(annotation)
             if ANY.search(text):
-                found.append(f"{where} {name}: {text}")
+                found.append(f"{where}{name}: {text}")
 
     for path in sorted(p for f in ("protocol", "transport") for p in (root / "tui" / f).rglob("*.py")):
         rel = path.relative_to(root)
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                note(f"{rel}:{node.lineno}", node.name, node.returns)
+                note(f"{rel}:{node.lineno} ", node.name, node.returns)
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 for item in node.body:
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):

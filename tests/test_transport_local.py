@@ -53,7 +53,7 @@ async def test_hello_and_snapshot_finds_matching_process(client: AgentClient) ->
         deadline = time.monotonic() + 10
         while True:
             snap = await client.snapshot()
-            pids = {p["pid"] for p in snap.processes if "match" in p["why"]}
+            pids = {p.pid for p in snap.processes if "match" in p.why}
             if proc.pid in pids:
                 break
             assert time.monotonic() < deadline, f"{proc.pid} never matched: {snap.processes}"

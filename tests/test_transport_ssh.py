@@ -72,7 +72,7 @@ async def test_target_with_known_hosts_snapshot_sees_matching_process(
         deadline = time.monotonic() + 10
         while True:
             snap = await client.snapshot()
-            if any(p["pid"] == proc.pid and "match" in p["why"] for p in snap.processes):
+            if any(p.pid == proc.pid and "match" in p.why for p in snap.processes):
                 break
             assert time.monotonic() < deadline, f"{proc.pid} not in {snap.processes}"
             await asyncio.sleep(0.2)
