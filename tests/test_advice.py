@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.advice import Advice, RunSummary, advise, format_minutes, summarize
-from tui.state.logparse import LogAnalysis, finish_lines, split_lines, step
+from tui.state.loganalysis.fold import LogAnalysis, finish_lines, split_lines, step
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SET = "speculators-0.3.0-vllm-0.16"

@@ -23,7 +23,7 @@ from tests.test_app import until
 from tui.protocol.records import RunRecord
 from tui.services.config import parse_config
 from tui.state import history as seen
-from tui.state.logline import ShardProgress
+from tui.state.loganalysis.lineshapes import ShardProgress
 from tui.transport import AgentClient, LocalLink
 from tui.views.app import make_app
 from tui.views.widgets.progress import RunProgress

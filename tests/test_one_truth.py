@@ -27,8 +27,9 @@ from tui import protocol as p
 from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.services.config import load_config, parse_config
-from tui.state import logparse, view
+from tui.state import view
 from tui.state.events import ConfigRead, CursorMoved
+from tui.state.loganalysis import fold
 from tui.state.model import AppState
 from tui.state.reducer import apply
 from tui.transport import AgentClient, LocalLink
@@ -255,14 +256,14 @@ async def test_question_mark_shows_the_help_of_the_screen_it_is_pressed_on() -> 
         await until(pilot, lambda: app.dashboard.state.log.path is not None, 5, "the log")
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), 5, "the dashboard's help")
-        assert "Kill run" in dict(app.screen._keys).values()
+        assert "Kill run" in [desc for _, desc, _ in app.screen.contents[0]]  # (key, what, CLI twin)
         await pilot.press("escape")
         await pilot.press("L")
         await until(pilot, lambda: isinstance(app.screen, LogViewerScreen), 5, "the log viewer")
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), 5, "the log viewer's help")
-        keys = dict(app.screen._keys)
-        assert "Search" in keys.values() and "Root cause" in keys.values() and "Kill run" not in keys.values()
+        keys = [desc for _, desc, _ in app.screen.contents[0]]
+        assert "Search" in keys and "Root cause" in keys and "Kill run" not in keys
 
 
 async def test_agent_messages_and_action_results_are_notifications() -> None:
@@ -291,14 +292,14 @@ def broken_signatures(tmp_path: Path) -> dict[str, str]:
 async def test_signature_file_errors_at_startup_and_in_inspect(tmp_path: Path, monkeypatch: Any) -> None:
     env = broken_signatures(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])
-    logparse.default_signatures.cache_clear()
+    fold.default_signatures.cache_clear()
     try:
         app = make_app(ReplayClient([snapshot(0)]), CFG, "gpu-box")  # type: ignore[arg-type]
         async with app.run_test(size=(160, 50)) as pilot:
             await until(pilot, lambda: any("signatures.toml" in n for n in notices(app)), 5, "the warning")
     finally:
         monkeypatch.undo()
-        logparse.default_signatures.cache_clear()
+        fold.default_signatures.cache_clear()
     res = e3("inspect", str(FIXLOGS / "vllm016_tp8_sample_tokens.log"), cwd=tmp_path, env=env)
     assert res.returncode == 0
     assert "warning" in res.stderr and "signatures.toml" in res.stderr and res.stderr.count("\n") == 1

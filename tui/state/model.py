@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.ops import ActionReply, KillReport
 from tui.protocol.records import GpuFreed, GpuReading, HostReading, JobNode, ProcReading, RunRecord
 from tui.state.advice import RunSummary
-from tui.state.loganalysis import LogAnalysis
+from tui.state.loganalysis.record import LogAnalysis
 from tui.state.watchstate import WatchState
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)
@@ -94,7 +94,7 @@ class PushResult:
     unknown: bool = False
 
 
-ActionResult = KillReport | LaunchReply | PushResult
+ActionResult = ActionReply | PushResult  # an action op's reply (tui/protocol/ops.py), or a push's
 
 
 @dataclass(frozen=True)

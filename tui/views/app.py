@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -22,8 +23,10 @@ from tui.services.config import Config
 from tui.services.hostfeed import HostFeed
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
+from tui.views.screens.dashboard_actions import ACTION_KEYS
 from tui.views.screens.help import HelpScreen
 from tui.views.served import SessionsScreen, follow_sessions, served
+from tui.views.widgets.render import remembering
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 
@@ -42,11 +45,16 @@ class EagleApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-phone"), (81, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
+    terminal: Driver | None = None  # the driver Textual built for this terminal (terminal_write)
+
     def __init__(self, first: Screen[Any], read_only: bool = False) -> None:
         super().__init__()
         self._first = first
         self.read_only = read_only  # no kill, relaunch, launch, patch push (tui/views/readonly.py)
         self.fatal_error: str | None = None  # a failed connect of `connect HOST`: its one line
+
+    def get_driver_class(self) -> type[Driver]:
+        return remembering(super().get_driver_class())
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -124,12 +132,8 @@ class EagleApp(App[None]):
             yield SystemCommand("Browser sessions", "Who is connected to this eagle3-tui serve", self.action_sessions)
         if not isinstance(screen, DashboardScreen):
             return
-        yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", screen.action_kill)
-        yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", screen.action_relaunch)
-        yield SystemCommand("Launch run", "Launch the \\[run] command from eagle3.toml", screen.action_launch)
-        yield SystemCommand("All runs", "Show every run on the host, or only this config's", screen.action_all_runs)
-        yield SystemCommand("Log viewer", "The whole log: follow, search, filter, errors, root cause", screen.action_open_log)
-        yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", screen.action_patches)
+        for key in ACTION_KEYS:  # the dashboard's keys, as declared (dashboard_actions.py)
+            yield SystemCommand(key.description, key.tooltip, getattr(screen, f"action_{key.action}"))
 
 
 def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False,
