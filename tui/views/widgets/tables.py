@@ -154,7 +154,7 @@ class KeyedTable(DataTable):
         new_cols = (cols, heads) != (self._shown_cols, self._shown_heads)
         self._drawn = list(shown.values())
         with self.app.batch_update():
-            had = [rk.value for rk in self.rows]
+            had = [rk.value for rk in self.rows if rk.value is not None]
             if not new_cols and had != list(shown) and [k for k in had if k in shown] + [
                     k for k in shown if k not in self.rows] == list(shown):
                 # Rows came or went, the others keep their order (a new process sorts
