@@ -132,3 +132,31 @@ async def test_a_process_that_comes_or_goes_leaves_the_other_rows_as_they_are() 
         shown = on_screen(procs)
         assert any(ln.strip("│ ").startswith("1003 ") for ln in shown) and not any(
             ln.strip("│ ").startswith("1001 ") for ln in shown), shown
+
+
+async def test_when_processes_outgrow_the_table_its_scrollbar_comes_and_reaches_the_last_row() -> None:
+    """The process table's height is set by the layout, not by its rows: rows that come
+    and go move its scrollbar (shown once they outgrow it, gone when they fit again)
+    and its scroll range, without laying the screen out."""
+    first = snapshot(2, runs=[RUN])
+    client = ReplayClient([first])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(0.3)
+        procs = app.query_one(ProcessTable)
+        assert not procs.show_vertical_scrollbar
+        many = [dict(first.processes[0], pid=2000 + i) for i in range(40)]
+        client.push(snapshot(2, seq=1, runs=[RUN], processes=many))
+        await until(pilot, lambda: app.dashboard.state.seq == 1)
+        await pilot.pause(0.5)
+        assert procs.row_count == 40 and procs.show_vertical_scrollbar
+        procs.scroll_end(animate=False, immediate=True)
+        await pilot.pause(0.3)
+        assert any(ln.strip("│ ").startswith("2039 ") for ln in on_screen(procs))  # the last row can be reached
+        client.push(snapshot(2, seq=2, runs=[RUN], processes=first.processes))
+        await until(pilot, lambda: app.dashboard.state.seq == 2)
+        await pilot.pause(0.5)
+        assert procs.row_count == 2 and not procs.show_vertical_scrollbar
+        shown = on_screen(procs)
+        assert sum(ln.strip("│ ").startswith(("1000 ", "1001 ")) for ln in shown) == 2, shown

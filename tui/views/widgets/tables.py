@@ -10,6 +10,8 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -42,6 +44,20 @@ class KeyedTable(DataTable[Any]):
     _drawn: list[tuple[Any, ...]] = []  # the cells on screen, row by row in their order
     _cell_strips: LRUCache[tuple[Any, ...], Any] | None = None
     _clips: dict[tuple[str, str], tuple[tuple[Any, int | None], Any]] = {}  # (row, column) -> (cell, width), clipped
+
+    # Rows that come or go change the table's virtual size, and Widget's virtual_size
+    # lays the whole screen out (every scroll view's scrollbars repainted, the regions
+    # that moved rendered again). A table whose height is set (the process table: 1fr)
+    # needs only its scrollbars to follow; one whose height follows its rows (auto, the
+    # runs table) still lays the screen out.
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        height = self.styles.height
+        if height is None or height.is_auto:
+            self.refresh(layout=True)
+        elif self.is_mounted:
+            self._scroll_update(size)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
