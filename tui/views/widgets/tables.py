@@ -36,6 +36,7 @@ class KeyedTable(DataTable[Any]):
     FLEX_MIN = 10
     FLEX_WANT = 10
     SHORT_LABELS: dict[str, str] = {}  # a column's label when its width is cut below it
+    ORDERED = False  # True: the same rows in a new order (a sort) are laid out again too
     _synced: dict[str, tuple[Any, ...]] | None = None
     _fitted: tuple[int, tuple[str, ...]] | None = None  # (width, visible columns)
     _all_rows: dict[str, tuple[Any, ...]] = {}
@@ -140,6 +141,8 @@ class KeyedTable(DataTable[Any]):
         """Show `rows` in their given order. Cells update in place; only a change in
         which rows or columns exist rebuilds the table (keeping the cursor on its row)."""
         width = self.scrollable_content_region.width
+        if self.ORDERED and self._synced is not None and list(rows) != list(self._synced):
+            self._synced = None  # dicts compare equal in any order
         if rows == self._synced and self._fitted is not None and self._fitted[0] == width:
             return  # nothing changed: no cell touched, nothing repainted
         self._all_rows = rows
@@ -175,17 +178,17 @@ class KeyedTable(DataTable[Any]):
                     k for k in shown if k not in self.rows] == list(shown):
                 # Rows came or went, the others keep their order (a new process sorts
                 # last, by pid): those removed and added alone, not every row again.
-                selected = self._cursor_key()
+                selected = self.cursor_key()
                 for key in had:
                     if key not in shown:
                         self.remove_row(key)
                 for key, cells in shown.items():
                     if key not in self.rows:
                         self.add_row(*cells, key=key)
-                if selected in shown and self._cursor_key() != selected:
+                if selected in shown and self.cursor_key() != selected:
                     self.move_cursor(row=list(shown).index(selected), animate=False)
             if new_cols or [rk.value for rk in self.rows] != list(shown):
-                selected = self._cursor_key()
+                selected = self.cursor_key()
                 self.clear(columns=new_cols)
                 if new_cols:
                     for k, label in zip(cols, heads):
@@ -217,7 +220,8 @@ class KeyedTable(DataTable[Any]):
         self._update_count += 1
         self.refresh_coordinate(at)
 
-    def _cursor_key(self) -> str | None:
+    def cursor_key(self) -> str | None:
+        """The row key under the cursor; None when the table is empty."""
         if not self.row_count:
             return None
         try:
@@ -313,7 +317,7 @@ class RunsTable(KeyedTable):
         )
 
     def selected_run_id(self) -> str | None:
-        return self._cursor_key()
+        return self.cursor_key()
 
     def select(self, run_id: str) -> None:
         keys = [rk.value for rk in self.rows]
