@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_restart import OOM, POLICY, WATCHDOG, _both
 from remote.restartpolicy import Matcher, decide
+from tests.test_restart import OOM, POLICY, WATCHDOG, _both
 
 # One quiet-level line in each prefix shape a launcher or logger puts before the text.
 QUIET_SHAPES = [
