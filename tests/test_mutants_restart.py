@@ -38,3 +38,39 @@ def test_what_dies_after_the_users_interrupt_is_not_restarted() -> None:
     cause = Matcher(POLICY).root_cause(after)
     assert decide(POLICY, [], {"exit_code": 130, "cause": cause, "ended_at": 0.0}, 0.0)[0] is False
     assert _both([WATCHDOG, "KeyboardInterrupt", OOM]) == ("nccl-timeout", "nccl-timeout")
+
+
+def test_the_decision_and_its_words_never_disagree() -> None:
+    """What the user reads ("gave up", "not restarted", "restarting") is what the
+    host does: a run that used its max_restarts, hit the thrash guard or was stopped
+    is not started again, whatever the words; only "restarting" restarts."""
+    now = 1000.0
+    nccl = {"id": "nccl-timeout", "title": "NCCL collective timed out", "class": "transient"}
+    other = {"id": "python-traceback", "title": "Python exception", "class": "unclassified"}
+
+    def end(cause: dict | None, **kw: object) -> dict:
+        return {"exit_code": 1, "cause": cause, "progress": {"batch": kw.pop("batch", None)},
+                "ended_at": now - 5000, **kw}
+
+    cases = [
+        (POLICY, [], end(nccl)),
+        (POLICY, [end(nccl, restarted=True) for _ in range(3)], end(nccl)),  # max_restarts = 3
+        (dict(POLICY, max_restarts=1), [end(nccl, restarted=True)], end(nccl)),
+        (dict(POLICY, max_restarts=0), [], end(nccl)),
+        (dict(POLICY, thrash_failures=2), [end(nccl, ended_at=now - 1)], end(nccl)),  # thrash guard
+        (POLICY, [], end(other, batch=3)),
+        (POLICY, [end(other, batch=3, restarted=True)], end(other, batch=3)),  # no progress
+        (POLICY, [], end(nccl, killed=True)),
+        (POLICY, [], end(nccl, diverged=True)),
+        (POLICY, [], end(nccl, stopped="idle")),
+        (POLICY, [], {"exit_code": 0, "cause": None}),
+        (dict(POLICY, on_hang="kill"), [], end(None, hung=True)),
+        (dict(POLICY, on_hang="restart"), [], end(None, hung=True)),
+    ]
+    seen = set()
+    for policy, attempts, ended in cases:
+        restarted, why = decide(policy, attempts, ended, now)
+        assert restarted == why.startswith("restarting: "), (why, ended)
+        seen.add(why.split(":")[0].split(" (")[0])
+    assert {"restarting", "gave up", "not restarted", "killed", "diverged", "idle", "finished",
+            "hung"} <= seen, seen
