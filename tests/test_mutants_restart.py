@@ -16,6 +16,10 @@ QUIET_SHAPES = [
     "[warning] {}",  # a bracketed level
     "[W106 12:41:43.88 ProcessGroupNCCL.cpp:1553] {}",  # glog
     "WARNING 12 [trainer.py:88] {}",  # a level before [file:line]
+    # the same behind a vLLM worker's prefix
+    "(Worker_TP0 pid=12) - trainer - WARNING - {}",
+    "(Worker_TP0 pid=12) [warning] {}",
+    "(Worker_TP0 pid=12) WARNING 12 [trainer.py:88] {}",
 ]
 
 
