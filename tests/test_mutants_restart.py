@@ -4,6 +4,9 @@ warning are no failure to restart for, on either side, in every prefix shape."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from remote.restartpolicy import Matcher, decide
@@ -101,3 +104,46 @@ def test_a_divergence_after_a_specific_failure_leaves_that_failure_the_cause() -
 def test_a_catch_all_then_a_divergence_is_named_alike_on_both_sides(first: str) -> None:
     client, host = _both([first, *[NAN] * 4])
     assert client == host
+
+
+def test_on_idle_waits_for_the_log_to_be_quiet_too(tmp_path: Path) -> None:
+    """on_idle stops an attempt only when its GPUs hold memory at ~0 % *and* its log and
+    CPU have been quiet for idle_s: a run still printing (a data loader's "waiting for
+    shards…") is not waste yet. The host's judgement over the shim's real pace record."""
+    import time
+
+    from remote import pace
+    from remote.restart import Supervisor
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    policy = dict(POLICY, on_idle="kill", idle_s=30.0)
+    sup = Supervisor(str(run_dir), {"restart": policy, "cwd": str(tmp_path), "argv": ["true"]})
+    now = time.time()
+    base = {"idle_since": now - 300, "phase": "loaded", "held": 30 * 2**30, "gpu": "1 card, 0 %"}
+
+    def judged(**kw: object) -> str | None:
+        pace.save(str(run_dir), dict(base, **kw))
+        verdict = sup._judge(started=now - 600)
+        return verdict and verdict[0]
+
+    assert judged(grew_at=now - 2) is None  # the log printed 2 s ago
+    assert judged(grew_at=now - 300) == "idle"
+    assert judged(grew_at=None) == "idle"  # a run that never printed a line
+    assert judged(grew_at=now - 300, held=0) is None  # no GPU memory held: not GPU waste
+
+
+def test_a_run_that_finishes_has_no_cause_in_its_record(tmp_path: Path) -> None:
+    """An attempt that exits 0 finished, whatever its log quoted on the way (a handled
+    OOM its trainer retried at a smaller batch): the record the dashboard and `runs show`
+    read names no cause for it. Real run, real shim and supervisor."""
+    from remote import launch as launcher
+    from tests.test_restart import FAST, _ended, _policy
+
+    runs = str(tmp_path / "runs")
+    job = "print(%r, flush=True)\nprint('retrying at batch size 4', flush=True)\n" % OOM
+    rec = launcher.launch(runs, "ok", [sys.executable, "-c", job], str(tmp_path), {}, restart=_policy(FAST))
+    ended = _ended(runs, rec["run_id"])
+    assert (ended["state"], ended["exit_code"], ended["restarts"]) == ("exited", 0, 0), ended
+    (only,) = ended["attempts"]
+    assert only["why"] == "finished" and only["cause"] is None, only
