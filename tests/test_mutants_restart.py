@@ -147,3 +147,17 @@ def test_a_run_that_finishes_has_no_cause_in_its_record(tmp_path: Path) -> None:
     assert (ended["state"], ended["exit_code"], ended["restarts"]) == ("exited", 0, 0), ended
     (only,) = ended["attempts"]
     assert only["why"] == "finished" and only["cause"] is None, only
+
+
+def test_an_attempts_record_that_cannot_be_written_never_ends_the_run(tmp_path: Path) -> None:
+    """attempts.json is the supervisor's note for the dashboard; when it cannot be
+    written (a full disk, a name taken by a directory) the run goes on and its exit is
+    still recorded by the shim: saving says nothing and raises nothing."""
+    from remote.restart import ATTEMPTS_FILE, Supervisor
+
+    run_dir = tmp_path / "run"
+    (run_dir / ATTEMPTS_FILE / "taken").mkdir(parents=True)  # rename onto it fails (EISDIR)
+    sup = Supervisor(str(run_dir), {"restart": POLICY, "cwd": str(tmp_path), "argv": ["true"]})
+    sup.attempts.append({"n": 1, "started_at": 0.0})
+    sup.save(restart_at=5.0, note="restarting")
+    assert (run_dir / ATTEMPTS_FILE).is_dir()
