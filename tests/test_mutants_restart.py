@@ -136,7 +136,8 @@ def test_on_idle_waits_for_the_log_to_be_quiet_too(tmp_path: Path) -> None:
 def test_a_run_that_finishes_has_no_cause_in_its_record(tmp_path: Path) -> None:
     """An attempt that exits 0 finished, whatever its log quoted on the way (a handled
     OOM its trainer retried at a smaller batch): the record the dashboard and `runs show`
-    read names no cause for it. Real run, real shim and supervisor."""
+    read names no cause for it, and its log is the job's own output. Real run, real shim
+    and supervisor."""
     from remote import launch as launcher
     from tests.test_restart import FAST, _ended, _policy
 
@@ -147,6 +148,8 @@ def test_a_run_that_finishes_has_no_cause_in_its_record(tmp_path: Path) -> None:
     assert (ended["state"], ended["exit_code"], ended["restarts"]) == ("exited", 0, 0), ended
     (only,) = ended["attempts"]
     assert only["why"] == "finished" and only["cause"] is None, only
+    # a run that finished at its first attempt keeps its own output alone: no supervisor line
+    assert Path(ended["log"]).read_text() == "%s\nretrying at batch size 4\n" % OOM
 
 
 def test_an_attempts_record_that_cannot_be_written_never_ends_the_run(tmp_path: Path) -> None:
