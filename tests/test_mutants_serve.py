@@ -1,0 +1,36 @@
+"""`eagle3-tui serve` survivors of issue 41's mutation sample: what the server does when
+a part around it fails (the browser `--open` asks for is not there)."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.test_serve import serve
+
+
+def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path: Path) -> None:
+    """A headless host (no $DISPLAY, no console browser on PATH, no $BROWSER): `--open`
+    cannot find a browser at all. One line says so and to open the printed URL; the
+    server goes on serving it."""
+    empty = tmp_path / "no-browsers"
+    empty.mkdir()
+    env = {"BROWSER": "", "DISPLAY": "", "WAYLAND_DISPLAY": "", "TERM": "xterm"}
+    with serve(tmp_path, "--open", path=str(empty), env=env) as served:
+        deadline = time.monotonic() + 20
+        while "--open:" not in served.log():
+            assert served.proc.poll() is None, served.log()
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.1)
+        said = [ln for ln in served.log().splitlines() if "--open:" in ln]
+        assert len(said) == 1 and said[0].endswith("open the URL above"), said
+        time.sleep(0.5)
+        assert served.proc.poll() is None, served.log()
+        try:
+            with urllib.request.urlopen(served.base, timeout=10) as page:
+                status = page.status
+        except urllib.error.HTTPError as e:  # no token: refused, but answered
+            status = e.code
+        assert 200 <= status < 500, status
