@@ -79,3 +79,37 @@ def test_a_writable_file_is_ours_alone_only_where_no_one_else_can_reach_it(
             assert trust.read_bytes(str(rec), "run record") == b"{}"
     finally:
         os.chmod(d, 0o700)
+
+
+@pytest.mark.parametrize("target", ["./real", "../top/real", "./././real/."])
+def test_a_trusted_relative_link_with_dot_parts_leads_where_it_points(tmp_path: Path, target: str) -> None:
+    """A runs dir given through a symlink of ours whose target has "." or ".." parts
+    (`ln -s ./real runs`): every file is read from where the link points, never from
+    the directory that holds the link (where a same-named file may lie)."""
+    from remote import trust
+
+    top = tmp_path / "top"
+    (top / "real" / "run1").mkdir(parents=True, mode=0o700)
+    os.chmod(tmp_path, 0o700)
+    os.chmod(top, 0o700)
+    (top / "real" / "record.json").write_text("the run's")
+    (top / "record.json").write_text("a decoy beside the link")
+    (top / "runs").symlink_to(target)
+    assert trust.read_bytes(str(top / "runs" / "record.json"), "run record") == b"the run's"
+    assert trust.check_dir(str(top / "runs" / "run1"), "run dir").st_ino == (top / "real" / "run1").stat().st_ino
+
+
+def test_a_file_we_create_may_be_shared_to_read_or_run_never_to_write(tmp_path: Path) -> None:
+    """open_file's mode: read and execute bits for others are a choice (a script shared
+    on purpose); a write bit for the group or others is refused before anything is made."""
+    from remote import trust
+
+    for mode in (0o600, 0o644, 0o711, 0o755):
+        path = tmp_path / f"f-{mode:04o}"
+        os.close(trust.open_file(str(path), os.O_WRONLY | os.O_CREAT, "file", mode))
+        assert path.is_file()
+    for mode in (0o620, 0o602, 0o666, 0o777):
+        path = tmp_path / f"w-{mode:04o}"
+        with pytest.raises(ValueError, match="writable by others"):
+            trust.open_file(str(path), os.O_WRONLY | os.O_CREAT, "file", mode)
+        assert not path.exists()
