@@ -164,3 +164,4 @@ def test_an_attempts_record_that_cannot_be_written_never_ends_the_run(tmp_path: 
     sup.attempts.append({"n": 1, "started_at": 0.0})
     sup.save(restart_at=5.0, note="restarting")
     assert (run_dir / ATTEMPTS_FILE).is_dir()
+

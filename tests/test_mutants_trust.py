@@ -113,3 +113,16 @@ def test_a_file_we_create_may_be_shared_to_read_or_run_never_to_write(tmp_path: 
         with pytest.raises(ValueError, match="writable by others"):
             trust.open_file(str(path), os.O_WRONLY | os.O_CREAT, "file", mode)
         assert not path.exists()
+
+
+def test_a_link_with_more_dot_dots_than_its_depth_stops_at_the_root(tmp_path: Path) -> None:
+    """`..` at / is / (POSIX): a trusted relative link that climbs past the root, then
+    names an absolute place, leads there, as the kernel resolves it."""
+    from remote import trust
+
+    top = tmp_path / "top"
+    (top / "real").mkdir(parents=True, mode=0o700)
+    (top / "real" / "record.json").write_text("the run's")
+    (top / "runs").symlink_to("../" * (len(top.parts) + 5) + str(top / "real").lstrip("/"))
+    assert (top / "runs" / "record.json").read_text() == "the run's"  # the kernel's reading
+    assert trust.read_bytes(str(top / "runs" / "record.json"), "run record") == b"the run's"
