@@ -262,3 +262,25 @@ def test_a_full_disk_costs_the_timeline_never_the_run(tmp_path: Path) -> None:
     os.close(fd)  # and a descriptor gone under it: close() too says nothing
     rec.close()
     assert rec.fd is None
+
+
+def test_the_restart_supervisors_record_is_one_event_per_change(tmp_path: Path) -> None:
+    """attempts.json is stat'ed each tick; the timeline gets an `attempts` event when it
+    changed, not one per tick while it stays the same (a run waiting 10 minutes to
+    restart would fill the timeline's size cap with copies)."""
+    rec = hosttl.Recorder(str(tmp_path), 1000.0, "r")
+    path = tmp_path / "attempts.json"
+    for t in range(1001, 1006):  # no record yet: nothing
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    path.write_text(json.dumps({"restarts": 1, "attempts": [{"n": 1, "cause": {"id": "nccl-timeout"}}],
+                                "restart_at": 1100.0, "note": "restarting"}))
+    for t in range(1006, 1016):
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    path.write_text(json.dumps({"restarts": 1, "attempts": [{"n": 1}, {"n": 2}], "note": "finished"}))
+    os.utime(path, (2000.0, 2000.0))  # a change the stat sees whatever the clock's grain
+    for t in range(1016, 1020):
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    events = [ln for ln in tl.lines if ln.get("e") == "attempts"]
+    assert [(e["n"], e["note"]) for e in events] == [(1, "restarting"), (2, "finished")], events
