@@ -284,3 +284,36 @@ def test_the_restart_supervisors_record_is_one_event_per_change(tmp_path: Path) 
     tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
     events = [ln for ln in tl.lines if ln.get("e") == "attempts"]
     assert [(e["n"], e["note"]) for e in events] == [(1, "restarting"), (2, "finished")], events
+
+
+def _timeline_of_size(run_dir: Path, size: int) -> None:
+    """A run's timeline (header, then samples) of exactly `size` bytes, as the job before
+    this one left it (a Slurm run's next job carries it on)."""
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    head = (json.dumps({"v": 1, "t0": 1000.0, "run": "r", "launched_at": None}) + "\n").encode()
+    line = b'{"t":1.0,"s":"step 1"}\n'
+    body = head + line * ((size - len(head)) // len(line) - 1)
+    pad = size - len(body) - len(b'{"t":2.0,"s":""}\n')
+    body += b'{"t":2.0,"s":"' + b"x" * pad + b'"}\n'
+    assert len(body) == size
+    path = run_dir / hosttl.TIMELINE_FILE
+    path.write_bytes(body)
+    os.chmod(path, 0o600)
+
+
+@pytest.mark.parametrize("size", [hosttl.SAMPLE_CAP - 1, hosttl.SAMPLE_CAP, hosttl.MAX_BYTES - 1, hosttl.MAX_BYTES])
+def test_each_cap_holds_from_its_very_byte(tmp_path: Path, size: int) -> None:
+    """A timeline carried on at a cap's exact size: from SAMPLE_CAP bytes no more samples
+    (not even the run's last look), from MAX_BYTES no more lines at all, but the exit
+    event always; one byte below a cap, what it bounds still comes."""
+    run_dir = tmp_path / "run"
+    _timeline_of_size(run_dir, size)
+    rec = hosttl.Recorder(str(run_dir), 2000.0, "r")
+    rec.look(2001.0, None, None, None, None, None, [], offset=4096, last=True)  # the run's last sample
+    rec.event(2002.0, "phase", phase="diverged")
+    rec.event(2003.0, "exit", code=0)
+    rec.close()
+    added = (run_dir / hosttl.TIMELINE_FILE).read_bytes()[size:].decode().splitlines()
+    kinds = [json.loads(ln).get("e", "sample") for ln in added]
+    want = (["sample"] if size < hosttl.SAMPLE_CAP else []) + (["phase"] if size < hosttl.MAX_BYTES else [])
+    assert kinds == want + ["exit"], added
