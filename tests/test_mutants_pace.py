@@ -18,3 +18,18 @@ def test_the_pace_thread_never_raises_when_its_run_dir_is_gone(tmp_path: Path) -
     stop = threading.Event()
     stop.set()
     assert pace.follow(str(tmp_path / "removed-run-dir"), str(log), stop, tick=0.01) is None
+
+
+def test_a_divergence_in_the_logs_last_line_is_told_at_once(tmp_path: Path) -> None:
+    """A trainer that prints its third NaN loss and then prints nothing more (stopped by
+    its own check, or hung): the host's pace calls the run diverged from that line, not
+    from a next line that never comes, so on_diverge = "kill" acts on it."""
+    from remote import pace
+    from tests.test_diverge import HF
+
+    log = tmp_path / "out.log"
+    log.write_text("".join(HF.format(x) + "\n" for x in ("2.1", "2.0", "nan", "nan", "nan")))
+    p = pace.Pace(str(log))
+    p.update(100.0)
+    assert p.phase == "diverged", p.phase
+    assert p.diverged is not None and p.diverged["id"] == "training-diverged" and p.diverged["at"] == 100.0

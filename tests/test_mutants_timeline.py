@@ -317,3 +317,18 @@ def test_each_cap_holds_from_its_very_byte(tmp_path: Path, size: int) -> None:
     kinds = [json.loads(ln).get("e", "sample") for ln in added]
     want = (["sample"] if size < hosttl.SAMPLE_CAP else []) + (["phase"] if size < hosttl.MAX_BYTES else [])
     assert kinds == want + ["exit"], added
+
+
+def test_a_look_with_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    """A run stuck at one step for hours (a hang, a long evaluation) with no GPU reading:
+    each due sample has nothing new to say and adds no line; the timeline's bytes go to
+    what changed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    rec = hosttl.Recorder(str(run_dir), 1000.0, "r", sample_s=10.0)
+    for k in range(20):
+        rec.look(1000.0 + 10 * k, "training", "step 7", ["train", 7], None, None, [], offset=512)
+    rec.close()
+    tl = timeline.parse((run_dir / hosttl.TIMELINE_FILE).read_bytes())
+    samples = [ln for ln in tl.lines if "e" not in ln]
+    assert len(samples) == 1 and samples[0].get("s") == "step 7", tl.lines
