@@ -1,7 +1,7 @@
 """Action outcomes on disk: ``RUNS_DIR/.actions/<id>.json``, kept ``ACTION_KEEP`` seconds.
 
-A ``launch`` or ``kill`` sent with an ``action`` id has its outcome written here before
-the agent replies. On disk, not in memory, because the agent that finishes a kill whose
+An op declared ``action`` (``@op``, remote/wire.py) sent with an ``action`` id has its
+outcome written here before the agent replies. On disk, not in memory, because the agent that finishes a kill whose
 link dropped exits; the client's next agent (after the reconnect) reads the outcome
 from here (``outcomes``). Stdlib only, Python >= 3.9.
 """
@@ -14,7 +14,6 @@ from typing import Any, Dict, List
 from remote import atomicfile, trust
 from remote.wire import BadRequest, emit, one_line
 
-ACTION_OPS = ("launch", "kill")  # ops that may carry an `action` id, whose outcome is kept
 ACTION_KEEP = 3600.0  # seconds an action's outcome stays in RUNS_DIR/.actions/
 ACTION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 

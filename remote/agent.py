@@ -11,10 +11,12 @@ request loop; its siblings hold the parts: `wire.py` (output lines), `gpus.py`,
 
 Threads: a stdin reader queues requests and pokes a self-pipe; the main loop waits on
 that pipe and an inotify fd, answers short requests, follows logs and sends
-snapshots; long requests (launch, kill, resolve_module, py_compile) run in worker
-threads. Every stdout line goes through `emit()`, which holds one lock. When the
-client goes away (stdin EOF, or stdout broken) the agent still waits for launches
-and kills in flight, so a kill always completes its escalation and killed.json.
+snapshots; long requests run in worker threads. Each op is declared once, by `@op` on
+its handler (remote/wire.py): its capability and whether it is long, an action, finished
+after the client leaves, in need of the runner. Every stdout line goes through `emit()`,
+which holds one lock. When the client goes away (stdin EOF, or stdout broken) the agent
+still waits for launches and kills in flight (declared `finish`), so a kill always
+completes its escalation and killed.json.
 
 Paths in requests (`runs_dir`, `subscribe`, `read_range`, `file_read`, `file_write`,
 launch `cwd`) may start with `~`, expanded on the host; a relative path is relative
@@ -28,28 +30,39 @@ process every tick (only to measure what the cheap scheme saves).
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
 import os
 import queue
 import select
+import shutil
 import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from remote import fileops, journal
-from remote.actions import ACTION_OPS, read_outcomes, record_outcome, valid_id
+from remote import fileops, journal  # noqa: F401 - fileops declares the file ops (@op)
+from remote.actions import read_outcomes, record_outcome, valid_id
 from remote.follow import Inotify, Sub
 from remote.gpus import Gpus, host_info
 from remote.nodeagent import Follower
 from remote.pace import attach as attach_pace
 from remote.proctable import ProcTable
-from remote.wire import CLIENT_GONE, BadRequest, arg, emit, one_line, user_path, user_path_or_none
+from remote.wire import (
+    CLIENT_GONE,
+    OPS,
+    BadRequest,
+    arg,
+    capabilities,
+    emit,
+    one_line,
+    op,
+    user_path,
+    user_path_or_none,
+)
 
 AGENT_VERSION = "0.1.0"
 PROTOCOL = 1
@@ -74,10 +87,6 @@ class Agent:
     """Owns the state; the main loop in `run()` is the only thread that touches it,
     except workers, which only call runner/GPUs and `emit()`."""
 
-    LONG_OPS = ("launch", "kill", "resolve_module", "py_compile", "prune")
-    # Long ops that change the host: the agent outlives its client until they finish.
-    FINISH_ON_EOF = ("launch", "kill")
-
     def __init__(self, runs_dir: Optional[str]) -> None:
         self.runner, self.killer, self.slurm, self.slurm_killer, self.runner_error = load_runner()
         self.nodes = Follower(self)  # a followed Slurm run's node
@@ -98,7 +107,7 @@ class Agent:
         self.lock = threading.Lock()  # guards last_procs for workers
         self.runs_error: Optional[str] = None
         self.next_snap = time.monotonic()
-        self.workers: List[threading.Thread] = []  # running FINISH_ON_EOF ops
+        self.workers: List[threading.Thread] = []  # running ops declared `finish`
 
     # -- helpers
 
@@ -129,12 +138,11 @@ class Agent:
     def hello(self) -> Dict[str, Any]:
         with open(os.path.abspath(__file__), "rb") as f:
             sha = hashlib.sha256(f.read()).hexdigest()
-        caps = ["snapshot", "logs", "files"] + (["runs", "kill"] if self.runner else [])
         return {"type": "hello", "protocol": PROTOCOL, "agent_version": AGENT_VERSION,
                 "agent_sha": sha, "hostname": socket.gethostname(),
                 "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(),
                 "time": time.time(), "gpu_source": self.gpus.source,
-                "gpu_error": self.gpus.error, "capabilities": caps}
+                "gpu_error": self.gpus.error, "capabilities": capabilities(self.runner is not None)}
 
     def _sample(self) -> Tuple[List[Dict[str, Any]], Optional[str], List[Dict[str, Any]],
                                List[Dict[str, Any]], Optional[str]]:
@@ -203,29 +211,30 @@ class Agent:
         if not isinstance(op, str) or not isinstance(args, dict):
             self.reply(rid, error="request needs a string op and an args object")
             return
-        fn = getattr(self, "op_" + op, None)
-        if fn is None:
+        spec = OPS.get(op)
+        if spec is None:
             self.reply(rid, error="unknown op %r" % op)
             return
-        action = args.get("action") if op in ACTION_OPS else None
+        action = args.get("action") if spec.action else None
         if action is not None:
             if not valid_id(action) or len(action) > 64:
                 self.reply(rid, error="action must be 1-64 letters, digits, '-' or '_'")
                 return
             self._record_outcome(action, {"state": "running", "op": op, "started": time.time(),
                                           "run_id": args.get("run_id"), "agent_pid": os.getpid()})
-        if op in self.LONG_OPS:
-            worker = threading.Thread(target=self._call, args=(rid, fn, args), daemon=True)
+        if spec.long:
+            worker = threading.Thread(target=self._call, args=(rid, op, args, action), daemon=True)
             worker.start()
-            if op in self.FINISH_ON_EOF:
+            if spec.finish:
                 self.workers = [w for w in self.workers if w.is_alive()] + [worker]
         else:
-            self._call(rid, fn, args)
+            self._call(rid, op, args, action)
 
-    def _call(self, rid: int, fn: Callable[..., Any], args: Dict[str, Any]) -> None:
-        action = args.get("action") if fn.__name__[3:] in ACTION_OPS else None
+    def _call(self, rid: int, op: str, args: Dict[str, Any], action: Optional[str]) -> None:
         try:
-            result = fn(args, rid)
+            if OPS[op].runner:
+                self._need_runner()
+            result = OPS[op].handler(self, args, rid)
         except Exception as exc:  # the runner's own one-line errors pass through as they are
             plain = isinstance(exc, BadRequest) or type(exc).__name__ in ("RunnerError", "Untrusted")
             error = str(exc) if plain else one_line(exc)
@@ -243,7 +252,7 @@ class Agent:
             try:
                 after()
             except Exception as exc:
-                emit({"type": "error", "message": "after %s: %s" % (fn.__name__, one_line(exc))})
+                emit({"type": "error", "message": "after op_%s: %s" % (op, one_line(exc))})
 
     # -- action outcomes: RUNS_DIR/.actions/<id>.json (remote/actions.py)
 
@@ -253,10 +262,6 @@ class Agent:
     def _record_outcome(self, action: str, record: Dict[str, Any]) -> None:
         record_outcome(self._actions_dir(), action, record)
 
-    def op_outcomes(self, args: Dict[str, Any], rid: int) -> Any:
-        """Outcomes of actions by id (remote/actions.py)."""
-        return read_outcomes(self._actions_dir(arg(args, "runs_dir", str, None)), arg(args, "ids", list))
-
     @staticmethod
     def reply(rid: int, result: Any = None, error: Optional[str] = None) -> None:
         if error is not None:
@@ -264,6 +269,7 @@ class Agent:
         else:
             emit({"type": "result", "id": rid, "ok": True, "result": result})
 
+    @op("snapshot")
     def op_configure(self, args: Dict[str, Any], rid: int) -> Any:
         interval = float(arg(args, "interval", (int, float), self.interval))
         if not 0.05 <= interval <= 3600:
@@ -277,12 +283,14 @@ class Agent:
         self.next_snap = time.monotonic() + self.interval
         return {}, self.send_snapshot
 
+    @op("snapshot")
     def op_snapshot(self, args: Dict[str, Any], rid: int) -> Any:
         # A one-shot client (`status`) asks right after configure's snapshot: wait out the
         # short CPU window (at most 0.2 s) so it gets readings, not the first sample's nulls.
         time.sleep(self.procs.cpu_ready_in())
         return self.snapshot()
 
+    @op("logs")
     def op_subscribe(self, args: Dict[str, Any], rid: int) -> Any:
         name, path = arg(args, "sub", str), arg(args, "path", str)
         offset = arg(args, "offset", int, 0)
@@ -304,6 +312,7 @@ class Agent:
             sub.pump()
         return info, after
 
+    @op("logs")
     def op_unsubscribe(self, args: Dict[str, Any], rid: int) -> Any:
         sub = self.subs.pop(arg(args, "sub", str), None)
         if sub:
@@ -314,42 +323,14 @@ class Agent:
     def _sync_watches(self) -> None:
         self.inotify.sync({os.path.dirname(s.path) for s in self.subs.values()})
 
-    def op_read_range(self, args: Dict[str, Any], rid: int) -> Any:
-        path, offset = user_path(arg(args, "path", str)), arg(args, "offset", int)
-        return fileops.read_range(path, offset, arg(args, "length", int))
-
-    def op_file_read(self, args: Dict[str, Any], rid: int) -> Any:
-        return fileops.file_read(user_path(arg(args, "path", str)))
-
-    def op_file_write(self, args: Dict[str, Any], rid: int) -> Any:
-        try:
-            data = base64.b64decode(arg(args, "b64", str), validate=True)
-        except ValueError:
-            raise BadRequest("file_write: b64 is not valid base64") from None
-        return fileops.file_write(user_path(arg(args, "path", str)), data,
-                          arg(args, "expect_sha256", str, None),
-                          user_path_or_none(arg(args, "backup", str, None)))
-
+    @op("files")
     def op_patch_apply(self, args: Dict[str, Any], rid: int) -> Any:
         """A patch push as one transaction (remote/journal.py): every file or none."""
         return journal.apply_request(args)
 
-    def op_resolve_module(self, args: Dict[str, Any], rid: int) -> Any:
-        module = arg(args, "module", str)
-        if not module or any(not p.isidentifier() for p in module.split(".")):
-            raise BadRequest("not a dotted module name: %r" % module)
-        return fileops.run_python(arg(args, "python", str, "python3"), fileops.RESOLVE_SCRIPT, [module])
-
-    def op_py_compile(self, args: Dict[str, Any], rid: int) -> Any:
-        try:
-            src = base64.b64decode(arg(args, "b64", str), validate=True)
-        except ValueError:
-            raise BadRequest("py_compile: b64 is not valid base64") from None
-        return fileops.run_python(arg(args, "python", str, "python3"), fileops.COMPILE_SCRIPT,
-                          [arg(args, "filename", str, "<patch>")], src)
-
+    @op("runs", long=True, action=True, finish=True, runner=True)
     def op_launch(self, args: Dict[str, Any], rid: int) -> Any:
-        runner = self._need_runner()
+        runner = self.runner
         scheduler = arg(args, "scheduler", dict, None)
         # argv, env and cwd are checked by rundir.validate on both paths
         where = (self._runs_dir(), arg(args, "name", str, None), arg(args, "argv", list),
@@ -364,8 +345,18 @@ class Agent:
             return self.slurm.submit(*where, scheduler, **extra)
         return runner.launch(*where, **extra)
 
+    @op("files", long=True)  # long: a hung network mount must not stall the loop
+    def op_disk_usage(self, args: Dict[str, Any], rid: int) -> Any:
+        """Space on the filesystem of `path` (default: the runs dir), or of its nearest
+        existing parent: where a run writes its checkpoints."""
+        path = os.path.abspath(user_path(arg(args, "path", str, None) or self._runs_dir()))
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        total, used, free = shutil.disk_usage(path)
+        return {"path": path, "total": total, "used": used, "free": free}
+
+    @op("runs", runner=True)
     def op_runs(self, args: Dict[str, Any], rid: int) -> Any:
-        self._need_runner()
         with self.lock:
             procs = self.last_procs
         if self.match and procs is None:
@@ -375,11 +366,13 @@ class Agent:
         warnings: List[str] = []
         return {"runs": self._runs(procs, warnings), "warnings": warnings}
 
+    @op("runs")
     def op_follow_job(self, args: Dict[str, Any], rid: int) -> Any:
         return self.nodes.follow_job(args)
 
+    @op("runs", long=True, runner=True)
     def op_prune(self, args: Dict[str, Any], rid: int) -> Any:
-        runner = self._need_runner()
+        runner = self.runner
         older, keep = arg(args, "older_than", (int, float), None), arg(args, "keep", int, None)
         if (older is not None and older < 0) or (keep is not None and keep < 0):
             raise BadRequest("prune needs older_than >= 0 and keep >= 0")
@@ -387,8 +380,8 @@ class Agent:
                                  bool(arg(args, "dry_run", bool, False)),
                                  lister=self.slurm.list_runs if self.slurm is not None else None)
 
+    @op("kill", long=True, action=True, finish=True, runner=True)
     def op_kill(self, args: Dict[str, Any], rid: int) -> Any:
-        self._need_runner()
         graces = arg(args, "graces", list, [10, 10])
         if len(graces) != 2 or not all(isinstance(g, (int, float)) and g >= 0 for g in graces):
             raise BadRequest("graces must be [sigint_s, sigterm_s]")
@@ -405,6 +398,11 @@ class Agent:
             gpu_wait=arg(args, "gpu_wait", (int, float), 30),
             gpu_query=self.gpus.proof if self.gpus.source else None,  # a failed reading proves nothing
             progress=progress, **how)
+
+    @op("runs")
+    def op_outcomes(self, args: Dict[str, Any], rid: int) -> Any:
+        """Outcomes of actions by id (remote/actions.py)."""
+        return read_outcomes(self._actions_dir(arg(args, "runs_dir", str, None)), arg(args, "ids", list))
 
     # -- loop
 

@@ -227,11 +227,12 @@ class Layout:
         records: List[Tuple[str, Any]] = []
         for name, data in self.records:
             if name == "data.pkl":
-                data = self.pickle(n)
+                records.append((name, self.pickle(n)))
             elif name.startswith("data/"):
                 k = int(name[5:])
-                data = (k, sizes[k])
-            records.append((name, data))
+                records.append((name, (k, sizes[k])))
+            else:
+                records.append((name, data))
         return zip_pieces(archive, records, self.align)
 
 

@@ -1,8 +1,10 @@
 """File operations of the agent: atomic, hash-checked writes; bounded reads; the
-fixed helper scripts run with the host's Python. Standard library only."""
+fixed helper scripts run with the host's Python; and the ops that serve them (`@op`,
+dispatched by agent.py). Standard library only."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
 import json
@@ -13,7 +15,7 @@ import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
 from remote import atomicfile
-from remote.wire import BadRequest, b64
+from remote.wire import BadRequest, arg, b64, op, user_path, user_path_or_none
 
 FILE_READ_MAX = 16 * 1024 * 1024
 READ_RANGE_MAX = 4 * 1024 * 1024
@@ -168,3 +170,46 @@ def file_write(path: str, data: bytes, expect: Optional[str], backup: Optional[s
         atomicfile.write_bytes(backup, current, st)
     atomicfile.write_bytes(path, data, st)
     return {"sha256": sha256_file(path)}
+
+
+# -- the ops that read and write files (declared here, dispatched by agent.py)
+
+
+@op("logs")
+def op_read_range(agent: Any, args: Dict[str, Any], rid: int) -> Any:
+    path, offset = user_path(arg(args, "path", str)), arg(args, "offset", int)
+    return read_range(path, offset, arg(args, "length", int))
+
+
+@op("files")
+def op_file_read(agent: Any, args: Dict[str, Any], rid: int) -> Any:
+    return file_read(user_path(arg(args, "path", str)))
+
+
+@op("files")
+def op_file_write(agent: Any, args: Dict[str, Any], rid: int) -> Any:
+    try:
+        data = base64.b64decode(arg(args, "b64", str), validate=True)
+    except ValueError:
+        raise BadRequest("file_write: b64 is not valid base64") from None
+    return file_write(user_path(arg(args, "path", str)), data,
+               arg(args, "expect_sha256", str, None),
+               user_path_or_none(arg(args, "backup", str, None)))
+
+
+@op("files", long=True)
+def op_resolve_module(agent: Any, args: Dict[str, Any], rid: int) -> Any:
+    module = arg(args, "module", str)
+    if not module or any(not p.isidentifier() for p in module.split(".")):
+        raise BadRequest("not a dotted module name: %r" % module)
+    return run_python(arg(args, "python", str, "python3"), RESOLVE_SCRIPT, [module])
+
+
+@op("files", long=True)
+def op_py_compile(agent: Any, args: Dict[str, Any], rid: int) -> Any:
+    try:
+        src = base64.b64decode(arg(args, "b64", str), validate=True)
+    except ValueError:
+        raise BadRequest("py_compile: b64 is not valid base64") from None
+    return run_python(arg(args, "python", str, "python3"), COMPILE_SCRIPT,
+                      [arg(args, "filename", str, "<patch>")], src)

@@ -66,10 +66,12 @@ def load_seconds(path: str) -> Optional[float]:
         if kind == "phase" and line.get("phase") in AFTER_LOAD:
             t, t0 = line.get("t"), header.get("t0")
             launched = header.get("launched_at") or t0
-            if not all(timeline.sane(v) for v in (t, t0, launched)):
+            nums = [float(v) for v in (t, t0, launched)
+                    if isinstance(v, (int, float)) and timeline.sane(v)]
+            if len(nums) < 3:
                 return None  # a 400-digit t made float() raise and cost every run's history
             # the very sum `runs show` makes (t + (t0 - launched)): both round 13.95 alike
-            return round(float(t) + (float(t0) - float(launched)), 1)
+            return round(nums[0] + (nums[1] - nums[2]), 1)
     return None
 
 

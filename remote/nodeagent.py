@@ -151,7 +151,9 @@ class NodeAgent:
         that reading failed: an empty list from a failed nvidia-smi proves nothing."""
         with self.lock:
             snap = self.latest
-        gpus = snap.get("gpus") if isinstance(snap, dict) else None
+        if not isinstance(snap, dict):
+            return None
+        gpus = snap.get("gpus")
         ok = isinstance(gpus, list) and snap.get("gpu_source") and not snap.get("gpu_error")
         return gpus if ok else None
 
@@ -273,8 +275,9 @@ class Follower:
         names = (slurm.hostnames(nodes) if slurm is not None else [nodes])[:MAX_NODES]
         if any(a.job != job for a in self.agents.values()) or list(self.agents) != names:
             self.stop()
-            counts = run.get("node_gpus") if isinstance(run.get("node_gpus"), list) else []
-            counts = counts if len(counts) >= len(names) else [None] * len(names)
+            counts = run.get("node_gpus")
+            if not isinstance(counts, list) or len(counts) < len(names):
+                counts = [None] * len(names)
             self.agents = {n: NodeAgent(want[0], job, n, want[1], interval, gpus=c)
                            for n, c in zip(names, counts)}
         agents = list(self.agents.values())

@@ -312,7 +312,7 @@ def line_loss(line: str, default: Any = None) -> Any:
     """The training loss a step's line prints (``loss_value``), else ``default``."""
     if ("oss" not in line and "OSS" not in line) or "train_runtime" in line:
         return default  # no loss, or HF Trainer's closing summary (its train_loss is the run's mean)
-    found = {}
+    found: Dict[str, str] = {}
     for m in _LOSS_KV.finditer(line[:MAX_SCAN]):
         key = m.group(1).lower()
         if "loss" in key:
@@ -432,6 +432,7 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
             if pgid and pace.phase in _AFTER_LOAD:  # activity matters only after the load
                 if not pids:
                     cpu, pids = group_cpu(pgid)
+                gpu: Optional[str]  # the source of the GPU reading, or "none: why"
                 if pace.quiet(cpu, now):  # asleep on the CPU: are its GPUs working?
                     busy, gpu, held = _gpu_look(source, pids, found)
                 else:  # working on the CPU (or gone): awake whatever the GPUs do; no query

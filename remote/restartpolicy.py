@@ -131,9 +131,10 @@ class Matcher:
                 continue
             if div.verdict is None:
                 div = diverge.fold(div, line, 0)
-                sig = self.by_id.get(div.verdict[0]) if div.verdict is not None else None
-                if sig is not None and (best is None or best[0] > 0):
-                    best = (0, sig, None, div.verdict[3])
+                verdict = div.verdict
+                sig = self.by_id.get(verdict[0]) if verdict is not None else None
+                if verdict is not None and sig is not None and (best is None or best[0] > 0):
+                    best = (0, sig, None, verdict[3])
             level, source, msg = self.split(line)
             if level in self.quiet or (level is None and self.retry_note(msg)):
                 continue

@@ -104,7 +104,7 @@ def _loss_ok(loss: Any) -> bool:
 def card_values(gpu: Dict[str, Any]) -> List[Any]:
     """[memory GiB to 0.1, utilisation %, power W] of one card in gpus.py's shape."""
     mem = gpu.get("mem_used")
-    return [_r(mem / _GIB, 1) if sane(mem) else None,
+    return [_r(mem / _GIB, 1) if isinstance(mem, (int, float)) and sane(mem) else None,
             _r(gpu.get("util")), _r(gpu.get("power"))]
 
 
@@ -228,7 +228,7 @@ class Recorder:
     def _cards(self, rec: Dict[str, Any], gpus: List[Dict[str, Any]], pids: List[int]) -> None:
         held = [g for g in gpus if any(p.get("pid") in pids for p in g.get("processes") or [])]
         chosen = held or gpus
-        cards = [g.get("index") if isinstance(g.get("index"), int) else i for i, g in enumerate(chosen)]
+        cards = [idx if isinstance(idx := g.get("index"), int) else i for i, g in enumerate(chosen)]
         if cards != self.cards or int(bool(held)) != self.held:
             self.cards, self.held = cards, int(bool(held))
             self._write({"t": rec["t"], "c": cards, "h": self.held})

@@ -1,4 +1,5 @@
-"""The agent's output line, its request arguments and small shared helpers. Stdlib only.
+"""The agent's output line, its request arguments, its ops' declarations (`@op`: each
+op's handler and flags, once) and small shared helpers. Stdlib only.
 
 Every stdout line of the agent goes through `emit()`, which holds one lock, so
 worker threads never interleave half lines.
@@ -11,7 +12,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, TypeVar
 
 # Characters of one log line that any host-side parser looks at (remote/pace.py, the
 # restart matcher in remote/restartpolicy.py): the client's tui/state/logline.MAX_SCAN, so
@@ -71,3 +72,39 @@ def arg(args: Dict[str, Any], name: str, kind: Any, default: Any = KeyError) -> 
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
         raise BadRequest("argument %r has the wrong type" % name)
     return value
+
+
+# -- the ops: each declared once, by `@op` on its handler
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Op(NamedTuple):
+    """One op of the protocol, declared once by `@op` on its handler `op_NAME`
+    (a method of `Agent`, or a function of a role module such as fileops.py):
+    the loop, the hello and the outcome store read everything they need of it here."""
+
+    handler: Callable[..., Any]  # (agent, args, rid) -> result, or (result, call after the reply)
+    capability: str  # the hello's word for it: said only when every op of that word can run
+    long: bool  # runs in a worker thread
+    action: bool  # may carry an `action` id: its outcome is kept (remote/actions.py)
+    finish: bool  # changes the host: the agent outlives its client until it ends
+    runner: bool  # needs the run modules: refused (and its capability unsaid) without them
+
+
+OPS: Dict[str, Op] = {}  # every op by name, in the order declared
+
+
+def op(capability: str, long: bool = False, action: bool = False, finish: bool = False,
+       runner: bool = False) -> Callable[[_F], _F]:
+    """Declare `op_NAME` as the handler of op NAME, with its flags (see `Op`)."""
+    def declare(fn: _F) -> _F:
+        OPS[fn.__name__[len("op_"):]] = Op(fn, capability, long, action, finish, runner)
+        return fn
+    return declare
+
+
+def capabilities(has_runner: bool) -> List[str]:
+    """The hello's capabilities: each op's word, in the order declared, when all its ops can run."""
+    words = dict.fromkeys(o.capability for o in OPS.values())
+    return [w for w in words if has_runner or not any(o.runner for o in OPS.values() if o.capability == w)]

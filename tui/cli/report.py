@@ -108,7 +108,7 @@ def _stopped(st: Any) -> list[str]:
     return [f"  stopped      by the host: {st.get('detail') or st.get('why')}; {free}{note}"]
 
 
-def format_show(s: dict) -> str:
+def format_show(s: dict[str, Any]) -> str:
     """`runs show`: the run's summary, one fact a line (the values are cleaned host text)."""
 
     def secs(v: object) -> str:
@@ -151,7 +151,7 @@ def _loss(loss: Any, secs: Any) -> list[str]:
             + (f", lowest {low} {at(loss.get('min_step'), loss.get('min_after_s'))}" if low is not None else "")]
 
 
-def _expected(s: dict, secs: Any) -> list[str]:
+def _expected(s: dict[str, Any], secs: Any) -> list[str]:
     """The load history says to expect (a live run always; an ended one when known)."""
     exp, n = s.get("expected_load_s"), len(s.get("expected_load_runs") or [])
     if exp is None:
@@ -161,10 +161,10 @@ def _expected(s: dict, secs: Any) -> list[str]:
             if n > 1 else f"  expected     {secs(exp)} ({basis(n)} of this command here)"]
 
 
-def format_compare(c: dict) -> str:
+def format_compare(c: dict[str, Any]) -> str:
     """`runs compare`: one row a measure, the two runs in columns."""
 
-    def row(name: str, pair: list) -> list[str]:
+    def row(name: str, pair: list[Any]) -> list[str]:
         return [name, *("-" if v is None else str(v) for v in pair)]
 
     rows = [row("", list(c["runs"]))]

@@ -155,6 +155,21 @@ async def _shown(client: AgentClient, obj: Ctx, found: list[dict[str, Any]], run
     return (dict(shown, note=dropped) if dropped else shown), rec
 
 
+@runs.command("df")
+@target_arg
+@click.option("--path", metavar="PATH", help="Where on the host (default: the run's cwd, else the runs dir).")
+@click.pass_obj
+def runs_df(obj: Ctx, target: str | None, path: str | None) -> None:
+    """Free space where the config's run writes (the `D` key's twin): its cwd, else the
+    runs dir; a line that ends in "low" when a checkpoint may not fit."""
+
+    async def body(client: AgentClient) -> str:
+        run = None if path else services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg))
+        return (await client.disk_usage(path or (run.cwd if run is not None and run.cwd else obj.cfg.host.runs_dir))).summary()
+
+    click.echo(run_on_host(obj, target, body))
+
+
 @runs.command("compare")
 @click.argument("args", nargs=-1, required=True, metavar="[TARGET] RUN_A RUN_B")
 @click.option("--json", "as_json", is_flag=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 
@@ -51,7 +52,9 @@ DRAFT_VOCAB = 256
 TTT = {"use_off_policy_tokens": False, "ttt_steps": 3, "ttt_step_loss_decay": 1.0}
 
 
-def cpu_dense_attention(module, query, key, value, attention_mask, scaling=None, **_kwargs):
+def cpu_dense_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                        value: torch.Tensor, attention_mask: Any, scaling: float | None = None,
+                        **_kwargs: Any) -> tuple[torch.Tensor, None]:
     """The draft layer's attention with the BlockMask made dense (see the docstring)."""
     mask = block_mask_to_dense_attention_mask(attention_mask, query.device, torch.bool)
     out = torch.nn.functional.scaled_dot_product_attention(
@@ -59,7 +62,8 @@ def cpu_dense_attention(module, query, key, value, attention_mask, scaling=None,
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface().register("cpu_dense_attention", cpu_dense_attention)
+# register() is a classmethod (the registry is class-wide): no instance is needed
+AttentionInterface.register("cpu_dense_attention", cpu_dense_attention)
 
 
 def _vocab_maps(freq: dict[int, int], size: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +104,7 @@ def _model(data_dir: str, verifier: str) -> Eagle3DraftModel:
     return Eagle3DraftModel(config=config, t2d=t2d, d2t=d2t)
 
 
-def _loader(files: list[str], noise: bool) -> DataLoader:
+def _loader(files: list[str], noise: bool) -> DataLoader[dict[str, Any]]:
     transform = AddUniformNoise(std=0.05, tensors=("hidden_states", "verifier_last_hidden_states"))
     ds = Eagle3SampleFileDataset(file_list=files, max_len=TOTAL_SEQ_LEN, standardize_fn=standardize_data_v1,
                                  transform=transform if noise else None)
@@ -118,7 +122,7 @@ def main(data_dir: str, verifier: str, save_dir: str, epochs: int, max_files: in
         train_files, val_files = train_files[:max_files], val_files[: max(1, max_files // 8)]
     trainer = Trainer(
         _model(data_dir, verifier),
-        TrainerConfig(lr=3e-3, num_epochs=epochs, save_path=save_dir, local_rank="cpu",  # type: ignore[arg-type]
+        TrainerConfig(lr=3e-3, num_epochs=epochs, save_path=save_dir, local_rank="cpu",
                       train_call_kwargs=TTT, val_call_kwargs=TTT, scheduler_type="none"),
         _loader(train_files, noise=True), _loader(val_files, noise=False) if val_files else None)
     trainer.run_training()

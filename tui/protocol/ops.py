@@ -15,30 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from tui.protocol.hosttext import clean_tree
+from tui.protocol.hosttext import clean, clean_tree
 
 from . import ProtocolError, b64decode, b64encode
-
-__all__ = [
-    "Chunk",
-    "Compiled",
-    "FileContent",
-    "FileWritten",
-    "GpuFreed",
-    "KillReport",
-    "KillStage",
-    "LaunchReply",
-    "LaunchRequest",
-    "ModuleLocation",
-    "Outcome",
-    "PatchApplied",
-    "PatchFile",
-    "PruneReport",
-    "RunList",
-    "Subscribed",
-]
 
 
 def _obj(result: Any, what: str) -> Mapping[str, Any]:
@@ -62,11 +43,38 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# -- each op's reply type, declared with its op -----------------------------------------
+
+REPLIES: dict[str, type[Reply]] = {}  # op -> its reply type, filled by the declarations below
+
+
+class Reply:
+    """An op's reply type, declared with its op's name: `class Chunk(Reply, op="read_range")`.
+    `AgentApi` sends `Chunk.op` and parses the result with `Chunk.parse`; `REPLIES` holds
+    them all (tests/test_architecture.py holds it to the host's ops)."""
+
+    op: ClassVar[str]
+
+    def __init_subclass__(cls, op: str = "", **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if op:
+            cls.op = op
+            REPLIES[op] = cls
+
+
+@dataclass(frozen=True)
+class ActionReply(Reply):
+    """The reply of an action op (declared `action` on the host: it may carry an action id
+    and its outcome is kept there): what the state keeps as an action's result."""
+
+    run_id: str | None
+
+
 # -- logs and files --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Subscribed:
+class Subscribed(Reply, op="subscribe"):
     """`subscribe`: where following starts (a negative offset asked for a tail)."""
 
     offset: int
@@ -81,7 +89,7 @@ class Subscribed:
 
 
 @dataclass(frozen=True)
-class Chunk:
+class Chunk(Reply, op="read_range"):
     """`read_range`: bytes ``[offset, offset+len(data))`` of a file of `size` bytes."""
 
     offset: int
@@ -101,7 +109,7 @@ class Chunk:
 
 
 @dataclass(frozen=True)
-class FileContent:
+class FileContent(Reply, op="file_read"):
     """`file_read`: a whole (small) file; `data` and `sha256` are None when it is missing."""
 
     exists: bool
@@ -117,7 +125,7 @@ class FileContent:
 
 
 @dataclass(frozen=True)
-class FileWritten:
+class FileWritten(Reply, op="file_write"):
     """`file_write`: the file's sha256 after the write."""
 
     sha256: str | None
@@ -143,7 +151,7 @@ class PatchFile:
 
 
 @dataclass(frozen=True)
-class PatchApplied:
+class PatchApplied(Reply, op="patch_apply"):
     """`patch_apply`: each written file's new sha256, by path."""
 
     files: dict[str, str | None]
@@ -156,7 +164,7 @@ class PatchApplied:
 
 
 @dataclass(frozen=True)
-class ModuleLocation:
+class ModuleLocation(Reply, op="resolve_module"):
     """`resolve_module`: where the host's Python finds a module (without importing it)."""
 
     origin: str | None
@@ -169,7 +177,7 @@ class ModuleLocation:
 
 
 @dataclass(frozen=True)
-class Compiled:
+class Compiled(Reply, op="py_compile"):
     """`py_compile`: whether the host's Python compiles a source, and its error if not."""
 
     ok: bool
@@ -181,11 +189,39 @@ class Compiled:
         return cls(bool(obj.get("ok")), None if obj.get("error") is None else str(obj["error"]))
 
 
+@dataclass(frozen=True)
+class DiskUsage(Reply, op="disk_usage"):
+    """`disk_usage`: the space of the filesystem holding `path` (host text, sanitized)."""
+
+    path: str
+    total: int
+    free: int
+
+    LOW_FREE = 10 * 2**30  # under this many bytes free (or 5 %), a run's next checkpoint may not fit
+
+    @property
+    def low(self) -> bool:
+        return self.free < max(self.LOW_FREE, self.total // 20)
+
+    def summary(self) -> str:
+        """One line, for the `D` key and `eagle3-tui runs df`."""
+        gib = 2**30
+        used = 100 * (self.total - self.free) // self.total if self.total else 0
+        return (f"{self.path}: {self.free / gib:,.1f} GiB free of {self.total / gib:,.1f} GiB ({used}% used)"
+                + ("; low: a checkpoint may not fit" if self.low else ""))
+
+    @classmethod
+    def parse(cls, result: Any) -> DiskUsage:
+        obj = _obj(result, "disk_usage")
+        return cls(clean(str(obj.get("path") or "?"), newline=False), _int(obj, "total", "disk_usage"),
+                   _int(obj, "free", "disk_usage"))
+
+
 # -- runs ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class RunList:
+class RunList(Reply, op="runs"):
     """`runs`: every run record on the host (as sent: the state model cleans them) and
     the agent's one-line warnings (run dirs it refused)."""
 
@@ -225,10 +261,9 @@ class LaunchRequest:
 
 
 @dataclass(frozen=True)
-class LaunchReply:
+class LaunchReply(ActionReply, op="launch"):
     """`launch`: the new run's record (`record`: all of it, host text sanitized)."""
 
-    run_id: str | None
     pid: int | None
     job_id: str | None
     log: str | None
@@ -266,11 +301,10 @@ class GpuFreed:
 
 
 @dataclass(frozen=True)
-class KillReport:
+class KillReport(ActionReply, op="kill"):
     """`kill`: what was sent, what is left, whether the run's GPU memory is free
     (None: no GPU source to tell). `record`: the whole report, host text sanitized."""
 
-    run_id: str | None
     ok: bool
     stages: tuple[KillStage, ...] = ()
     remaining: tuple[int, ...] = ()
@@ -307,7 +341,7 @@ class KillReport:
 
 
 @dataclass(frozen=True)
-class PruneReport:
+class PruneReport(Reply, op="prune"):
     """`prune`: the ended runs removed (or that would be, in a dry run), those kept for
     a reason, and how many ended runs are left. Host text sanitized."""
 

@@ -13,7 +13,14 @@ from dataclasses import replace
 from typing import Any, Awaitable, Callable, TypeVar, Union
 
 from tui import protocol as p
-from tui.protocol.ops import KillReport, LaunchReply, LaunchRequest, Outcome, PruneReport
+from tui.protocol.ops import (
+    ActionReply,
+    KillReport,
+    LaunchReply,
+    LaunchRequest,
+    Outcome,
+    PruneReport,
+)
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.events import ActionEnded, ActionUnconfirmed, ConfigRead
@@ -238,7 +245,7 @@ async def outcome(
         await asyncio.sleep(poll)
 
 
-_R = TypeVar("_R", KillReport, LaunchReply)
+_R = TypeVar("_R", bound=ActionReply)  # the reply of any op declared `action`
 
 
 async def settle(client: AgentClient, runs_dir: str | None, action_id: str, call: Awaitable[_R],

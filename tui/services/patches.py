@@ -151,7 +151,9 @@ async def status(client: AgentApi, set_name: str, python: str | None,
     """Where the host's files stand: {set, target, package_dir, distribution_version,
     files: {path: {abs_path, sha256, backup, state}}, state, version (when a vK)}."""
     host = await _inspect(client, P.load_set(set_name, user_dir), python)
-    return clean_tree(_report(host, _classify(host)))  # a report to show: the host's paths cleaned
+    # a report to show: the host's paths cleaned (clean_tree keeps its shape)
+    report: dict[str, Any] = clean_tree(_report(host, _classify(host)))
+    return report
 
 
 async def push(client: AgentApi, set_name: str, version: str, python: str | None,

@@ -177,7 +177,7 @@ def loss_summary(tl: Timeline, shift: float = 0.0) -> dict[str, Any] | None:
 
 def end_time(tl: Timeline) -> float | None:
     """The `t` of the run's exit line, else of its last line; None when it has no lines."""
-    ends = [ln["t"] for ln in tl.lines if ln.get("e") == "exit"]
+    ends: list[float] = [ln["t"] for ln in tl.lines if ln.get("e") == "exit"]  # parse(): t a float
     if ends:
         return ends[-1]
     return tl.lines[-1]["t"] if tl.lines else None

@@ -18,7 +18,7 @@ from typing import TypedDict
 from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
 from tui.protocol.jsontypes import JSONObject, JSONValue
-from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.ops import ActionReply, KillReport
 from tui.state.advice import RunSummary
 from tui.state.loganalysis import LogAnalysis
 from tui.state.watchstate import WatchState
@@ -355,7 +355,7 @@ class PushResult:
     unknown: bool = False
 
 
-ActionResult = KillReport | LaunchReply | PushResult
+ActionResult = ActionReply | PushResult  # an action op's reply (tui/protocol/ops.py), or a push's
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from tui import protocol as p
 from tui.protocol.hosttext import clean
-from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.ops import ActionReply, KillReport
 from tui.protocol.stream import LinkStatus
 from tui.state import logparse, view, watch
 from tui.state.events import (
@@ -148,7 +148,7 @@ def _action_event(state: AppState, event: ActionStarted | ActionUnconfirmed | Ac
     ended = replace(
         act, state="ok" if event.ok else "failed", ended_at=now, result=event.result,
         error=event.error, confirmed_after_reconnect=event.confirmed_after_reconnect,
-        run_id=act.run_id or (event.result.run_id if isinstance(event.result, (KillReport, LaunchReply)) else None),
+        run_id=act.run_id or (event.result.run_id if isinstance(event.result, ActionReply) else None),
     )
     st = _put(state, ended)
     res = event.result

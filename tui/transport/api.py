@@ -2,7 +2,8 @@
 talks to the agent.
 
 Each method builds its op's arguments and parses its result with the types of
-`tui.protocol.ops` (pure); the one thing a subclass supplies is the wire,
+`tui.protocol.ops` (pure), whose reply types name their op (`Chunk.op`); the one
+thing a subclass supplies is the wire,
 `call_with_progress(op, on_event, **args) -> result dict`. `AgentClient` is the real
 one; a test's fault-injecting or replaying client subclasses this too and sees every
 request as (op, args), exactly as the agent would.
@@ -17,6 +18,7 @@ from tui.protocol import KillProgress, Snapshot, b64encode, parse_message
 from tui.protocol.ops import (
     Chunk,
     Compiled,
+    DiskUsage,
     FileContent,
     FileWritten,
     KillReport,
@@ -74,7 +76,7 @@ class AgentApi:
         """Follow `path` from `offset` (negative: that many bytes before the end) as
         `log` events named `sub`; with `inode`, a different file there is a rotation."""
         return Subscribed.parse(
-            await self.request("subscribe", sub=sub, path=path, offset=offset, inode=inode))
+            await self.request(Subscribed.op, sub=sub, path=path, offset=offset, inode=inode))
 
     async def unsubscribe(self, sub: str) -> None:
         await self.request("unsubscribe", sub=sub)
@@ -87,41 +89,45 @@ class AgentApi:
     async def read_range(self, path: str, offset: int, length: int) -> Chunk:
         """Up to `length` bytes of `path` from `offset` (the agent caps a read at 4 MiB)."""
         return Chunk.parse(
-            await self.request("read_range", path=path, offset=offset, length=length))
+            await self.request(Chunk.op, path=path, offset=offset, length=length))
 
     async def file_read(self, path: str) -> FileContent:
-        return FileContent.parse(await self.request("file_read", path=path))
+        return FileContent.parse(await self.request(FileContent.op, path=path))
 
     async def file_write(self, path: str, data: bytes, expect_sha256: str | None = None,
                          backup: str | None = None) -> FileWritten:
         """Write `path` atomically, only if its sha256 is still `expect_sha256` (when given)."""
         return FileWritten.parse(await self.request(
-            "file_write", path=path, b64=b64encode(data), expect_sha256=expect_sha256,
+            FileWritten.op, path=path, b64=b64encode(data), expect_sha256=expect_sha256,
             backup=backup))
 
     async def patch_apply(self, files: Sequence[PatchFile], target: str) -> PatchApplied:
         """Write every file or none: one transaction on the host (remote/journal.py)."""
         return PatchApplied.parse(await self.request(
-            "patch_apply", files=[f.args() for f in files], target=target))
+            PatchApplied.op, files=[f.args() for f in files], target=target))
 
     async def resolve_module(self, module: str, python: str | None) -> ModuleLocation:
         return ModuleLocation.parse(
-            await self.request("resolve_module", python=python, module=module))
+            await self.request(ModuleLocation.op, python=python, module=module))
 
     async def py_compile(self, source: bytes, filename: str, python: str | None) -> Compiled:
         return Compiled.parse(await self.request(
-            "py_compile", python=python, filename=filename, b64=b64encode(source)))
+            Compiled.op, python=python, filename=filename, b64=b64encode(source)))
+
+    async def disk_usage(self, path: str | None = None) -> DiskUsage:
+        """The free space where `path` lives (None: the agent's runs dir)."""
+        return DiskUsage.parse(await self.request(DiskUsage.op, path=path))
 
     # -- runs ----------------------------------------------------------------------
 
     async def runs(self) -> RunList:
-        return RunList.parse(await self.request("runs"))
+        return RunList.parse(await self.request(RunList.op))
 
     async def launch(self, spec: LaunchRequest, action: str | None = None) -> LaunchReply:
         """Start a run through the host's supervisor shim; with `action`, the agent
         keeps the outcome under that id (`outcomes`)."""
         extra = {"action": action} if action else {}
-        return LaunchReply.parse(await self.request("launch", **extra, **spec.args()))
+        return LaunchReply.parse(await self.request(LaunchReply.op, **extra, **spec.args()))
 
     async def kill(self, run_id: str, graces: Sequence[float], gpu_wait: float,
                    action: str | None = None,
@@ -129,12 +135,12 @@ class AgentApi:
         """SIGINT -> SIGTERM -> SIGKILL (or scancel), then wait for the run's GPU memory."""
         extra = {"action": action} if action else {}
         return KillReport.parse(await self.call_with_progress(
-            "kill", on_progress, run_id=run_id, graces=list(graces), gpu_wait=gpu_wait, **extra))
+            KillReport.op, on_progress, run_id=run_id, graces=list(graces), gpu_wait=gpu_wait, **extra))
 
     async def prune(self, older_than: float | None, keep: int | None, dry_run: bool,
                     env: Mapping[str, str] | None = None) -> PruneReport:
         return PruneReport.parse(await self.request(
-            "prune", older_than=older_than, keep=keep, dry_run=dry_run,
+            PruneReport.op, older_than=older_than, keep=keep, dry_run=dry_run,
             env=None if env is None else dict(env)))
 
     async def outcomes(self, ids: Sequence[str], runs_dir: str | None = None) -> dict[str, Outcome]:

@@ -22,6 +22,7 @@ from tui.services.config import Config
 from tui.services.hostfeed import HostFeed
 from tui.transport import AgentClient
 from tui.views.screens.dashboard import DashboardScreen
+from tui.views.screens.dashboard_actions import ACTION_KEYS
 from tui.views.screens.help import HelpScreen
 from tui.views.served import SessionsScreen, follow_sessions, served
 
@@ -124,12 +125,8 @@ class EagleApp(App[None]):
             yield SystemCommand("Browser sessions", "Who is connected to this eagle3-tui serve", self.action_sessions)
         if not isinstance(screen, DashboardScreen):
             return
-        yield SystemCommand("Kill run", "Kill the selected run and wait until its GPUs are free", screen.action_kill)
-        yield SystemCommand("Relaunch run", "Launch the selected run again (same argv, cwd, env)", screen.action_relaunch)
-        yield SystemCommand("Launch run", "Launch the \\[run] command from eagle3.toml", screen.action_launch)
-        yield SystemCommand("All runs", "Show every run on the host, or only this config's", screen.action_all_runs)
-        yield SystemCommand("Log viewer", "The whole log: follow, search, filter, errors, root cause", screen.action_open_log)
-        yield SystemCommand("Patches", "Patch versions on the host: status, diff, push, roll back", screen.action_patches)
+        for key in ACTION_KEYS:  # the dashboard's keys, as declared (dashboard_actions.py)
+            yield SystemCommand(key.description, key.tooltip, getattr(screen, f"action_{key.action}"))
 
 
 def make_app(client: AgentClient, cfg: Config, target: str, launch: bool = False,

@@ -34,7 +34,7 @@ from tui.state.model import AppState, Run
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
-from tui.views.screens.dashboard_actions import DashboardActions
+from tui.views.screens.dashboard_actions import ACTION_KEYS, DashboardActions
 from tui.views.widgets.gpus import GpuPanel
 from tui.views.widgets.logtail import LogPane, repaint_wait
 from tui.views.widgets.progress import RunProgress
@@ -52,14 +52,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
     BINDINGS = [
         Binding("q", "app.quit", "Quit"),
         Binding("question_mark", "app.help", "Help", key_display="?"),
-        Binding("k", "kill", "Kill run"),
-        Binding("r", "relaunch", "Relaunch"),
-        Binding("l", "launch", "Launch"),
-        Binding("p", "patches", "Patches"),
-        Binding("L", "open_log", "Log viewer"),
-        Binding("t", "timeline", "Timeline", show=False),  # in help and README; the footer is full
+        *ACTION_KEYS,  # declared with their actions (dashboard_actions.py)
         Binding("enter", "open_log", "Open log", show=False),  # tables keep their own enter
-        Binding("a", "all_runs", "All runs", show=False),
         Binding("escape", "back", "Fleet", show=False),  # only when opened from the fleet
     ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.binding import Binding
 
 from tui.protocol.ops import KillReport, LaunchReply
 from tui.services import actions as services
@@ -43,6 +44,28 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
+# The dashboard's keys, each declared once, beside its `action_*` below: the key, the
+# action, the footer's words, `id` (the CLI twin: `runs-show` is `eagle3-tui runs show`)
+# and `tooltip` (the command palette's help). The footer, `?` (tui/views/screens/help.py),
+# the command palette (tui/views/app.py) and `check_action` all read them from here.
+ACTION_KEYS = (
+    Binding("k", "kill", "Kill run", id="kill",
+            tooltip="Kill the selected run and wait until its GPUs are free"),
+    Binding("r", "relaunch", "Relaunch", id="relaunch",
+            tooltip="Launch the selected run again (same argv, cwd, env)"),
+    Binding("l", "launch", "Launch", id="launch", tooltip="Launch the run command of eagle3.toml"),
+    Binding("p", "patches", "Patches", id="patch-status",
+            tooltip="Patch versions on the host: status, diff, push, roll back"),
+    Binding("L", "open_log", "Log viewer", id="watch",
+            tooltip="The whole log: follow, search, filter, errors, root cause"),
+    Binding("t", "timeline", "Timeline", show=False, id="runs-show",  # the footer is full
+            tooltip="The selected run's whole timeline: loss, GPU memory, rate, phases"),
+    Binding("a", "all_runs", "All runs", show=False, id="runs-list",
+            tooltip="Show every run on the host, or only this config's"),
+    Binding("D", "disk", "Disk space", show=False, id="runs-df",
+            tooltip="Free space where the selected run writes (its cwd), else in the runs dir"),
+)
+
 
 class DashboardActions(_Base):
     """The keys of one host's dashboard (see the module docstring)."""
@@ -60,7 +83,7 @@ class DashboardActions(_Base):
         def _apply(self, event: Event) -> None: ...
         def _run(self) -> Run | None: ...
 
-    DASHBOARD_ACTIONS = ("kill", "relaunch", "launch", "patches", "open_log", "all_runs", "timeline")
+    DASHBOARD_ACTIONS = tuple(b.action for b in ACTION_KEYS)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """True: enabled; None: shown dimmed (does not apply now); False: hidden.
@@ -196,6 +219,17 @@ class DashboardActions(_Base):
         tl = await tls.fetch(self.client, self.cfg.host.runs_dir, run.run_id)
         rec = {"run_id": run.run_id, "state": run.state, "exit_code": run.exit_code, "signal": run.signal}
         self.app.push_screen(TimelineScreen(run.run_id, tl, rec))
+
+    @work(group="disk", exclusive=True)
+    async def action_disk(self) -> None:
+        """Free space where the selected run writes (its cwd), else in the runs dir."""
+        run = self._run()
+        try:
+            disk = await self.client.disk_usage(run.cwd if run is not None and run.cwd else self.cfg.host.runs_dir)
+        except (AgentRequestError, TransportError, ValueError) as exc:
+            self.notify(f"disk space: {exc}", severity="error")
+            return
+        self.notify(disk.summary(), severity="warning" if disk.low else "information")
 
     def track_push(self, goal: str) -> Any:
         """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""

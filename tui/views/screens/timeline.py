@@ -42,7 +42,7 @@ def _bin(points: Sequence[tuple[float, float | None]], end: float, bins: int = B
     for b in range(bins):
         edge = end * (b + 1) / bins
         while i < len(pts) and pts[i][0] <= edge:
-            last = float(pts[i][1])  # type: ignore[arg-type]
+            last = float(pts[i][1])
             i += 1
         out.append(last)
     return out

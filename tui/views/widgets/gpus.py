@@ -15,6 +15,10 @@ from tui.state.format import gib, num
 from tui.state.model import AppState, Gpu
 from tui.views.widgets.render import bar, sparkline
 
+# One card's history, as AppState.gpu_history keeps it: (memory fraction, utilisation %) samples,
+# oldest first.
+History = tuple[tuple[float | None, float | None], ...]
+
 
 class GpuPanel(Static):
     DEFAULT_CSS = """
@@ -126,7 +130,7 @@ class GpuPanel(Static):
         return line
 
     @staticmethod
-    def _card(gpu: Gpu, hist: tuple, width: int, compact: bool) -> Text:
+    def _card(gpu: Gpu, hist: History, width: int, compact: bool) -> Text:
         name = (gpu.name or "N/A").replace("NVIDIA ", "")
         wide = width >= 60
         name_w = 14 if wide else 5

@@ -18,7 +18,7 @@ from tui.state.view import run_row
 from tui.views.widgets.render import set_title
 
 
-class KeyedTable(DataTable):
+class KeyedTable(DataTable[Any]):
     """A DataTable kept in sync with a dict of row key -> cells, fitted to its width.
 
     When the columns do not fit, they give way in a stated order: those in `DROP` hide,
