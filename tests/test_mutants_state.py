@@ -160,3 +160,15 @@ def test_kill_progress_goes_to_the_kill_of_its_run_and_nowhere_else() -> None:
     s = apply(s, p.KillProgress(10, "r2", "SIGTERM", (6,), (), 1.0), 4.0)
     assert s.action("k2").progress.stage == "SIGTERM"  # type: ignore[union-attr]
     assert s.action("k1").progress is None and s.action("l1").progress is None  # type: ignore[union-attr]
+
+
+def test_a_process_row_without_an_integer_pid_is_dropped_not_shown() -> None:
+    """Host rows are data: a process whose pid is not a plain integer (a string, null,
+    a boolean, a float) names no process the dashboard could act on (`k` kills by pid):
+    it is left out; the well-formed rows around it are shown."""
+    from tests.replay import snapshot
+
+    good = snapshot(2).processes
+    odd = [dict(good[0], pid=bad) for bad in ("1000", None, True, 1000.0)] + ["not a row", None]
+    state = apply(AppState(), snapshot(2, processes=[odd[0], good[0], *odd[1:], good[1]]), 0.0)
+    assert [proc.pid for proc in state.processes] == [good[0]["pid"], good[1]["pid"]]
