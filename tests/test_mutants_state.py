@@ -172,3 +172,15 @@ def test_a_process_row_without_an_integer_pid_is_dropped_not_shown() -> None:
     odd = [dict(good[0], pid=bad) for bad in ("1000", None, True, 1000.0)] + ["not a row", None]
     state = apply(AppState(), snapshot(2, processes=[odd[0], good[0], *odd[1:], good[1]]), 0.0)
     assert [proc.pid for proc in state.processes] == [good[0]["pid"], good[1]["pid"]]
+
+
+def test_after_a_rotation_the_progress_panel_reads_the_new_stream() -> None:
+    """A log rotated (or truncated) under the dashboard: the new file is read from byte 0,
+    so nothing older is awaited; the progress panel's analysis is the new stream's at
+    once, never left waiting for older bytes of a file that is gone."""
+    state = apply(AppState(), _chunk(0, 400), 0.0)
+    for reason in ("rotated", "truncated"):
+        state = apply(state, p.LogReset("log", "/x.log", reason, 2, 0), 0.0)
+        state = apply(state, p.LogData("log", "/x.log", 2, 0, b"Epoch 1: 100%|##| 10/10 [00:01<00:00, loss=0.5]\n"), 0.0)
+        assert not state.log.catching_up, reason
+        assert state.log.shown_analysis is not None and state.log.shown_analysis == state.log.analysis, reason
