@@ -1,0 +1,31 @@
+"""The client's log analysis (tui/state/logfailures.py): survivors of issue 41's mutation
+sample. Workers' tracebacks interleave in one log; each worker's exception chain stays
+its own whatever another worker prints between its lines."""
+
+from __future__ import annotations
+
+from tui.state.loganalysis import LogAnalysis
+from tui.state.logparse import step
+
+W1 = "(VllmWorker rank=1 pid=82) ERROR 06-01 10:00:00 [multiproc_executor.py:470] "
+W0 = "(VllmWorker rank=0 pid=81) ERROR 06-01 10:00:00 [multiproc_executor.py:470] "
+CHAIN = [W1 + "Traceback (most recent call last):", W1 + '  File "y.py", line 2, in g',
+         W1 + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB.", W1,
+         W1 + "During handling of the above exception, another exception occurred:"]
+RAISED = W1 + "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def _cause(lines: list[str]) -> tuple[str, int] | None:
+    a = LogAnalysis()
+    for i, line in enumerate(lines, 1):
+        a = step(a, line, i)
+    return (a.root_cause.id, a.root_cause.line_no) if a.root_cause else None
+
+
+def test_another_workers_interrupt_leaves_a_workers_exception_chain_whole() -> None:
+    """Rank 1 runs out of memory and, handling it, raises a CUDA fault: the raised
+    exception is the cause. Rank 0's KeyboardInterrupt traceback printed in between
+    (the launcher stopping the other ranks) ends rank 0's traceback, not rank 1's chain."""
+    assert _cause([*CHAIN, RAISED]) == ("cuda-kernel-fault", 6)
+    other = [W0 + "Traceback (most recent call last):", W0 + '  File "x.py", line 1, in f', W0 + "KeyboardInterrupt"]
+    assert _cause([*CHAIN, *other, RAISED]) == ("cuda-kernel-fault", 9)
