@@ -29,3 +29,12 @@ def test_another_workers_interrupt_leaves_a_workers_exception_chain_whole() -> N
     assert _cause([*CHAIN, RAISED]) == ("cuda-kernel-fault", 6)
     other = [W0 + "Traceback (most recent call last):", W0 + '  File "x.py", line 1, in f', W0 + "KeyboardInterrupt"]
     assert _cause([*CHAIN, *other, RAISED]) == ("cuda-kernel-fault", 9)
+
+
+def test_a_traceback_ending_in_any_exception_name_is_the_cause() -> None:
+    """A run that dies of a traceback whose exception is not named "...Error" (a
+    StopIteration out of a data loader, a project's own `foo.Bar: boom`) died of it:
+    the traceback's header opens it, its last line is the cause."""
+    for last in ("StopIteration", "foo.Bar: boom", "KeyError: 'x'"):
+        lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', "    main()", last]
+        assert _cause(lines) == ("python-traceback", 4), last
