@@ -34,3 +34,27 @@ def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path: Path) -> N
         except urllib.error.HTTPError as e:  # no token: refused, but answered
             status = e.code
         assert 200 <= status < 500, status
+
+
+def test_a_redirect_file_the_browser_removed_does_not_spoil_the_exit(tmp_path: Path) -> None:
+    """`--open` hands the browser a private redirect file; a browser wrapper (or a tmp
+    cleaner) may remove it before the server stops. Stopping the server is still a clean
+    exit: no traceback, the same status as without `--open`."""
+    seen = tmp_path / "browser-argv"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" > {seen}\nrm -f "${{1#file://}}"\n')
+    fake.chmod(0o755)
+    with serve(tmp_path, "--open", env={"BROWSER": str(fake), "DISPLAY": ""}) as served:
+        deadline = time.monotonic() + 10
+        while not seen.exists() or not seen.read_text():
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.1)
+        page = Path(seen.read_text().strip()[len("file://"):])
+        while page.exists():
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.05)
+    (tmp_path / "plain").mkdir()
+    with serve(tmp_path / "plain") as plain:  # the same server without --open, for its status
+        pass
+    assert "Traceback" not in served.log(), served.log()
+    assert served.proc.returncode == plain.proc.returncode, (served.proc.returncode, plain.proc.returncode)
