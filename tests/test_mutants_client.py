@@ -90,3 +90,28 @@ async def test_a_retryable_error_is_retried_max_attempts_times_then_fails(tmp_pa
         assert st[-1].state == "failed" and "did not say hello within 0.5 s" in (st[-1].error or ""), st[-1]
     finally:
         await client.close()
+
+
+NOISY_PYTHON = """#!/bin/sh
+# The agent's stdout starts with what a host's login prints before any program (a motd,
+# a module system's notice, a conda hook), then the real agent.
+if [ "$1" = "-c" ]; then exec {python} "$@"; fi
+echo "Welcome to gpu-box (GNU/Linux 6.8.0 x86_64)"
+echo "*** System restart required ***"
+printf '{{"not": "a message"}}\\n\\n'
+exec {python} "$@"
+"""
+
+
+async def test_lines_a_login_prints_before_the_hello_are_skipped(tmp_path: Path) -> None:
+    """A host whose login prints a banner on stdout before the agent runs: the client
+    skips those lines (up to its bound) and connects to the agent behind them."""
+    noisy = tmp_path / "python3"
+    noisy.write_text(NOISY_PYTHON.format(python=sys.executable))
+    noisy.chmod(0o755)
+    client = AgentClient(LocalLink(python=str(noisy), runs_dir=str(tmp_path / "runs")), backoff=(0.05,))
+    try:
+        hello = await asyncio.wait_for(client.start(), BOUND_S)
+        assert hello.pid > 0 and client.connected and client.status.state == "connected"
+    finally:
+        await client.close()
