@@ -58,3 +58,19 @@ def test_a_redirect_file_the_browser_removed_does_not_spoil_the_exit(tmp_path: P
         pass
     assert "Traceback" not in served.log(), served.log()
     assert served.proc.returncode == plain.proc.returncode, (served.proc.returncode, plain.proc.returncode)
+
+
+def test_the_tab_title_names_three_hosts_and_counts_the_rest(tmp_path: Path) -> None:
+    """A fleet served to one tab: its title names the first three hosts and how many
+    more there are, so two tabs of different fleets tell apart."""
+    from tui.cli.common import Ctx
+    from tui.cli.serve import page_title
+
+    config = tmp_path / "eagle3.toml"
+    config.write_text('[run]\nname = "llama-draft"\ncommand = ["python", "train.py"]\n')
+    obj = Ctx(str(config), None, False)
+    hosts = [f"gpu{i}" for i in range(1, 8)]
+    assert page_title(obj, hosts[:1]) == "gpu1 · llama-draft · eagle3-tui"
+    assert page_title(obj, hosts[:3]) == "gpu1, gpu2, gpu3 · llama-draft · eagle3-tui"
+    assert page_title(obj, hosts[:4]) == "gpu1, gpu2, gpu3 +1 · llama-draft · eagle3-tui"
+    assert page_title(obj, hosts) == "gpu1, gpu2, gpu3 +4 · llama-draft · eagle3-tui"
