@@ -115,3 +115,44 @@ async def test_lines_a_login_prints_before_the_hello_are_skipped(tmp_path: Path)
         assert hello.pid > 0 and client.connected and client.status.state == "connected"
     finally:
         await client.close()
+
+
+async def test_closing_while_still_connecting_ends_the_start_at_once(tmp_path: Path) -> None:
+    """Quitting while the host's login hangs (no hello yet): the start ends now, with
+    the client closed, not after the hello timeout."""
+    hanging = tmp_path / "python3"
+    hanging.write_text(HANGING_PYTHON.format(python=sys.executable))
+    hanging.chmod(0o755)
+    client = AgentClient(LocalLink(python=str(hanging), runs_dir=str(tmp_path / "runs")), backoff=(0.05,))
+    client.hello_timeout = 60.0
+    starting = asyncio.ensure_future(client.start())
+    await asyncio.sleep(0.5)  # the hanging "agent" is up, saying nothing
+    t0 = time.monotonic()
+    await client.close()
+    with pytest.raises((asyncio.CancelledError, Exception)):
+        await asyncio.wait_for(starting, BOUND_S)
+    assert time.monotonic() - t0 < 5, "the start outlived close()"
+    assert client.status.state == "closed"
+
+
+async def test_a_tail_subscription_resumes_where_it_was_pinned(tmp_path: Path) -> None:
+    """`subscribe` with a negative offset asks for the log's tail; the agent answers with
+    the real offset, and a reconnect resumes there (not at "the tail" again, which would
+    skip what was written meanwhile)."""
+    log = tmp_path / "out.log"
+    log.write_bytes(b"".join(b"line %d\n" % i for i in range(100)))
+    client = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), backoff=(0.05,))
+    try:
+        await asyncio.wait_for(client.start(), BOUND_S)
+        reply = await client.subscribe("log", str(log), offset=-64)
+        path, offset, inode = client.resume_points()["log"]
+        # pinned at the reply's offset, or past it once the tail's bytes came in
+        assert 0 <= reply.offset <= offset <= log.stat().st_size and inode == log.stat().st_ino, (
+            reply, client.resume_points())
+        # a log with nothing to tail yet (just created): pinned at 0, where its first lines will be
+        empty = tmp_path / "new.log"
+        empty.write_bytes(b"")
+        reply = await client.subscribe("new", str(empty), offset=-64)
+        assert reply.offset == 0 and client.resume_points()["new"][1] == 0, client.resume_points()
+    finally:
+        await client.close()
