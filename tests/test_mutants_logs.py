@@ -38,3 +38,41 @@ def test_a_traceback_ending_in_any_exception_name_is_the_cause() -> None:
     for last in ("StopIteration", "foo.Bar: boom", "KeyError: 'x'"):
         lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', "    main()", last]
         assert _cause(lines) == ("python-traceback", 4), last
+
+
+def _train(lines: list[str]):  # type: ignore[no-untyped-def]
+    a = LogAnalysis()
+    for i, line in enumerate(lines, 1):
+        a = step(a, line, i)
+    return a.train
+
+
+def test_a_bars_description_step_is_the_step_not_its_total() -> None:
+    """A trainer whose tqdm description says "step 3/10" (its bar counts batches): the
+    progress panel shows step 3 of 10."""
+    tp = _train(["Epoch 1 step 3/10:  30%|###       | 30/100 [00:03<00:07,  1.0it/s, loss=0.5]"])
+    assert (tp.step, tp.total) == (3, 10)
+
+
+def test_a_metrics_line_glued_after_a_bar_fills_only_what_the_bar_lacks() -> None:
+    """A logger writing its metrics while tqdm redraws: the bar's own loss stands; what
+    the bar does not give (its loss, the learning rate, the grad norm) comes from the
+    glued line."""
+    glued = "{'loss': 0.7, 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': 0.3}"
+    bare = _train(["Training:  30%|###       | 30/100 [00:03<00:07,  1.0it/s]" + glued])
+    assert (bare.step, bare.loss, bare.lr, bare.grad_norm) == (30, 0.7, 1e-05, 1.5)
+    own = _train(["Training:  30%|###       | 30/100 [00:03<00:07,  1.0it/s, loss=0.5]" + glued])
+    assert (own.step, own.loss, own.lr, own.grad_norm) == (30, 0.5, 1e-05, 1.5)
+
+
+def test_the_loss_plot_keeps_every_point_up_to_its_cap_then_thins() -> None:
+    """The loss history for the plot holds MAX_LOSSES points whole; one more halves it
+    (every other point), so the plot spans the whole run in bounded memory."""
+    import json
+
+    from tui.state.logtrain import MAX_LOSSES
+
+    lines = [json.dumps({"loss": 1.0 + i / 10000, "learning_rate": 0.001}) for i in range(MAX_LOSSES + 1)]
+    assert len(_train(lines[:-1]).losses) == MAX_LOSSES
+    thinned = _train(lines).losses
+    assert len(thinned) == MAX_LOSSES // 2 and thinned[0] == 1.0001  # every other point
