@@ -76,3 +76,22 @@ def test_the_loss_plot_keeps_every_point_up_to_its_cap_then_thins() -> None:
     assert len(_train(lines[:-1]).losses) == MAX_LOSSES
     thinned = _train(lines).losses
     assert len(thinned) == MAX_LOSSES // 2 and thinned[0] == 1.0001  # every other point
+
+
+def test_a_line_without_a_learning_rate_keeps_the_one_shown() -> None:
+    """The learning rate from the last metrics line stays on the panel through the lines
+    that say something else (an epoch starting, the total of steps)."""
+    import json
+
+    metrics = json.dumps({"loss": 0.7, "learning_rate": 2e-05, "epoch": 1.0})
+    for other in ("Training epoch 2/3 started", "  Total optimization steps = 1000"):
+        assert _train([metrics, other]).lr == 2e-05, other
+
+
+def test_the_runs_total_follows_once_its_first_epoch_completes() -> None:
+    """A trainer that never prints its total of steps (speculators' own loop): once
+    epoch 1 of 3 completes at step 40, the run's total is 120, so the panel shows a
+    share and an ETA from then on."""
+    lines = ["Training epoch 1/3 started", "Step 40 | loss: 0.5", "Training epoch 1/3 completed"]
+    tp = _train(lines)
+    assert (tp.step, tp.total) == (40, 120), (tp.step, tp.total)
