@@ -153,6 +153,25 @@ async def test_a_tail_subscription_resumes_where_it_was_pinned(tmp_path: Path) -
         empty = tmp_path / "new.log"
         empty.write_bytes(b"")
         reply = await client.subscribe("new", str(empty), offset=-64)
-        assert reply.offset == 0 and client.resume_points()["new"][1] == 0, client.resume_points()
+        assert reply.offset == 0 and client.resume_points()["new"] == (str(empty), 0, empty.stat().st_ino), (
+            client.resume_points())
+    finally:
+        await client.close()
+
+
+async def test_a_kill_reports_its_progress_to_the_callers_callback(tmp_path: Path) -> None:
+    """The dashboard's kill dialog draws each stage the agent reports (signals sent, GPUs
+    waited for): the callback given with the request gets them, tagged with it."""
+    client = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")), backoff=(0.05,))
+    try:
+        await asyncio.wait_for(client.start(), BOUND_S)
+        launched = await client.call_with_progress(
+            "launch", None, argv=[sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"],
+            cwd=str(tmp_path), name="sleeper", action="act-1")
+        seen: list[object] = []
+        await asyncio.wait_for(client.call_with_progress(
+            "kill", seen.append, run_id=launched["run_id"], graces=[0.5, 0.5], gpu_wait=0), BOUND_S)
+        stages = [getattr(e, "stage", None) for e in seen]
+        assert "SIGINT" in stages and stages[-1] == "done", seen
     finally:
         await client.close()
