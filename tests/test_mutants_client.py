@@ -175,3 +175,18 @@ async def test_a_kill_reports_its_progress_to_the_callers_callback(tmp_path: Pat
         assert "SIGINT" in stages and stages[-1] == "done", seen
     finally:
         await client.close()
+
+
+async def test_an_unforeseen_error_opening_the_link_is_one_line_and_the_client_fails(tmp_path: Path) -> None:
+    """A link that fails in a way no part of it foresaw (here a Python path holding a NUL
+    byte: the OS call raises ValueError, not OSError) is still one clear line naming the
+    target, the client is "failed", and the event stream ends."""
+    from tui.transport.errors import TransportError
+
+    client = AgentClient(LocalLink(python=str(tmp_path / "py\x00thon3")), backoff=(0.05,))
+    with pytest.raises(TransportError) as info:
+        await asyncio.wait_for(client.start(), BOUND_S)
+    assert str(info.value).startswith("cannot reach the agent on local: ValueError: ") and "\n" not in str(info.value)
+    assert client.status.state == "failed"
+    assert [e async for e in client.events()][-1] == client.status
+    await client.close()
