@@ -2,7 +2,7 @@
 
     python bench/bench_hosttext.py [--lines 100000] [--rounds 15]
 
-Times `tui.state.lines.clean_line` (decode, `tui.protocol.hosttext.clean`, collapse ``\\r``)
+Times `tui.state.logbytes.clean_line` (decode, `tui.protocol.hosttext.clean`, collapse ``\\r``)
 against the 7-bit stripper it replaced (decode, one ESC regex, collapse ``\\r``), on the
 same generated lines: 70 % plain vLLM lines, 15 % tqdm redraws with ``\\r`` and ``ESC [A``,
 10 % coloured lines with a TAB, 5 % hostile ones (``ESC c``, ``ESC #8``, C1 CSI and OSC,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tui.state import lines as L  # noqa: E402
+from tui.state import logbytes as L  # noqa: E402
 
 _OLD = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 

@@ -1,13 +1,13 @@
 """Time per line of the signature match with and without its combined prefilter.
 
 ``SignatureSet.match`` first asks its prefilter (a few words one of which every match
-contains, tui/state/signatures.py ``Prefilter``) and tries the signatures one by one only
+contains, tui/state/loganalysis/signatures.py ``Prefilter``) and tries the signatures one by one only
 when it admits the line. Until issue 41 the prefilter was one regex of all the patterns
 that never compiled for the shipped table (a ``(?i)`` in the middle of it), so every line
 was tried signature by signature; compiled, that regex saved nothing (-2 %). This prints
 the signature-by-signature cost and the prefilter's over real logs: every ``*.log`` under
 ``tests/fixtures/corpus``, ``corpus_heldout``, ``heldout`` and ``logs`` (the message part
-of each line, as ``tui.state.logfailures`` passes it), best of ``--repeat`` passes.
+of each line, as ``tui.state.loganalysis.failures`` passes it), best of ``--repeat`` passes.
 
     python bench/bench_signatures.py [--repeat 10]
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tui.state.loganalysis import default_signatures  # noqa: E402
-from tui.state.logline import split_prefix  # noqa: E402
-from tui.state.signatures import SignatureSet  # noqa: E402
+from tui.state.loganalysis.lineshapes import split_prefix  # noqa: E402
+from tui.state.loganalysis.record import default_signatures  # noqa: E402
+from tui.state.loganalysis.signatures import SignatureSet  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 

@@ -306,9 +306,9 @@ class Agent:
 
         def after() -> None:
             if sub.fd is None:
-                sub._reset("missing")
+                sub.reset("missing")
             elif rotated:
-                sub._reset("rotated")
+                sub.reset("rotated")
             sub.pump()
         return info, after
 

@@ -91,7 +91,8 @@ class Sub:
             os.close(self.fd)
         self.fd, self.ident = None, None
 
-    def _reset(self, reason: str) -> None:
+    def reset(self, reason: str) -> None:
+        """Start the stream again at offset 0 and tell the client why (a log_reset)."""
         self.offset = 0
         emit({"type": "log_reset", "sub": self.name, "path": self.path, "reason": reason,
               "inode": self.inode, "offset": 0})
@@ -107,7 +108,7 @@ class Sub:
         assert self.fd is not None
         size = os.fstat(self.fd).st_size
         if size < self.offset:
-            self._reset("truncated")
+            self.reset("truncated")
         sent = 0
         while self.offset < size and (limit is None or sent < limit):
             data = os.pread(self.fd, min(CHUNK, size - self.offset), self.offset)
@@ -158,7 +159,7 @@ class Sub:
                 self.close()
             if not self.missing:
                 self.missing = True
-                self._reset("missing")
+                self.reset("missing")
             return False
         try:
             if self.fd is None or (st.st_dev, st.st_ino) != self.ident:
@@ -167,7 +168,7 @@ class Sub:
                 reason = "rotated" if self.fd is not None else "appeared"
                 self._open()
                 self.missing = False
-                self._reset(reason)
+                self.reset(reason)
             return self._send(PUMP_BUDGET)
         except FileNotFoundError:
             return False  # vanished between stat and open: the next wake sees it missing

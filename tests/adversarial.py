@@ -5,7 +5,7 @@ pattern, strings that almost match it (a match's prefix, one missing its last pi
 its literal runs, and a fixed list of the usual culprits (digit runs, "step 1 ",
 "loss=", bracket and whitespace runs, a shard bar's description). ``line(token)`` repeats
 a token into a 1 MB line. ``parsers()`` names every entry point that reads a host line:
-the client's fold (``tui.state.logparse.step``, in a fresh analysis and inside an open
+the client's fold (``tui.state.loganalysis.fold.step``, in a fresh analysis and inside an open
 traceback), each line parser on its own, the signature table, the line splitter, the
 host's pace (``remote/pace.py``) and its restart matcher (``remote/restartpolicy.py``).
 
@@ -127,24 +127,15 @@ def pattern_tokens(pattern: str) -> set[str]:
 def patterns() -> list[str]:
     """Every regex of a parser that meets host text, on both sides."""
     from remote import pace, restartpolicy
-    from tui.state import (
-        advice,
-        lines,
-        loganalysis,
-        logfailures,
-        logline,
-        logparse,
-        logtrain,
-        signatures,
-    )
+    from tui.state import advice, logbytes
+    from tui.state.loganalysis import failures, fold, lineshapes, record, signatures, train
 
     found: list[str] = []
-    for mod in (pace, restartpolicy, logline, logparse, logtrain, logfailures, loganalysis, lines, advice,
-                signatures):
+    for mod in (pace, restartpolicy, lineshapes, fold, train, failures, record, logbytes, advice, signatures):
         for v in vars(mod).values():
             if isinstance(v, re.Pattern) and isinstance(v.pattern, str):
                 found.append(v.pattern)
-    for sig in loganalysis.default_signatures().specific + loganalysis.default_signatures().wrappers:
+    for sig in record.default_signatures().specific + record.default_signatures().wrappers:
         found.extend(p.pattern for p in sig.patterns)
     return found
 
@@ -196,12 +187,13 @@ def parsers() -> dict[str, Callable[[str], Any]]:
     from remote import pace, restartpolicy
     from tui.services.config import parse_config
     from tui.services.restartpolicy import compile_policy
-    from tui.state import lines, logline, logparse, logtrain, watch
-    from tui.state.loganalysis import LogAnalysis, default_signatures
+    from tui.state import logbytes, watch
+    from tui.state.loganalysis import fold, lineshapes, train
+    from tui.state.loganalysis.record import LogAnalysis, default_signatures
 
     sigs = default_signatures()
     fresh = LogAnalysis(signatures=sigs)
-    in_tb = logparse.step(fresh, "Traceback (most recent call last):", 1, 0.0)
+    in_tb = fold.step(fresh, "Traceback (most recent call last):", 1, 0.0)
     matcher = restartpolicy.Matcher(compile_policy(parse_config('[run]\nrestart = "on-failure"\n')) or {})
 
     def host_pace(text: str) -> Any:
@@ -210,13 +202,13 @@ def parsers() -> dict[str, Callable[[str], Any]]:
         return p.step
 
     return {
-        "client step": lambda text: logparse.step(fresh, text, 2, 1.0),
-        "client step (traceback open)": lambda text: logparse.step(in_tb, text, 2, 1.0),
-        "client split_lines": lambda text: lines.split_lines(b"", text.encode("utf-8", "replace") + b"\n"),
-        "client split_prefix": logline.split_prefix,
-        "client shard bar": logline.parse_shard_progress,
-        "client extract": logline.parse_extract_progress,
-        "client train line": logtrain.parse_train_line,
+        "client step": lambda text: fold.step(fresh, text, 2, 1.0),
+        "client step (traceback open)": lambda text: fold.step(in_tb, text, 2, 1.0),
+        "client split_lines": lambda text: logbytes.split_lines(b"", text.encode("utf-8", "replace") + b"\n"),
+        "client split_prefix": lineshapes.split_prefix,
+        "client shard bar": lineshapes.parse_shard_progress,
+        "client extract": lineshapes.parse_extract_progress,
+        "client train line": train.parse_train_line,
         "client signatures": sigs.match,
         "client signatures (persist)": lambda text: sigs.match(text, persist=True),
         "client step label": lambda text: watch.attempt_cause({"progress": {"step": text}, "cause": {"title": "x"}}),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tui.services.inspect import inspect_log
 from tui.state.advice import Advice, RunSummary, advise, format_minutes, summarize
-from tui.state.logparse import LogAnalysis, finish_lines, split_lines, step
+from tui.state.loganalysis.fold import LogAnalysis, finish_lines, split_lines, step
 from tui.state.model import Run
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -320,13 +321,170 @@ def test_private_reach_check_catches_both_forms(tmp_path: Path) -> None:
     for name in ("tui", "remote"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     view = tmp_path / "tui" / "state" / "view.py"
-    view.write_text(view.read_text() + "\nfrom tui.state.lines import _LEAD_PREFIX  # noqa: E402,F401\n"
-                    "from tui.state import logline  # noqa: E402\n_X = logline._LEVELS\n")
+    view.write_text(view.read_text() + "\nfrom tui.state.logbytes import _LEAD_PREFIX  # noqa: E402,F401\n"
+                    "from tui.state.loganalysis import lineshapes  # noqa: E402\n_X = lineshapes._LEVELS\n")
     agent = tmp_path / "remote" / "agent.py"
     agent.write_text(agent.read_text() + "\nfrom . import rundir as _rd  # noqa: E402\n_Y = _rd._ENDED\n")
     found = set(private_reaches(tmp_path, ("tui", "remote")))
-    assert {"tui/state/view.py: from tui.state.lines import _LEAD_PREFIX", "tui/state/view.py: logline._LEVELS",
+    assert {"tui/state/view.py: from tui.state.logbytes import _LEAD_PREFIX", "tui/state/view.py: lineshapes._LEVELS",
             "remote/agent.py: _rd._ENDED"} <= found, found
+
+
+# ---- no reach into another object's privates ----------------------------------------
+# `x._name` where x is not `self`/`cls` reaches into the privates of whatever x is: of
+# another module of the project when `_name` is defined there, of a library (Textual's
+# `app._driver`) when it is defined nowhere here. Either way the piece is public API of
+# its owner, or the reach goes. A name this module defines alone is its own (a class
+# comparing `other._key`). Checked on the product, tui/ and remote/.
+STDLIB_PUBLIC = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}  # namedtuple's documented API
+# Reaches allowed, by their expression, with the reason; an entry no longer needed fails.
+OBJECT_REACH_ALLOWED: dict[str, str] = {
+    "os._exit": "the standard library's documented way to leave a forked child",
+    "torch._utils": "torch's own tensor rebuild for its zip checkpoints (the extraction job)",
+    "torch._utils._rebuild_tensor_v2": "the same",
+}
+
+
+def _names_defined(tree: ast.AST) -> set[str]:
+    """Every name a module binds: functions, classes, attributes and variables it assigns,
+    imports."""
+    names: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            names.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.alias):
+            names.add(n.asname or n.name.split(".")[0])
+    return names
+
+
+def object_reaches(root: Path, folders: tuple[str, ...] = ("tui", "remote")) -> list[str]:
+    """Every `x._name` (x not self/cls) whose name another module defines, or none of
+    `folders` does, as "path: expression"."""
+    paths = sorted(p for f in folders for p in (root / f).rglob("*.py") if "__pycache__" not in p.parts)
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in paths}
+    defined = {p: _names_defined(t) for p, t in trees.items()}
+    owners: dict[str, set[Path]] = {}
+    for p, names in defined.items():
+        for name in names:
+            owners.setdefault(name, set()).add(p)
+    found: list[str] = []
+    for p, tree in trees.items():
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") or n.attr in STDLIB_PUBLIC:
+                continue
+            if n.attr in defined[p] and owners[n.attr] == {p}:
+                continue
+            found.append(f"{p.relative_to(root)}: {ast.unparse(n)}")
+    return found
+
+
+def test_no_reach_into_another_objects_privates() -> None:
+    found = object_reaches(ROOT)
+    new = sorted({f for f in found if f.partition(": ")[2] not in OBJECT_REACH_ALLOWED})
+    assert not new, "private attributes reached from outside their module (make them public API):\n" + "\n".join(new)
+    stale = sorted(set(OBJECT_REACH_ALLOWED) - {f.partition(": ")[2] for f in found})
+    assert not stale, "no longer needed: drop from OBJECT_REACH_ALLOWED:\n" + "\n".join(stale)
+
+
+def test_object_reach_check_catches_a_planted_one(tmp_path: Path) -> None:
+    # A scratch copy with the reaches this check was written against, put back: a
+    # module's private method called from another module, and a Textual private.
+    for name in ("tui", "remote"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    blocks = tmp_path / "tui" / "state" / "logpage" / "blocks.py"
+    blocks.write_text(blocks.read_text() + "\n\ndef _peek(c: BlockCache) -> int:\n    return c.fetches\n")
+    view = tmp_path / "tui" / "state" / "view.py"
+    view.write_text(view.read_text() + "\n\ndef _x(app: Any, cache: Any) -> Any:\n"
+                    "    return app._driver, cache._peek, app.screen._compositor, self_like._y\n")
+    found = set(object_reaches(tmp_path))
+    assert {"tui/state/view.py: app._driver", "tui/state/view.py: cache._peek",
+            "tui/state/view.py: app.screen._compositor", "tui/state/view.py: self_like._y"} <= found, found
+    assert not any(f.startswith("tui/state/logpage/blocks.py") for f in found), found
+
+
+# A class of the client that defines a private name a library base class defines too
+# overrides (or shadows) that library's internals: Textual can rename or drop them in
+# any release. Allowed, by qualified name, with the reason; an entry no longer needed fails.
+LIBRARY_PRIVATE_OVERRIDES_ALLOWED: dict[str, str] = {
+    "tui.views.widgets.tables.KeyedTable._render_cell": (
+        "DataTable keys its cell cache by a counter every update_cell bumps, so a 1 Hz tick rendered "
+        "every cell again (most of an idle dashboard's CPU); Textual 8.2 has no public hook for a cache "
+        "keyed by what a cell shows"),
+}
+
+
+def library_private_overrides() -> list[str]:
+    """"module.Class._name" for each private name a client class body defines that a
+    base class from outside the project defines too."""
+    import inspect
+
+    found: list[str] = []
+    for cls in _client_classes():
+        libraries = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] not in PROJECT]
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        names = {s.name for s in body.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        names |= {t.id for s in body.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+        names |= {s.target.id for s in body.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        for name in sorted(names):
+            if name.startswith("_") and not name.startswith("__") and any(name in vars(b) for b in libraries):
+                found.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    return found
+
+
+def test_no_client_class_overrides_a_library_private() -> None:
+    found = library_private_overrides()
+    new = sorted(set(found) - set(LIBRARY_PRIVATE_OVERRIDES_ALLOWED))
+    assert not new, "a library's private name overridden (use its public API):\n" + "\n".join(new)
+    stale = sorted(set(LIBRARY_PRIVATE_OVERRIDES_ALLOWED) - set(found))
+    assert not stale, "no longer needed: drop from LIBRARY_PRIVATE_OVERRIDES_ALLOWED:\n" + "\n".join(stale)
+
+
+def _client_classes() -> list[type]:
+    """Every class defined in a client module (imports them all, Textual's too)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import tui
+
+    classes: list[type] = []
+    for info in pkgutil.walk_packages(tui.__path__, "tui."):
+        if not info.name.endswith("__main__"):
+            module = importlib.import_module(info.name)
+            classes += [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__]
+    return classes
+
+
+def split_class_reaches() -> list[str]:
+    """A class spread over modules (a screen and its mixin, a base class and its
+    subclass) whose part in one module uses `self._name` that a part in another module
+    defines: the cut between the files is not where the jobs part. As
+    "module.Class: self._name of module.Owner"."""
+    import inspect
+
+    found: set[str] = set()
+    for cls in _client_classes():
+        for part in (b for b in cls.__mro__ if b.__module__.split(".")[0] in PROJECT):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(part)))
+            used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                    and n.value.id == "self" and n.attr.startswith("_") and not n.attr.startswith("__")}
+            for name in used:
+                owner = next((o for o in cls.__mro__ if name in vars(o)), None)
+                if owner is not None and owner.__module__.split(".")[0] in PROJECT and owner.__module__ != part.__module__:
+                    found.add(f"{part.__module__}.{part.__qualname__}: self.{name} of {owner.__module__}.{owner.__qualname__}")
+    return sorted(found)
+
+
+def test_a_class_spread_over_modules_shares_only_public_names() -> None:
+    found = split_class_reaches()
+    assert not found, "a class's parts reach each other's privates across modules (cut by job):\n" + "\n".join(found)
 
 
 @pytest.mark.slow

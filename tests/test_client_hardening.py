@@ -212,8 +212,8 @@ async def test_the_viewer_counts_a_last_line_being_redrawn_as_a_line() -> None:
     from textual.app import App
     from textual.widgets import Static
 
-    from tui.state.logblocks import Chunk
-    from tui.state.logindex import LogDocument
+    from tui.state.logpage.blocks import Chunk
+    from tui.state.logpage.document import LogDocument
     from tui.views.screens.logviewer import LogViewerScreen
 
     async def fetch(offset: int, length: int) -> Chunk:  # stands in for the agent's read_range

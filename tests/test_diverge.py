@@ -15,7 +15,7 @@ import pytest
 
 from remote import diverge, pace
 from tui.services.inspect import inspect_log
-from tui.state.loganalysis import default_signatures
+from tui.state.loganalysis.record import default_signatures
 
 HF = "{{'loss': {}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}}"
 
@@ -177,7 +177,8 @@ def test_the_host_pace_enters_diverged_and_keeps_the_verdict(tmp_path: Path) -> 
 
 # ---------------------------------------------------------------- watch, status --json, the dashboard
 
-from tui.state import logparse, view  # noqa: E402
+from tui.state import view  # noqa: E402
+from tui.state.loganalysis import fold  # noqa: E402
 from tui.state.model import AppState, LogTail, Run  # noqa: E402
 from tui.state.watch import WatchState, judge, observe  # noqa: E402
 
@@ -186,9 +187,9 @@ RUN = {"run_id": "20261205-210000-ab12", "name": "lr1e6", "state": "running"}
 
 def test_watch_tells_a_divergence_once_and_not_again_as_the_runs_end() -> None:
     run = Run.from_dict(RUN)
-    a, ws = logparse.LogAnalysis(), WatchState()
+    a, ws = fold.LogAnalysis(), WatchState()
     for no, x in enumerate(("2.1", "nan", "nan", "nan", "nan"), 1):
-        a = logparse.step(a, HF.format(x), no)
+        a = fold.step(a, HF.format(x), no)
         ws = observe(ws, run, a, no, (), (), 1000.0 + no)
     assert [e.kind for e in ws.events] == ["diverged"], ws.events
     ev = ws.events[0]
@@ -220,9 +221,9 @@ def test_a_divergence_alerts_like_a_failure() -> None:
     from tui.services.notify import Notifier
 
     run = Run.from_dict(RUN)
-    a, ws = logparse.LogAnalysis(), WatchState()
+    a, ws = fold.LogAnalysis(), WatchState()
     for no, x in enumerate(("nan", "nan", "nan"), 1):
-        a = logparse.step(a, HF.format(x), no)
+        a = fold.step(a, HF.format(x), no)
         ws = observe(ws, run, a, no, (), (), 1000.0 + no)
     said: list[str] = []
     Notifier(write=said.append, tmux=False).send_new(ws)

@@ -22,7 +22,7 @@ from tests import checkout
 from tests.test_app import until
 from tui.services.config import parse_config
 from tui.state import history as seen
-from tui.state.logline import ShardProgress
+from tui.state.loganalysis.lineshapes import ShardProgress
 from tui.state.model import Run
 from tui.transport import AgentClient, LocalLink
 from tui.views.app import make_app

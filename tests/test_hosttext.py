@@ -355,8 +355,8 @@ def viewers() -> Any:
        size=st.sampled_from(SIZES[::2]), errors_only=st.booleans())
 def test_fuzz_log_viewer(viewers: Any, lines: list[bytes], path: str, size: tuple[int, int], errors_only: bool) -> None:
     """The log viewer over a hostile log whose path is hostile too (its status line)."""
-    from tui.state.logblocks import Chunk
-    from tui.state.logindex import LogDocument
+    from tui.state.logpage.blocks import Chunk
+    from tui.state.logpage.document import LogDocument
     from tui.views.screens.logviewer import LogViewerScreen
 
     examples["viewer"] += 1

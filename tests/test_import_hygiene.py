@@ -17,7 +17,7 @@ DOMAIN = [
     "tui.state.model",
     "tui.state.reducer",
     "tui.state.view",
-    "tui.state.logparse",
+    "tui.state.loganalysis.fold",
     "tui.services.actions",
     "tui.services.inspect",
     "tui.state.advice",

@@ -14,8 +14,8 @@ import pytest
 
 from remote.rundir import signal_name
 from tui.services.inspect import inspect_log
-from tui.state import logparse
 from tui.state.advice import summarize
+from tui.state.loganalysis import fold
 from tui.state.model import Run
 from tui.state.watch import WatchState, ending, observe
 
@@ -52,10 +52,10 @@ def _interrupted(tmp_path: Path, mode: str, sig: int) -> tuple[Run, object]:
     run = Run.from_dict({"run_id": "r1", "name": "x", "state": "exited",
                          "exit_code": rc if rc >= 0 else None,
                          "signal": signal_name(-rc) if rc < 0 else None})
-    done, partial = logparse.split_lines(b"", log.read_bytes())
-    a = logparse.LogAnalysis()
-    for no, line in enumerate(done + logparse.finish_lines(partial), 1):
-        a = logparse.step(a, line, no)
+    done, partial = fold.split_lines(b"", log.read_bytes())
+    a = fold.LogAnalysis()
+    for no, line in enumerate(done + fold.finish_lines(partial), 1):
+        a = fold.step(a, line, no)
     return run, a
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from remote import wire
 from tests import adversarial
-from tui.state import logline
+from tui.state.loganalysis import lineshapes
 
 LIMIT_S = 0.05
 # These read the whole line (splitting, cleaning, decoding: linear, and the same work for
@@ -25,7 +25,7 @@ WHOLE_LINE = ("client split_lines", "host pace")
 
 
 def test_host_and_client_read_the_same_head_of_a_line() -> None:
-    assert wire.MAX_SCAN == logline.MAX_SCAN
+    assert wire.MAX_SCAN == lineshapes.MAX_SCAN
 
 
 @pytest.mark.slow  # ~4,300 lines of 1 MB through 13 parsers: about a minute on a loaded machine

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.state.lines import split_lines
-from tui.state.logindex import (
+from tui.state.logbytes import split_lines
+from tui.state.logpage.document import (
     MATCH_MAX,
     Chunk,
     LineIndex,

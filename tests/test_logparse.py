@@ -9,10 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tui.state.lines import MAX_PARTIAL, finish_lines, live_segment, split_lines
-from tui.state.logline import parse_extract_progress, parse_shard_progress, split_prefix
-from tui.state.logparse import LogAnalysis, is_stalled, step
-from tui.state.signatures import SignatureError, SignatureSet, load_signatures
+from tui.state.loganalysis.fold import LogAnalysis, is_stalled, step
+from tui.state.loganalysis.lineshapes import (
+    parse_extract_progress,
+    parse_shard_progress,
+    split_prefix,
+)
+from tui.state.loganalysis.signatures import SignatureError, SignatureSet, load_signatures
+from tui.state.logbytes import MAX_PARTIAL, finish_lines, live_segment, split_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui.state.logparse import LogAnalysis, finish_lines, split_lines, step
+from tui.state.loganalysis.fold import LogAnalysis, finish_lines, split_lines, step
 
 HELDOUT = Path(__file__).parent / "fixtures" / "heldout"
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tui.services.inspect import format_report, inspect_log
-from tui.state.logparse import LogAnalysis, step
-from tui.state.signatures import SignatureSet, load_signatures
+from tui.state.loganalysis.fold import LogAnalysis, step
+from tui.state.loganalysis.signatures import SignatureSet, load_signatures
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 

@@ -19,7 +19,7 @@ from textual.geometry import Region
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from tui.state.logindex import Line, LogDocument, RootCause
+from tui.state.logpage.document import Line, LogDocument, RootCause
 from tui.transport import AgentClient
 from tui.views.screens.logviewer import LogViewerScreen
 

@@ -26,8 +26,9 @@ from tests.test_app import CFG, RUN, serve_file
 from tui import protocol as p
 from tui.services import actions as services
 from tui.services.config import load_config, parse_config
-from tui.state import logparse, view
+from tui.state import view
 from tui.state.events import ConfigRead, CursorMoved
+from tui.state.loganalysis import fold
 from tui.state.model import AppState
 from tui.state.reducer import apply
 from tui.transport import AgentClient, LocalLink
@@ -290,14 +291,14 @@ def broken_signatures(tmp_path: Path) -> dict[str, str]:
 async def test_signature_file_errors_at_startup_and_in_inspect(tmp_path: Path, monkeypatch: Any) -> None:
     env = broken_signatures(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", env["XDG_CONFIG_HOME"])
-    logparse.default_signatures.cache_clear()
+    fold.default_signatures.cache_clear()
     try:
         app = make_app(ReplayClient([snapshot(0)]), CFG, "gpu-box")  # type: ignore[arg-type]
         async with app.run_test(size=(160, 50)) as pilot:
             await until(pilot, lambda: any("signatures.toml" in n for n in notices(app)), 5, "the warning")
     finally:
         monkeypatch.undo()
-        logparse.default_signatures.cache_clear()
+        fold.default_signatures.cache_clear()
     res = e3("inspect", str(FIXLOGS / "vllm016_tp8_sample_tokens.log"), cwd=tmp_path, env=env)
     assert res.returncode == 0
     assert "warning" in res.stderr and "signatures.toml" in res.stderr and res.stderr.count("\n") == 1

@@ -23,7 +23,7 @@ import pytest
 from remote import pace as hostpace
 from tests import checkout
 from tests.agent_driver import AgentProc
-from tui.state import logparse
+from tui.state.loganalysis import fold
 from tui.state.model import Run
 from tui.state.watch import WatchConfig, WatchState, assess, observe
 
@@ -176,18 +176,18 @@ def test_a_fresh_dashboard_continues_the_hosts_history(writer: Writer) -> None:
         writer.do(f"bar {n}")
         p.update(T0 + 60 * i)
     run = _run(p.record())
-    a = logparse.LogAnalysis()
-    done, partial = logparse.split_lines(b"", writer.log.read_bytes())
-    lines = done + logparse.finish_lines(partial)  # the bar's latest redraw
+    a = fold.LogAnalysis()
+    done, partial = fold.split_lines(b"", writer.log.read_bytes())
+    lines = done + fold.finish_lines(partial)  # the bar's latest redraw
     for no, line in enumerate(lines, 1):
-        a = logparse.step(a, line, no)
+        a = fold.step(a, line, no)
     assert a.phase == "loading" and a.shard is not None and a.shard.done == 3
     now = T0 + 120 + 400  # the client opens 400 s after the last shard: 5 × 60 = 300 s
     ws = observe(WatchState(), run, a, len(lines), (), (), now)
     assert ws.condition == "stalled" and ws.last_step == "shard 3/8" and ws.last_step_t == T0 + 120
     assert [e.kind for e in ws.events] == ["stalled"]
     writer.do("bar 4")
-    a = logparse.step(a, logparse.finish_lines(writer.log.read_bytes())[0], len(lines) + 1)
+    a = fold.step(a, fold.finish_lines(writer.log.read_bytes())[0], len(lines) + 1)
     ws = observe(ws, run, a, len(lines) + 1, (), (), now + 5)
     assert ws.condition == "ok" and ws.last_step == "shard 4/8"
 

@@ -38,7 +38,7 @@ tokenizers = need.module("tokenizers", "pip install 'eagle3-tui[demo]' (transfor
 
 from tests import spec_wheel  # noqa: E402 - after the modules it needs
 from tui.state import patches as P  # noqa: E402
-from tui.state.signatures import SignatureSet, load_signatures  # noqa: E402
+from tui.state.loganalysis.signatures import SignatureSet, load_signatures  # noqa: E402
 
 STANDIN = Path(__file__).resolve().parent / "standin_vllm"
 SET = "speculators-0.3.0-vllm-0.16"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests import spec_wheel
 from tui.state import patches as P
-from tui.state.signatures import load_signatures
+from tui.state.loganalysis.signatures import load_signatures
 
 SET = "speculators-0.3.0-vllm-0.16"
 GEN = "data_generation/vllm_hidden_states_generator.py"

@@ -24,7 +24,7 @@ import pytest
 from tests import need, real_vllm, spec_wheel
 from tests.test_patch_contract import EXPECTED, SET, batch
 from tui.state import patches as P
-from tui.state.signatures import SignatureSet, load_signatures
+from tui.state.loganalysis.signatures import SignatureSet, load_signatures
 from tui.transport.bundle import agent_files
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -141,7 +141,7 @@ def test_lines_after_a_backlog_wait_their_turn_and_a_restart_drops_it() -> None:
 
 def test_older_lines_fetched_later_come_first_in_the_analysis() -> None:
     from tui.state.events import AnalyseLog, LogFollowed, LogOlder
-    from tui.state.logparse import LogAnalysis
+    from tui.state.loganalysis.fold import LogAnalysis
 
     data = _long_failing_log()
     start = data.index(b"\n", len(data) - 4000) + 1  # the first tail: the last ~4 KB, whole lines

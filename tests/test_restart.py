@@ -18,9 +18,9 @@ from remote.restartpolicy import Matcher, decide, delay
 from tests import need
 from tui.services.config import parse_config
 from tui.services.restartpolicy import compile_policy
-from tui.state.loganalysis import LogAnalysis
-from tui.state.logparse import step
-from tui.state.signatures import RESTART_CLASSES, load_signatures
+from tui.state.loganalysis.fold import step
+from tui.state.loganalysis.record import LogAnalysis
+from tui.state.loganalysis.signatures import RESTART_CLASSES, load_signatures
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = str(REPO / "tests" / "jobs" / "resumable_job.py")
@@ -511,7 +511,7 @@ def test_policy_settings_are_checked_in_one_line(text: str, error: str) -> None:
 
 def test_no_policy_no_restart_in_the_request_and_a_bad_class_is_refused(tmp_path: Path) -> None:
     from tui.services.actions import restart_args
-    from tui.state.signatures import SignatureError
+    from tui.state.loganalysis.signatures import SignatureError
 
     assert restart_args(parse_config("")) == {}
     assert restart_args(parse_config('[watch]\non_hang = "kill"'))["restart"]["restart"] == "never"

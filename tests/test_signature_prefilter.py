@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from tests import adversarial
-from tui.state.logline import split_prefix
-from tui.state.signatures import Signature, SignatureSet, load_signatures
+from tui.state.loganalysis.lineshapes import split_prefix
+from tui.state.loganalysis.signatures import Signature, SignatureSet, load_signatures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

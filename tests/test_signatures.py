@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tui.services.inspect import inspect_log
-from tui.state.signatures import Signature, SignatureSet, load_signatures
+from tui.state.loganalysis.signatures import Signature, SignatureSet, load_signatures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TABLE = load_signatures(user_file=None)  # the built-in table only, never the user's file
@@ -75,7 +75,7 @@ def test_signature_is_decisive_on_a_real_fixture(sig: Signature) -> None:
                      f"stage, root cause); it is reported in {matched[:5]}")
 
 
-# ---- the matcher's edges (survivors of a mutation run over tui/state/signatures.py) ----
+# ---- the matcher's edges (survivors of a mutation run over tui/state/loganalysis/signatures.py) ----
 
 
 def _sig(id: str, pattern: str, title: str = "t", **kw: Any) -> Signature:
@@ -110,7 +110,7 @@ def test_a_title_it_cannot_fill_is_shown_as_written() -> None:
 
 
 def test_an_unreadable_signatures_file_is_one_line_with_the_reason(tmp_path: Path) -> None:
-    from tui.state.signatures import SignatureError
+    from tui.state.loganalysis.signatures import SignatureError
 
     with pytest.raises(SignatureError) as info:
         load_signatures([tmp_path], user_file=None)  # a directory: cannot be read as a file

@@ -24,7 +24,8 @@ from tests.test_pace import _fake_smi
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
-from tui.state import logparse, view
+from tui.state import view
+from tui.state.loganalysis import fold
 from tui.state.model import AppState, Gpu, LogTail, Proc, Run
 from tui.state.reducer import apply
 from tui.state.watch import WatchConfig, WatchState, assess, observe
@@ -96,9 +97,9 @@ def record(**kw: Any) -> Run:
 
 def looks(ws: WatchState, run: Run, log: list[tuple[float, str]]) -> WatchState:
     """``ws`` after one look per timed line of ``log``, each line new at its time."""
-    analysis = logparse.LogAnalysis()
+    analysis = fold.LogAnalysis()
     for no, (t, line) in enumerate(log, 1):
-        analysis = logparse.step(analysis, line, no)
+        analysis = fold.step(analysis, line, no)
         ws = observe(ws, run, analysis, no, (), (), T0 + t, (line,))
     return ws
 
@@ -194,7 +195,7 @@ def test_hung_counts_from_when_all_fell_asleep_and_ends_when_it_wakes() -> None:
     """After the load, a run whose process sleeps on an idle GPU is hung ``hang_s`` after
     it fell asleep, not before; waking clears it, and the next sleep is a new episode
     counted from its own start."""
-    loaded = logparse.step(logparse.LogAnalysis(), "INFO Model loading took 3.1 GiB and 40.2 seconds", 1)
+    loaded = fold.step(fold.LogAnalysis(), "INFO Model loading took 3.1 GiB and 40.2 seconds", 1)
     gpu = Gpu.from_dict({"index": 0, "util": 0, "processes": [{"pid": 4242}]}, 0)
 
     def look(ws: WatchState, t: float, state: str) -> WatchState:
@@ -217,9 +218,9 @@ def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() 
     lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
              '  File "/app/extract.py", line 12, in <module>',
              "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
-    analysis = logparse.LogAnalysis()
+    analysis = fold.LogAnalysis()
     for no, line in enumerate(lines, 1):
-        analysis = logparse.step(analysis, line, no)
+        analysis = fold.step(analysis, line, no)
     assert analysis.root_cause is not None and analysis.root_cause.id == "cuda-oom"
     attempt = {"n": 1, "started_at": T0}
     ws = WatchState()

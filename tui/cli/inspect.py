@@ -43,7 +43,7 @@ def inspect(logfile: str, as_json: bool) -> None:
                 result = inspect_log(chunks(f))
     except OSError as exc:
         fail(f"{logfile}: {exc.strerror or exc}", EXIT_USAGE)
-    from tui.state.logparse import signature_errors
+    from tui.state.loganalysis.fold import signature_errors
 
     for err in signature_errors():  # a broken user signature file is skipped, not silent
         click.echo(f"eagle3-tui: warning: {err}", err=True)

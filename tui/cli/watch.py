@@ -25,7 +25,7 @@ from tui.services import actions as services
 from tui.services.notify import Notifier
 from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
-from tui.state.watch import Event, WatchState, ending
+from tui.state.watch import WatchEvent, WatchState, ending
 from tui.transport import AgentClient
 
 __all__ = ["OUTCOME_CODES", "watch"]
@@ -34,7 +34,7 @@ TAIL_BYTES = 4 * 1024 * 1024
 OUTCOME_CODES = {"finished": 0, "failed": 1, "killed": 1, "lost": 1}
 
 
-def _line(ev: Event, as_json: bool) -> str:
+def _line(ev: WatchEvent, as_json: bool) -> str:
     if as_json:
         return json.dumps(ev.to_json(), sort_keys=True, default=str)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev.at))

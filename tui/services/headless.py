@@ -3,7 +3,7 @@
 Used by `eagle3-tui demo --headless` (scripts, CI). It talks to the agent the same way
 the dashboard does: `launch` through the supervisor shim, `runs` for the run's state,
 `read_range` for the new bytes of its log, which the same pure parser as the
-dashboard's (`tui.state.logparse`) turns into shard and extraction progress.
+dashboard's (`tui.state.loganalysis.fold`) turns into shard and extraction progress.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tui.state import logparse
+from tui.state.loganalysis import fold
 from tui.transport import AgentApi
 
 POLL_S = 0.5
@@ -52,7 +52,7 @@ async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
     every training step (with its loss) and phase change, and on failure the root cause
     the log parser found.
     """
-    analysis = logparse.LogAnalysis()
+    analysis = fold.LogAnalysis()
     offset, line_no, partial = 0, 0, b""
     said_quarter = -1
     said_train: tuple[Any, ...] = ()
@@ -75,7 +75,7 @@ async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
             for raw in lines:
                 line_no += 1
                 line = raw.decode("utf-8", "replace").rstrip("\r")
-                analysis = logparse.step(analysis, line, line_no, time.time())
+                analysis = fold.step(analysis, line, line_no, time.time())
                 if line.startswith("[extract]"):
                     echo(line)
                 shard = analysis.shard

@@ -1,7 +1,7 @@
 """Post-mortem of a log file: ``eagle3-tui inspect LOGFILE [--json]``.
 
 ``inspect_log`` streams the bytes through the same line assembly and fold the live
-screen uses (``tui.state.logparse``), so memory stays constant apart from the
+screen uses (``tui.state.loganalysis.fold``), so memory stays constant apart from the
 bounded lists, whatever the file's size. ``format_report`` renders the result.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tui.state.logparse import (
+from tui.state.loganalysis.fold import (
     ExtractProgress,
     LogAnalysis,
     ShardProgress,
@@ -18,7 +18,7 @@ from tui.state.logparse import (
     split_lines,
     step,
 )
-from tui.state.signatures import SignatureSet
+from tui.state.loganalysis.signatures import SignatureSet
 
 __all__ = ["format_report", "inspect_log"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from tui.protocol import hosttext
 from tui.services.config import Config
-from tui.state import logfailures, logline
-from tui.state.loganalysis import QUIET_LEVELS, default_signatures
+from tui.state.loganalysis import failures, lineshapes
+from tui.state.loganalysis.record import QUIET_LEVELS, default_signatures
 
 VERSION = 1
 
@@ -57,15 +57,15 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
                         "patterns": [p.pattern for p in s.patterns]} for s in table],
         "lines": {
             "ansi": hosttext.ESCAPES.pattern,
-            "worker": logline.WORKER_PREFIX.pattern,
-            "foreign": logline.FOREIGN_PREFIX.pattern,
-            "level": logline.VLLM_PREFIX.pattern,
+            "worker": lineshapes.WORKER_PREFIX.pattern,
+            "foreign": lineshapes.FOREIGN_PREFIX.pattern,
+            "level": lineshapes.VLLM_PREFIX.pattern,
             "quiet": sorted(QUIET_LEVELS),
-            "exception": logfailures.EXC_SHAPE.pattern,
-            "interrupt": logfailures.INTERRUPT.pattern,
-            "request_source": logfailures.REQUEST_SOURCE.pattern,
-            "note_level": logfailures.NOTE_LEVEL.pattern,
-            "note_retry": logfailures.NOTE_RETRY.pattern,
-            "note_head": logfailures.NOTE_HEAD,
+            "exception": failures.EXC_SHAPE.pattern,
+            "interrupt": failures.INTERRUPT.pattern,
+            "request_source": failures.REQUEST_SOURCE.pattern,
+            "note_level": failures.NOTE_LEVEL.pattern,
+            "note_retry": failures.NOTE_RETRY.pattern,
+            "note_head": failures.NOTE_HEAD,
         },
     }

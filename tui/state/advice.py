@@ -41,7 +41,7 @@ PRISTINE = "pristine"
 _NOT_A_STATE = frozenset({"unknown", "missing", "error"})
 TITLE_KEEP = 60  # characters of a failure title shown in the banner
 
-# Labels of inspect_log's timeline (tui/state/logparse.py `_milestone_label`).
+# Labels of inspect_log's timeline (tui/state/loganalysis/fold.py `_milestone_label`).
 _MODEL_LOADED = re.compile(r"^Model loaded: \S+ GiB in ([\d.]+) s$")
 _WEIGHTS_LOADED = re.compile(r"^Weights loaded in ([\d.]+) s$")
 

@@ -20,7 +20,7 @@ from tui.protocol.stream import AgentEvent
 from tui.state.advice import RunSummary
 from tui.state.model import ActionResult, Settings
 
-ANALYSE_SLICE = 400  # lines per AnalyseLog (~15 ms of logparse.step on one core)
+ANALYSE_SLICE = 400  # lines per AnalyseLog (~15 ms of loganalysis.fold.step on one core)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from tui.protocol.hosttext import clean, clean_tree
 from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.protocol.ops import ActionReply, KillReport
 from tui.state.advice import RunSummary
-from tui.state.loganalysis import LogAnalysis
+from tui.state.loganalysis.record import LogAnalysis
 from tui.state.watchstate import WatchState
 
 HISTORY = 300  # samples of GPU history kept per card (5 min at 1 Hz)

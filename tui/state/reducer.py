@@ -20,7 +20,7 @@ from tui import protocol as p
 from tui.protocol.hosttext import clean
 from tui.protocol.ops import ActionReply, KillReport
 from tui.protocol.stream import LinkStatus
-from tui.state import logparse, view, watch
+from tui.state import view, watch
 from tui.state.events import (
     ANALYSE_SLICE,
     ActionEnded,
@@ -37,6 +37,7 @@ from tui.state.events import (
     ShowAll,
     TailSize,
 )
+from tui.state.loganalysis import fold
 from tui.state.model import (
     HISTORY,
     LOG_LINES,
@@ -221,21 +222,21 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         if event.end <= log.offset:
             return log  # already have these bytes (replayed after a reconnect)
         data = data[log.offset - event.offset :]  # keep only the bytes not seen yet
-    lines, partial = logparse.split_lines(log.partial, data)
-    analysis = log.analysis if log.analysis is not None else logparse.LogAnalysis()
+    lines, partial = fold.split_lines(log.partial, data)
+    analysis = log.analysis if log.analysis is not None else fold.LogAnalysis()
     line_no, backlog, preview = log.total_lines, log.backlog, log.preview
     if lines and log.defer and (log.older or backlog or len(lines) > ANALYSE_SLICE):
         backlog += ((line_no + 1, now, tuple(lines)),)  # analysed later, in order
         # meanwhile the newest lines tell the latest step, loss and phase at once
-        preview = preview if preview is not None else logparse.LogAnalysis()
+        preview = preview if preview is not None else fold.LogAnalysis()
         newest = lines[-PREVIEW_LINES:]
         for i, line in enumerate(newest, line_no + len(lines) - len(newest) + 1):
-            preview = logparse.step(preview, line, i, now)
+            preview = fold.step(preview, line, i, now)
         line_no += len(lines)
     else:
         for line in lines:
             line_no += 1
-            analysis = logparse.step(analysis, line, line_no, now)
+            analysis = fold.step(analysis, line, line_no, now)
     kept = (log.lines + tuple(lines))[-LOG_LINES:]
     first = line_no - len(kept) + 1
     return replace(
@@ -246,7 +247,7 @@ def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
         lines=kept,
         first_line_no=first,
         partial=partial,
-        live=logparse.live_segment(partial),
+        live=fold.live_segment(partial),
         analysis=analysis,
         backlog=backlog,
         preview=preview if backlog or log.older else None,
@@ -259,7 +260,7 @@ def older_log(log: LogTail, event: LogOlder, now: float) -> LogTail:
     data = event.data
     if event.cut:
         data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
-    older = tuple(logparse.split_lines(b"", data)[0]) if data else ()
+    older = tuple(fold.split_lines(b"", data)[0]) if data else ()
     n = len(older)
     kept = (older + log.lines)[-LOG_LINES:]
     shifted = tuple((first + n, t, lines) for first, t, lines in log.backlog)
@@ -275,13 +276,13 @@ def older_log(log: LogTail, event: LogOlder, now: float) -> LogTail:
 
 def analyse_log(log: LogTail, budget: int) -> LogTail:
     """Fold up to `budget` lines of the backlog into the analysis, oldest first."""
-    analysis = log.analysis if log.analysis is not None else logparse.LogAnalysis()
+    analysis = log.analysis if log.analysis is not None else fold.LogAnalysis()
     backlog = list(log.backlog)
     while backlog and budget > 0:
         first, t, lines = backlog[0]
         take = lines[:budget]
         for i, line in enumerate(take):
-            analysis = logparse.step(analysis, line, first + i, t)
+            analysis = fold.step(analysis, line, first + i, t)
         budget -= len(take)
         if len(take) < len(lines):
             backlog[0] = (first + len(take), t, lines[len(take):])

@@ -42,11 +42,11 @@ from dataclasses import replace
 from tui.protocol.hostjson import number
 from tui.protocol.jsontypes import JSONObject, JSONValue
 from tui.state.format import duration
-from tui.state.loganalysis import LogAnalysis
+from tui.state.loganalysis.record import LogAnalysis
 from tui.state.model import AppState, Gpu, Proc, Run
-from tui.state.watchstate import Event, Mark, WatchConfig, WatchState
+from tui.state.watchstate import Mark, WatchConfig, WatchEvent, WatchState
 
-__all__ = ["Event", "WatchConfig", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
+__all__ = ["WatchConfig", "WatchEvent", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
 
 MAX_STEPS = 64  # step times kept for the pace median
 MAX_EVENTS = 100
@@ -394,7 +394,7 @@ def _emit(ws: WatchState, events: list[tuple[str, str, JSONObject]], run_id: str
                 continue  # sent already; or the log said it failed, and its end is the same news
             once.add(key)
         seq += 1
-        out.append(Event(seq=seq, kind=kind, run_id=run_id, at=now, message=message, detail=detail))
+        out.append(WatchEvent(seq=seq, kind=kind, run_id=run_id, at=now, message=message, detail=detail))
     if seq == ws.seq:
         return ws
     return replace(ws, events=tuple(out[-MAX_EVENTS:]), seq=seq, once=frozenset(once))

@@ -1,5 +1,5 @@
 """What the watch remembers: its thresholds (`WatchConfig`), the events it sends
-(`Event`) and its state between looks at one run (`WatchState`). Plain data, so the
+(`WatchEvent`) and its state between looks at one run (`WatchState`). Plain data, so the
 state model (`AppState.watch`) holds it without importing the rules that fold it
 (tui/state/watch.py).
 """
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from tui.protocol.jsontypes import JSONObject
 
-__all__ = ["Event", "Mark", "WatchConfig", "WatchState"]
+__all__ = ["Mark", "WatchConfig", "WatchEvent", "WatchState"]
 
 # What counted as progress at a step: ("shard", done, total), ("batch", n),
 # ("step", step or None, metrics lines) or ("lines", line count).
@@ -56,7 +56,7 @@ class WatchConfig:
 
 
 @dataclass(frozen=True)
-class Event:
+class WatchEvent:
     """Something the user should hear about; ``seq`` orders events of one watch."""
 
     seq: int
@@ -84,7 +84,7 @@ class WatchState:
     mark: Mark = ()  # what counted as progress at the last step
     idle_since: float | None = None
     condition: str = "ok"  # "ok" | "stalled" | "hung" | "ending" | "ended"
-    events: tuple[Event, ...] = ()
+    events: tuple[WatchEvent, ...] = ()
     seq: int = 0
     once: frozenset[str] = frozenset()
     seeded: bool = False  # the pace so far came from the host; the next look continues it

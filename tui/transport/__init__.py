@@ -9,7 +9,7 @@ from __future__ import annotations
 from tui.protocol.stream import LinkStatus
 
 from .api import AgentApi
-from .client import AgentClient, AgentRequestError, Event
+from .client import AgentClient, AgentRequestError
 from .errors import (
     AgentStartFailed,
     AuthFailed,
@@ -43,7 +43,6 @@ __all__ = [
     "AgentStream",
     "AuthFailed",
     "ConfigError",
-    "Event",
     "HostKeyChanged",
     "HostKeyUnknown",
     "HostUnreachable",

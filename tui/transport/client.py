@@ -46,9 +46,6 @@ class AgentRequestError(Exception):
     """The agent answered a request with ok: false; str() is its one-line error."""
 
 
-Event = AgentEvent  # the stream's events (tui.protocol.stream)
-
-
 class _End:
     """The end of the event stream: the client failed or was closed."""
 
@@ -59,13 +56,13 @@ _END = _End()
 class _Events:
     """Async iterator over the client's queue; a plain coroutine per item, so it survives cancellation."""
 
-    def __init__(self, queue: asyncio.Queue[Event | _End]) -> None:
+    def __init__(self, queue: asyncio.Queue[AgentEvent | _End]) -> None:
         self._queue = queue
 
     def __aiter__(self) -> _Events:
         return self
 
-    async def __anext__(self) -> Event:
+    async def __anext__(self) -> AgentEvent:
         item = await self._queue.get()
         if isinstance(item, _End):
             self._queue.put_nowait(_END)  # let any other iterator end too
@@ -100,7 +97,7 @@ class AgentClient(AgentApi):
         self.max_attempts = max_attempts  # None: keep trying (hosts reboot)
         self.hello: Hello | None = None
         self.status = LinkStatus("connecting")
-        self._queue: asyncio.Queue[Event | _End] = asyncio.Queue()
+        self._queue: asyncio.Queue[AgentEvent | _End] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[Result]] = {}
         self._progress: dict[int, ProgressCallback] = {}
         self._next_id = 1
@@ -183,7 +180,7 @@ class AgentClient(AgentApi):
         self._subs.pop(sub, None)
         await super().unsubscribe(sub)
 
-    def events(self) -> AsyncIterator[Event]:
+    def events(self) -> AsyncIterator[AgentEvent]:
         """Protocol events and LinkStatus changes, until the client fails or is closed.
 
         Meant for one consumer. Cancelling a pending `__anext__` (wait_for with a

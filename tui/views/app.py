@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -25,6 +26,7 @@ from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.dashboard_actions import ACTION_KEYS
 from tui.views.screens.help import HelpScreen
 from tui.views.served import SessionsScreen, follow_sessions, served
+from tui.views.widgets.render import remembering
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 
@@ -43,11 +45,16 @@ class EagleApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-phone"), (81, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
+    terminal: Driver | None = None  # the driver Textual built for this terminal (terminal_write)
+
     def __init__(self, first: Screen[Any], read_only: bool = False) -> None:
         super().__init__()
         self._first = first
         self.read_only = read_only  # no kill, relaunch, launch, patch push (tui/views/readonly.py)
         self.fatal_error: str | None = None  # a failed connect of `connect HOST`: its one line
+
+    def get_driver_class(self) -> type[Driver]:
+        return remembering(super().get_driver_class())
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:

@@ -28,8 +28,9 @@ from textual.widgets import DataTable, Static
 from tui import protocol as p
 from tui import trace
 from tui.services.hostfeed import HostFeed
-from tui.state import history, logparse, view
+from tui.state import history, view
 from tui.state.events import AnalyseLog, CursorMoved, Event, LogFollowed, LogOlder, Notice, TailSize
+from tui.state.loganalysis import fold
 from tui.state.model import AppState, Run
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
@@ -124,8 +125,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         set_title(self.query_one("#procs"), "Processes")
         trace.mark("dashboard mounted")
         self._unlisten = self.feed.listen(self._on_feed_event)
-        for err in logparse.signature_errors():
-            self._apply(Notice("warning", f"signatures: {err}"))
+        for err in fold.signature_errors():
+            self.apply(Notice("warning", f"signatures: {err}"))
         if self.attached:  # the fleet's feed is under way: its log so far
             self._log_pane.show(self.state.log)
         self._render_all()
@@ -164,9 +165,9 @@ class DashboardScreen(DashboardActions, Screen[None]):
 
     def _connected(self) -> None:
         if self._launch_on_connect:
-            self._launch_worker(None)
+            self.start_launch(None)
 
-    def _apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> None:
         """The one route: the reducer (the feed), then the widgets (`_on_feed_event`)."""
         self.feed.apply(event)
 
@@ -236,7 +237,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
             + ("" if visible else " · l: launch" if self.cfg.run.command
                else " · none: add a run command to eagle3.toml"),
         )
-        chosen = self._run()
+        chosen = self.selected_run()
         if chosen is not None and runs_table.selected_run_id() != chosen.run_id:
             runs_table.select(chosen.run_id)  # the cursor shows the run actions apply to
         set_title(self.query_one("#gpu-box"), f"GPUs ({len(st.gpus)}, {st.gpu_source})" if st.gpus else "GPUs")
@@ -258,7 +259,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
     def _render_progress(self) -> None:
         if self._due == "progress":
             self._due = None
-        run, st = self._run(), self.state
+        run, st = self.selected_run(), self.state
         phase = self._phase(run)
         shown = view.analysis_of(st, run)  # None: the previous run's log, still followed
         if shown is not st.log.analysis:  # or, while the analysis catches up, the newest lines'
@@ -303,7 +304,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         return view.run_notes(self.state)
 
     # ---- selection ----------------------------------------------------------------
-    def _run(self) -> Run | None:
+    def selected_run(self) -> Run | None:
         """The run actions apply to: `view.select_run`, the rule the CLI uses too."""
         return view.select_run(self.state)
 
@@ -314,8 +315,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         if isinstance(event.data_table, RunsTable) and event.row_key is not None:
             if event.row_key.value != event.data_table.selected_run_id():
                 return  # a stale highlight from a table rebuild, not the user's choice
-            chosen = self._run()
+            chosen = self.selected_run()
             if chosen is not None and event.row_key.value == chosen.run_id:
                 return  # the cursor follows the rule's choice: not a choice of the user's
-            self._apply(CursorMoved(event.row_key.value))
+            self.apply(CursorMoved(event.row_key.value))
             self.run_worker(self._follow_log(), group="follow")

@@ -1,6 +1,9 @@
 """The dashboard's keys: kill, relaunch, launch, patches, the log viewer, all runs.
 
-A mixin of `DashboardScreen` (tui/views/screens/dashboard.py). Each action calls `tui.services`, the
+A mixin of `DashboardScreen` (tui/views/screens/dashboard.py, which draws the panels):
+it reaches the screen only through public names (`state`, `client`, `cfg`, `feed`,
+`attached`, `apply(event)`, `selected_run()`), and the screen starts a launch on
+connect through `start_launch`. Each action calls `tui.services`, the
 code the CLI subcommands run too, and lives in the state under an id until its
 outcome is known (asked again after a reconnect when the reply was lost);
 destructive ones go through `ConfirmScreen` (Cancel focused). The run an action
@@ -25,7 +28,7 @@ from tui.state.events import (
     Event,
     ShowAll,
 )
-from tui.state.logindex import RootCause
+from tui.state.logpage.document import RootCause
 from tui.state.model import PushResult, Run
 from tui.transport import AgentRequestError, TransportError
 from tui.views.readonly import refused
@@ -80,8 +83,8 @@ class DashboardActions(_Base):
         @property
         def client(self) -> AgentClient: ...
 
-        def _apply(self, event: Event) -> None: ...
-        def _run(self) -> Run | None: ...
+        def apply(self, event: Event) -> None: ...
+        def selected_run(self) -> Run | None: ...
 
     DASHBOARD_ACTIONS = tuple(b.action for b in ACTION_KEYS)
 
@@ -101,7 +104,7 @@ class DashboardActions(_Base):
         return True
 
     def action_all_runs(self) -> None:
-        self._apply(ShowAll(not self.state.show_all))
+        self.apply(ShowAll(not self.state.show_all))
         self.notify("showing every run on the host" if self.state.show_all else f"showing runs of {self.cfg.run.name!r}")
 
     def _refuse_if_busy(self) -> bool:
@@ -114,7 +117,7 @@ class DashboardActions(_Base):
     def action_kill(self) -> None:
         if refused(self, "kill") or self._refuse_if_busy():
             return
-        run = self._run()
+        run = self.selected_run()
         if run is None:
             self.notify("no run to kill", severity="warning")
             return
@@ -134,7 +137,7 @@ class DashboardActions(_Base):
     def action_relaunch(self) -> None:
         if refused(self, "relaunch") or self._refuse_if_busy() or not self._reread_config():
             return
-        run = self._run()
+        run = self.selected_run()
         argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
         if run is None and not self.cfg.run.command:
             self.notify(f"no run to relaunch and {self.cfg.lacks_command()}", severity="warning", markup=False)
@@ -154,7 +157,7 @@ class DashboardActions(_Base):
 
         def go(yes: bool | None) -> None:
             if yes:
-                self._launch_worker(run)
+                self.start_launch(run)
 
         title = f"Relaunch run {run.run_id}?" if run is not None else "Launch the config's run?"
         host = [f"host:     {self.state.hostname or self.state.target}", *what]
@@ -162,13 +165,13 @@ class DashboardActions(_Base):
 
     def action_launch(self) -> None:
         if not refused(self, "launch") and not self._refuse_if_busy():
-            self._launch_worker(None)
+            self.start_launch(None)
 
     def _reread_config(self) -> bool:
         """eagle3.toml again (its [run] and [patches]); a broken file is one line in the
         banner and nothing launches."""
         cfg, error = services.reread_config(self.cfg)
-        self._apply(ConfigRead(services.settings_of(cfg, error)))
+        self.apply(ConfigRead(services.settings_of(cfg, error)))
         if error is None:
             self.cfg = cfg
         return error is None
@@ -189,7 +192,7 @@ class DashboardActions(_Base):
         host = self.state.hostname or self.state.target
         screen = PatchScreen(
             self.client, self.cfg.patches.set, self.cfg.host.python, host,
-            can_relaunch=lambda: self._run() is not None or bool(self.cfg.run.command),
+            can_relaunch=lambda: self.selected_run() is not None or bool(self.cfg.run.command),
         )
         self.app.push_screen(screen, done)
 
@@ -205,7 +208,7 @@ class DashboardActions(_Base):
 
     def action_timeline(self) -> None:
         """The selected run's whole timeline, fetched from the host on demand."""
-        run = self._run()
+        run = self.selected_run()
         if run is None or run.external:
             self.notify("no run with a timeline selected (adopted runs have none)", severity="warning")
             return
@@ -223,7 +226,7 @@ class DashboardActions(_Base):
     @work(group="disk", exclusive=True)
     async def action_disk(self) -> None:
         """Free space where the selected run writes (its cwd), else in the runs dir."""
-        run = self._run()
+        run = self.selected_run()
         try:
             disk = await self.client.disk_usage(run.cwd if run is not None and run.cwd else self.cfg.host.runs_dir)
         except (AgentRequestError, TransportError, ValueError) as exc:
@@ -234,25 +237,25 @@ class DashboardActions(_Base):
     def track_push(self, goal: str) -> Any:
         """A patch push (or rollback) as an action of the state; returns `end(ok, error)`."""
         aid = services.new_action_id()
-        self._apply(ActionStarted(aid, "push", None))
+        self.apply(ActionStarted(aid, "push", None))
 
         def end(ok: bool, error: str | None = None, unknown: bool = False) -> None:
-            self._apply(ActionEnded(aid, ok, PushResult(goal, unknown), error))
+            self.apply(ActionEnded(aid, ok, PushResult(goal, unknown), error))
 
         return end
 
     @work(group="action")
     async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
         aid = services.new_action_id()
-        self._apply(ActionStarted(aid, "kill", run_id))
+        self.apply(ActionStarted(aid, "kill", run_id))
         report = await services.settle(
             self.client, self.cfg.host.runs_dir, aid, services.kill(self.client, self.cfg, run_id, action=aid),
-            KillReport.parse, self._apply)
+            KillReport.parse, self.apply)
         if relaunch is not None and report is not None and report.ok:
             await self._launch(relaunch if not relaunch.external else None)
 
     @work(group="action")
-    async def _launch_worker(self, run: Run | None) -> None:
+    async def start_launch(self, run: Run | None) -> None:
         await self._launch(run)
 
     async def _launch(self, run: Run | None) -> None:
@@ -262,7 +265,7 @@ class DashboardActions(_Base):
             self.notify(f"nothing to launch: {self.cfg.lacks_command()}", severity="warning", markup=False)
             return
         aid = services.new_action_id()
-        self._apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))
+        self.apply(ActionStarted(aid, "launch" if run is None else "relaunch", run.run_id if run else None))
 
         async def call() -> LaunchReply:
             ps = await services.patch_state(self.client, self.cfg)
@@ -271,10 +274,10 @@ class DashboardActions(_Base):
             return await services.relaunch(self.client, self.cfg, run, ps, action=aid)
 
         record = await services.settle(self.client, self.cfg.host.runs_dir, aid, call(),
-                                       LaunchReply.parse, self._apply)
+                                       LaunchReply.parse, self.apply)
         if record is None:
             return
-        self._apply(CursorMoved(record.run_id))  # the new run is the one to watch
+        self.apply(CursorMoved(record.run_id))  # the new run is the one to watch
         try:
             await services.configure(self.client, self.cfg)  # answers with an immediate snapshot
         except (AgentRequestError, TransportError):

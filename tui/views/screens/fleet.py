@@ -55,12 +55,7 @@ class FleetTable(KeyedTable):
     FLEX_MIN = 16
     FLEX_WANT = 16
     SHORT_LABELS = {"fail": "FAILURES"}
-
-    def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
-        """As KeyedTable's, and a new order alone (a sort) re-lays the rows too."""
-        if self._synced is not None and list(rows) != list(self._synced):
-            self._synced = None  # dicts compare equal in any order
-        super().sync(rows)
+    ORDERED = True  # a sort changes the order alone
 
 
 class FleetScreen(Screen[None]):
@@ -204,7 +199,7 @@ class FleetScreen(Screen[None]):
                 Text(fail, style="bold red" if fail else ""))
 
     def selected_host(self) -> str | None:
-        return self.query_one(FleetTable)._cursor_key()
+        return self.query_one(FleetTable).cursor_key()
 
     def action_sort(self) -> None:
         self.sort_key = fleet.next_sort(self.sort_key)

@@ -2,7 +2,8 @@
 current match, cut to the width or folded into rows, a line-number gutter, the page
 filled from the top (or from the bottom, so the log's last line is the last row), and
 the one-row status line. The navigation, workers and keys are in `logviewer.py`; this
-base class holds only the state they share and the drawing."""
+base class holds only the state they share and the drawing, which the viewer asks for
+by public names (`paint`, `render_status`, `rows_needed`, `index_done`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tui.protocol.hosttext import clean
-from tui.state.logindex import MATCH_MAX, Line, LogDocument
+from tui.state.logpage.document import MATCH_MAX, Line, LogDocument
 from tui.views.widgets.logtail import ERROR_PATTERN, style_line
 
 
@@ -113,7 +114,7 @@ class LogPainter(Screen[None]):
     def _text_width(self, gutter: int) -> int:
         return max(1, self._body_size()[0] - (gutter + 1 if gutter else 0))
 
-    def _rows_needed(self, lines: list[Line]) -> int:
+    def rows_needed(self, lines: list[Line]) -> int:
         """Rows ``lines`` take on screen (counted up to one page)."""
         if not self.wrap:
             return len(lines)
@@ -124,7 +125,7 @@ class LogPainter(Screen[None]):
                 break
         return total
 
-    def _paint(self) -> None:
+    def paint(self) -> None:
         try:
             body = self.query_one("#lv-body", Static)
         except NoMatches:  # a worker finishing while the screen is torn down
@@ -165,9 +166,9 @@ class LogPainter(Screen[None]):
         if not blocks:
             out.append("(no lines match)" if self.patterns() else "(empty)", style="dim")
         body.update(out)
-        self._render_status()
+        self.render_status()
 
-    def _render_status(self) -> None:
+    def render_status(self) -> None:
         """One row, most important first: flags, errors, position, size; the path gets the rest."""
         try:
             status = self.query_one("#lv-status", Static)
@@ -192,9 +193,9 @@ class LogPainter(Screen[None]):
         if shown:
             a, b = shown[0].line_no, shown[-1].line_no
             if a is not None and b is not None:
-                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.lines}" if self._index_done() else ""))
+                parts.append(f"lines {a}-{b}" + (f" of {self.doc.index.lines}" if self.index_done() else ""))
             parts.append(f"{100 * shown[-1].end // max(1, size)}%")
-        if self.searching is None and self.index_lines and not self._index_done():
+        if self.searching is None and self.index_lines and not self.index_done():
             parts.append(f"indexing {100 * self.doc.index.frontier // max(1, size)}%")
         parts.append(f"{size / 1048576:.1f} MiB" if size >= 1048576 else f"{size} B")
         head = " · ".join(parts)
@@ -211,7 +212,7 @@ class LogPainter(Screen[None]):
         out.truncate(width, overflow="ellipsis")
         status.update(out)
 
-    def _index_done(self) -> bool:
+    def index_done(self) -> bool:
         return self.doc.size > 0 and self.doc.index.frontier >= self.doc.size
 
     # ---- workers ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`L`: the full-screen log viewer, for logs of any size that live on the host.
 
-Nothing here holds the file: a ``LogDocument`` (tui/state/logindex.py) fetches 1 MiB
+Nothing here holds the file: a ``LogDocument`` (tui/state/logpage/document.py) fetches 1 MiB
 blocks with the agent's ``read_range`` into a bounded LRU, and a background worker
 counts lines into a sparse index so line numbers appear as it goes. The screen keeps
 only the window of lines on display.
@@ -28,7 +28,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, Static
 
-from tui.state.logindex import Chunk, FileChanged, Line, LogDocument, RootCause
+from tui.state.logpage.document import Chunk, FileChanged, Line, LogDocument, RootCause
 from tui.transport import AgentApi, AgentRequestError, TransportError
 from tui.views.screens.logpaint import LogPainter
 from tui.views.widgets.logtail import ERROR_PATTERN
@@ -143,7 +143,7 @@ class LogViewerScreen(LogPainter):
     async def _show_from(self, start: int) -> None:
         """Show the page that starts at ``start``, or the last page if it would be short."""
         lines = await self._lines_from(start)
-        if start > 0 and self._rows_needed(lines) < self.rows:
+        if start > 0 and self.rows_needed(lines) < self.rows:
             await self._show_end()
             return
         self.top = start
@@ -195,7 +195,7 @@ class LogViewerScreen(LogPainter):
     def _set_window(self, lines: list[Line]) -> None:
         self.window = lines
         self.error = None
-        self._paint()
+        self.paint()
 
     def _view(self, job: Callable[[], Awaitable[None]]) -> None:
         """Run one view change; a newer one cancels an older one still fetching."""
@@ -217,10 +217,10 @@ class LogViewerScreen(LogPainter):
             self._view(self._show_end)
         except (AgentRequestError, TransportError) as exc:
             self.error = str(exc)
-            self._render_status()
+            self.render_status()
 
     def _start_indexer(self) -> None:
-        if self.index_lines and not self._indexing and not self._index_done():
+        if self.index_lines and not self._indexing and not self.index_done():
             self._indexing = True
             self._indexer()
 
@@ -238,9 +238,9 @@ class LogViewerScreen(LogPainter):
                     numbered = await self.doc.numbered(shown)
                     if self.window is shown:  # a view change while numbering wins (g, a jump)
                         self.window = numbered
-                        self._paint()
+                        self.paint()
                 else:
-                    self._render_status()
+                    self.render_status()
                 if not more:
                     break
         except (FileChanged, AgentRequestError, TransportError):
@@ -263,7 +263,7 @@ class LogViewerScreen(LogPainter):
                 await self._guard(self._follow_tick(before))
             elif self.doc.size:
                 await self._guard(self._refresh())
-                self._render_status()
+                self.render_status()
         finally:
             self.set_timer(self.poll_s, self._poll)
 
@@ -283,11 +283,11 @@ class LogViewerScreen(LogPainter):
         assert self.pattern is not None
         pats = [self.pattern] + ([ERROR_PATTERN] if self.errors_only else [])
         self.searching = 0.0
-        self._render_status()
+        self.render_status()
 
         def progress(f: float) -> None:
             self.searching = f
-            self._render_status()
+            self.render_status()
 
         try:
             hit = await self.doc.find(start, pats, forward, progress)
@@ -298,7 +298,7 @@ class LogViewerScreen(LogPainter):
         except (AgentRequestError, TransportError) as exc:
             self.searching = None
             self.error = str(exc)
-            self._render_status()
+            self.render_status()
             return
         finally:
             self.searching = None
@@ -306,7 +306,7 @@ class LogViewerScreen(LogPainter):
             where = "below" if forward else "above"
             self.notify(f"/{self.pattern.pattern}/: no {'' if new else 'more '}matches {where}",
                         severity="warning", markup=False)
-            self._render_status()
+            self.render_status()
             return
         self._jump_to(hit)
         self._start_indexer()
@@ -348,7 +348,7 @@ class LogViewerScreen(LogPainter):
             self.workers.cancel_group(self, "search")
             self.searching = None
             self.notify("search cancelled")
-            self._render_status()
+            self.render_status()
         else:
             self.dismiss(None)
 
@@ -357,7 +357,7 @@ class LogViewerScreen(LogPainter):
         if self.follow:
             self.match = None
             self._view(self._show_end)
-        self._render_status()
+        self.render_status()
 
     def action_search(self) -> None:
         box = self.query_one("#lv-search", Input)
@@ -412,7 +412,7 @@ class LogViewerScreen(LogPainter):
 
     def action_toggle_wrap(self) -> None:
         self.wrap = not self.wrap
-        self._paint()
+        self.paint()
 
     def action_hscroll(self, direction: int) -> None:
         """Scroll sideways by ``HSTEP`` columns (no wrap only; wrap shows whole lines)."""
@@ -420,7 +420,7 @@ class LogViewerScreen(LogPainter):
             self.notify("wrap is on: every column is shown (w turns it off)")
             return
         self.hscroll = max(0, self.hscroll + direction * HSTEP)
-        self._paint()
+        self.paint()
 
     def action_top(self) -> None:
         self.follow = False

@@ -3,9 +3,12 @@ terminal writer for notification escapes."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from textual.driver import Driver
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -43,9 +46,27 @@ def sparkline(values: Iterable[float | None], width: int, top: float = 1.0) -> T
 
 
 def terminal_write(app: Any, seq: str) -> None:
-    """Bell and desktop-notification escapes, through Textual's own writer (not in tests)."""
-    if not app.is_headless and app._driver is not None:
-        app._driver.write(seq)
+    """Bell and desktop-notification escapes, through Textual's own writer (not in tests):
+    the driver an app built by `remembering` hands it as ``app.terminal``."""
+    terminal = getattr(app, "terminal", None)
+    if not app.is_headless and terminal is not None:
+        terminal.write(seq)
+
+
+def remembering(driver_class: type[Driver]) -> type[Driver]:
+    """``driver_class``, made to hand each driver it builds to its app as ``app.terminal``.
+
+    Textual writes to the terminal through its driver and keeps the one it built private;
+    an app's ``get_driver_class`` (public) returns this instead, so `terminal_write`
+    reaches the same writer without Textual's internals. Headless runs (tests) build
+    their own driver, not this one, and keep ``app.terminal`` unset."""
+
+    class Remembered(driver_class):  # type: ignore[misc,valid-type]
+        def __init__(self, app: Any, **kw: Any) -> None:
+            super().__init__(app, **kw)
+            app.terminal = self
+
+    return Remembered
 
 
 def set_title(widget: Any, title: str | None) -> None:

@@ -33,6 +33,7 @@ class KeyedTable(DataTable[Any]):
     FLEX_MIN = 10
     FLEX_WANT = 10
     SHORT_LABELS: dict[str, str] = {}  # a column's label when its width is cut below it
+    ORDERED = False  # True: the same rows in a new order (a sort) are laid out again too
     _synced: dict[str, tuple[Any, ...]] | None = None
     _fitted: tuple[int, tuple[str, ...]] | None = None  # (width, visible columns)
     _all_rows: dict[str, tuple[Any, ...]] = {}
@@ -122,6 +123,8 @@ class KeyedTable(DataTable[Any]):
         """Show `rows` in their given order. Cells update in place; only a change in
         which rows or columns exist rebuilds the table (keeping the cursor on its row)."""
         width = self.scrollable_content_region.width
+        if self.ORDERED and self._synced is not None and list(rows) != list(self._synced):
+            self._synced = None  # dicts compare equal in any order
         if rows == self._synced and self._fitted is not None and self._fitted[0] == width:
             return  # nothing changed: no cell touched, nothing repainted
         self._all_rows = rows
@@ -140,7 +143,7 @@ class KeyedTable(DataTable[Any]):
         self._drawn = list(shown.values())
         with self.app.batch_update():
             if new_cols or [rk.value for rk in self.rows] != list(shown):
-                selected = self._cursor_key()
+                selected = self.cursor_key()
                 self.clear(columns=new_cols)
                 if new_cols:
                     for k, label in zip(cols, heads):
@@ -158,7 +161,8 @@ class KeyedTable(DataTable[Any]):
                         wider = _cell_len(new) > self.columns[ColumnKey(col)].content_width
                         self.update_cell(key, col, new, update_width=wider)
 
-    def _cursor_key(self) -> str | None:
+    def cursor_key(self) -> str | None:
+        """The row key under the cursor; None when the table is empty."""
         if not self.row_count:
             return None
         try:
@@ -249,7 +253,7 @@ class RunsTable(KeyedTable):
         )
 
     def selected_run_id(self) -> str | None:
-        return self._cursor_key()
+        return self.cursor_key()
 
     def select(self, run_id: str) -> None:
         keys = [rk.value for rk in self.rows]

@@ -3,8 +3,8 @@
 ``LogAnalysis`` (what the fold has learned), ``Failure`` (one recognised failure),
 the built-in signature set, and ``Builder``, which collects the changes one line
 makes (phase, stage, milestones, failures, root cause) and applies them with a single
-``replace``. The fold itself is ``tui.state.logparse.step``; the failure recognition
-it calls is ``tui.state.logfailures``.
+``replace``. The fold itself is ``tui.state.loganalysis.fold.step``; the failure recognition
+it calls is ``tui.state.loganalysis.failures``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from tui.state.logline import ExtractProgress, ShardProgress
-from tui.state.logtrain import TrainProgress
-from tui.state.signatures import Signature, SignatureSet, load_signatures
+from tui.state.loganalysis.lineshapes import ExtractProgress, ShardProgress
+from tui.state.loganalysis.signatures import Signature, SignatureSet, load_signatures
+from tui.state.loganalysis.train import TrainProgress
 
 MAX_FAILURES = 200
 MAX_MILESTONES = 200
@@ -98,7 +98,7 @@ class LogAnalysis:
     shards: Mapping[str, ShardProgress] = field(default_factory=dict, hash=False)  # by worker
     shard: ShardProgress | None = None  # overall: the slowest worker's latest bar
     extract: ExtractProgress | None = None
-    train: TrainProgress | None = None  # a training loop's progress and loss (tui.state.logtrain)
+    train: TrainProgress | None = None  # a training loop's progress and loss (tui.state.loganalysis.train)
     milestones: tuple[tuple[int, str], ...] = ()
     failures: tuple[Failure, ...] = ()
     root_cause: Failure | None = None
@@ -181,8 +181,8 @@ def advance(phase: str, to: str) -> str:
 class Builder:
     """Collects the changes one line makes, then applies them with one ``replace``.
 
-    The per-line fold (``tui.state.logparse.step``) and the failure recognition
-    (``tui.state.logfailures``) both write through it: ``get``/``set`` a field of the
+    The per-line fold (``tui.state.loganalysis.fold.step``) and the failure recognition
+    (``tui.state.loganalysis.failures``) both write through it: ``get``/``set`` a field of the
     ``LogAnalysis``, ``milestone``, ``loaded``, ``stage``, ``failure``, ``requote``,
     ``chain_link``; ``result()`` is the new record."""
 

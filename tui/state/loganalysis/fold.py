@@ -13,9 +13,9 @@ milestones, recognised failures and the root cause: the raised exception's own l
 "stalled", "hung" and "killed" need wall-clock, process and GPU information, so the
 caller decides them (``tui.state.watch``).
 
-The record and the builder that applies a line's changes are ``tui.state.loganalysis``;
+The record and the builder that applies a line's changes are ``tui.state.loganalysis.record``;
 failure recognition (tracebacks, bare exception lines, chains) is
-``tui.state.logfailures``. This module is the fold over lines and its progress and
+``tui.state.loganalysis.failures``. This module is the fold over lines and its progress and
 lifecycle markers, and re-exports the line-level API so callers need one import.
 """
 
@@ -29,8 +29,22 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from remote import diverge
-from tui.state.lines import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
-from tui.state.loganalysis import (
+from tui.state.loganalysis.failures import (
+    REQUEST_SOURCE,
+    find_failures,
+    note_interrupt,
+    request_error,
+    retry_note,
+)
+from tui.state.loganalysis.lineshapes import (
+    ExtractProgress,
+    LinePrefix,
+    ShardProgress,
+    parse_extract_progress,
+    parse_shard_progress,
+    split_prefix,
+)
+from tui.state.loganalysis.record import (
     MAX_LOADS,
     MAX_TIMES,
     MAX_WORKERS,
@@ -46,22 +60,7 @@ from tui.state.loganalysis import (
     log_seconds,
     signature_errors,
 )
-from tui.state.logfailures import (
-    REQUEST_SOURCE,
-    find_failures,
-    note_interrupt,
-    request_error,
-    retry_note,
-)
-from tui.state.logline import (
-    ExtractProgress,
-    LinePrefix,
-    ShardProgress,
-    parse_extract_progress,
-    parse_shard_progress,
-    split_prefix,
-)
-from tui.state.logtrain import (
+from tui.state.loganalysis.train import (
     MAX_LOSSES,
     TrainLine,
     TrainProgress,
@@ -72,7 +71,8 @@ from tui.state.logtrain import (
     parse_train_line,
     second_bar,
 )
-from tui.state.trainphases import in_evaluation
+from tui.state.loganalysis.trainphases import in_evaluation
+from tui.state.logbytes import collapse_cr, finish_lines, live_segment, split_lines, strip_ansi
 
 __all__ = [
     "ExtractProgress",

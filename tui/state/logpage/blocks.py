@@ -1,6 +1,6 @@
 """The bytes of a remote log: an LRU of aligned blocks and a sparse line index.
 
-Pure (no Textual); the layer under `tui.state.logindex.LogDocument`. ``BlockCache``
+Pure (no Textual); the layer under `tui.state.logpage.document.LogDocument`. ``BlockCache``
 keeps at most ``max_blocks`` blocks fetched through an async ``fetch`` (the agent's
 ``read_range``); ``LineIndex`` keeps the byte offset of every ``every``-th line up to a
 frontier; ``clean`` decodes one physical line as the dashboard's log pane shows it.
@@ -16,7 +16,7 @@ from tui.protocol.hosttext import clean as sanitize
 from tui.protocol.ops import (
     Chunk,  # what one ``read_range`` returned: ``data`` starts at ``offset``
 )
-from tui.state.lines import collapse_cr
+from tui.state.logbytes import collapse_cr
 
 BLOCK = 1 << 20  # bytes per cached block
 MAX_BLOCKS = 32  # cached blocks held at most (32 MiB)
@@ -143,11 +143,13 @@ class BlockCache:
 
     async def stat(self) -> int:
         """Refresh and return the size (a zero-length read)."""
-        self.observe(await self._fetch(0, 0))
+        self.observe(await self.fetch_uncached(0, 0))
         assert self.size is not None
         return self.size
 
-    async def _fetch(self, offset: int, length: int) -> Chunk:
+    async def fetch_uncached(self, offset: int, length: int) -> Chunk:
+        """One read through ``fetch``, counted in ``fetches``, that the cache does not keep
+        (the cache's own reads, and a scan's: a search must not evict the screen)."""
         self.fetches += 1
         return await self.fetch(offset, length)
 
@@ -158,7 +160,7 @@ class BlockCache:
             self._blocks.move_to_end(no)
             return data
         gen = self.generation
-        chunk = await self._fetch(no * self.block, self.block)
+        chunk = await self.fetch_uncached(no * self.block, self.block)
         self.observe(chunk)
         if self.generation != gen:
             raise FileChanged("the log was truncated or replaced")
@@ -176,7 +178,7 @@ class BlockCache:
             await self.stat()
             return
         old, no = self.size, self.size // self.block
-        chunk = await self._fetch(old, self.block - old % self.block)
+        chunk = await self.fetch_uncached(old, self.block - old % self.block)
         tail = self._blocks.get(no)
         gen = self.generation
         self.observe(chunk)

@@ -9,7 +9,7 @@ Pure (no Textual). The bytes live on the host and arrive through an async ``fetc
 * scans (search, filter, indexing) stream ``SCAN_CHUNK`` ranges straight from ``fetch``
   and do not pass through the cache, so a search over 10 GB does not evict the screen.
 
-The block cache, the line index and line cleaning live in `tui.state.logblocks` (and are
+The block cache, the line index and line cleaning live in `tui.state.logpage.blocks` (and are
 re-exported here). Positions are byte offsets of line starts. The line number of a line start ``off`` is
 ``1 + (newlines in [0, off))``. Lines are decoded with ``errors="replace"``, ANSI
 stripped and ``\\r`` redraws collapsed, exactly as the dashboard's log pane does.
@@ -25,7 +25,7 @@ from typing import Any
 
 from tui.protocol.hosttext import has_controls
 from tui.protocol.ops import Chunk
-from tui.state.logblocks import (
+from tui.state.logpage.blocks import (
     BLOCK,
     DISPLAY_MAX,
     INDEX_EVERY,
@@ -46,6 +46,7 @@ from tui.state.logblocks import (
 
 __all__ = [
     "BLOCK",
+    "MATCH_MAX",
     "MAX_BLOCKS",
     "BlockCache",
     "Chunk",
@@ -53,7 +54,6 @@ __all__ = [
     "Line",
     "LineIndex",
     "LogDocument",
-    "MATCH_MAX",
     "RootCause",
     "clean",
     "match_text",
@@ -136,7 +136,7 @@ class LogDocument:
     async def _scan_fetch(self, offset: int, length: int) -> bytes:
         """A scan read, not cached; raises FileChanged if the file changed meanwhile."""
         gen = self.cache.generation
-        chunk = await self.cache._fetch(offset, length)
+        chunk = await self.cache.fetch_uncached(offset, length)
         self.cache.observe(chunk)
         if self.cache.generation != gen:
             self._sync()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tui.state.logline import MAX_SCAN
+from tui.state.loganalysis.lineshapes import MAX_SCAN
 
 if sys.version_info >= (3, 11):
     from re import _constants as _sre_constants  # re's own parser: what a pattern requires
@@ -41,7 +41,7 @@ __all__ = [
     "user_signatures_path",
 ]
 
-BUILTIN_PATH = Path(__file__).resolve().parent.parent / "data" / "signatures.toml"
+BUILTIN_PATH = Path(__file__).resolve().parents[2] / "data" / "signatures.toml"
 _KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal",
          "persist", "restart"}
 # What a failure's root cause means for the host's restart policy (remote/restartpolicy.py):

@@ -1,4 +1,4 @@
-"""More of the phase lines trainers print (issue 37), beside ``tui/state/logtrain.py``'s
+"""More of the phase lines trainers print (issue 37), beside ``tui/state/loganalysis/train.py``'s
 ``_PHASE_LINES``: DeepSpeed's, Megatron's and sharded checkpoint saves (saving), and a
 step limit reached (finished); and whether an evaluation bar is still open. Apart so the two tables merge easily; linear (no nested
 quantifiers), on the caller's capped line, behind a substring test.

@@ -14,7 +14,7 @@ Written for the shapes trainers actually print, not for one trainer:
 - the headline loss over its parts: ``loss`` (then ``train_loss``, ``total_loss``, …)
   wins over ``kd_loss``, ``loss_cls``, ``val_loss`` and the like.
 
-``parse_train_line`` is pure and never raises; ``tui.state.logparse`` folds its result
+``parse_train_line`` is pure and never raises; ``tui.state.loganalysis.fold`` folds its result
 into ``LogAnalysis.train`` (see ``fold_train``).
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from remote import diverge
-from tui.state.logline import MAX_SCAN, parse_duration
-from tui.state.trainphases import more_phase
+from tui.state.loganalysis.lineshapes import MAX_SCAN, parse_duration
+from tui.state.loganalysis.trainphases import more_phase
 
 __all__ = ["TrainLine", "TrainProgress", "arrival_rate", "parse_train_line"]
 

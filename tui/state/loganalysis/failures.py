@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import re
 
-from tui.state.loganalysis import CHAIN_GAP, MAX_TB_LINES, Builder, advance, default_signatures
+from tui.state.loganalysis.record import (
+    CHAIN_GAP,
+    MAX_TB_LINES,
+    Builder,
+    advance,
+    default_signatures,
+)
 
 _EXC_LINE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::\s.*|:)?$")
 # A raised exception's line, wherever it stands: "RuntimeError: …",

@@ -1,6 +1,6 @@
 """Parsers for single log lines: prefixes, shard-loading bars, extractor progress.
 
-All functions take one already-assembled line (see ``tui.state.lines``) and never
+All functions take one already-assembled line (see ``tui.state.logbytes``) and never
 raise on odd input: anything unrecognised gives ``None``.
 
 Shapes (checked against the vLLM 0.8.2 and 0.16.0 wheels):
