@@ -4,8 +4,8 @@ its own whatever another worker prints between its lines."""
 
 from __future__ import annotations
 
-from tui.state.loganalysis import LogAnalysis
-from tui.state.logparse import step
+from tui.state.loganalysis.fold import step
+from tui.state.loganalysis.record import LogAnalysis
 
 W1 = "(VllmWorker rank=1 pid=82) ERROR 06-01 10:00:00 [multiproc_executor.py:470] "
 W0 = "(VllmWorker rank=0 pid=81) ERROR 06-01 10:00:00 [multiproc_executor.py:470] "
@@ -70,7 +70,7 @@ def test_the_loss_plot_keeps_every_point_up_to_its_cap_then_thins() -> None:
     (every other point), so the plot spans the whole run in bounded memory."""
     import json
 
-    from tui.state.logtrain import MAX_LOSSES
+    from tui.state.loganalysis.train import MAX_LOSSES
 
     lines = [json.dumps({"loss": 1.0 + i / 10000, "learning_rate": 0.001}) for i in range(MAX_LOSSES + 1)]
     assert len(_train(lines[:-1]).losses) == MAX_LOSSES
