@@ -2,7 +2,8 @@
 
     python bench/bench_client.py [--case launched|generated|both] [--base CHECKOUT]
                                  [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
-                                 [--ssh] [--toolong PATH_TO_tl] [--py-spy PATH]
+                                 [--ssh] [--toolong PATH_TO_tl] [--py-spy PATH] [--serve]
+                                 [--profile S]
 
 Two cases, each printed as its own rows.
 
@@ -16,6 +17,12 @@ in the same window. Phases: idle (the run alive, quiet), sparse lines (write -> 
 comes from the phase before, unprofiled), 20 training lines/s, idle once the lines stop.
 With `--base CHECKOUT` (e.g. a `git worktree` of main) a second dashboard from that
 checkout follows the same run at the same time: before and after under the same load.
+With `--serve` the same run is also open in a browser: `eagle3-tui serve local` and one
+headless chromium page (Playwright), measured in the same phases: the server and the
+session's app (the `connect` process Textual's web driver draws; their sum is the
+browser dashboard's server side), its agent, and chromium's processes together. With
+`--profile S`, py-spy records the client S s at 20 lines/s (100 Hz) and S s idle at the
+end (500 Hz); the top entries are printed, the raw stacks kept.
 
 **generated** (the earlier figure): the dashboard follows a log the bench writes itself
 (no launched run, so no process rows or run record change):
@@ -232,6 +239,7 @@ class Procs:
 
     def __init__(self) -> None:
         self.pids: dict[str, int] = {}
+        self.groups: dict[str, list[int]] = {}  # a label for several processes, summed (chromium's)
         self.loads: list[tuple[str, str]] = []  # (before, after) of each phase
 
     def cpu(self) -> dict[str, float]:
@@ -241,6 +249,8 @@ class Procs:
                 out[label] = cpu_s(pid)
             except OSError:
                 out[label] = float("nan")
+        for label, pids in self.groups.items():
+            out[label] = sum(_cpu_or_0(pid) for pid in pids)
         return out
 
     def phase(self, seconds: float, during: object = None) -> dict[str, float]:
@@ -253,6 +263,80 @@ class Procs:
         c1, wall = self.cpu(), time.monotonic() - t0
         self.loads.append((before, load()))
         return {k: 100 * (c1[k] - c0[k]) / wall for k in c0}
+
+
+def _cpu_or_0(pid: int) -> float:
+    try:
+        return cpu_s(pid)
+    except OSError:  # a chromium helper that ended
+        return 0.0
+
+
+class ServeSession:
+    """`eagle3-tui serve local` from `tree` and one headless chromium page (1440x900,
+    the page bench/bench_serve.py uses) on its URL, in a thread of its own that keeps
+    Playwright's connection read (its events would otherwise queue up) until `stop`."""
+
+    FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+    def __init__(self, tree: Path, cfg: Path, work: Path) -> None:
+        self.out, self.err = work / "serve.out", work / "serve.err"
+        with open(self.out, "wb") as o, open(self.err, "wb") as e:
+            self.server = subprocess.Popen([sys.executable, "-m", "tui.cli", "--config", str(cfg), "serve", "local",
+                                            "--port", "0"], cwd=tree, stdout=o, stderr=e,
+                                           env={**os.environ, "PYTHONPATH": str(tree)})
+        self.chromium: list[int] = []
+        self.ready, self.stopping = threading.Event(), threading.Event()
+        self.failed = ""
+        self._t = threading.Thread(target=self._page, daemon=True)
+        self._t.start()
+
+    def _page(self) -> None:
+        try:
+            from playwright.sync_api import sync_playwright
+
+            t0 = time.monotonic()
+            while not self.out.read_text().strip():
+                if self.server.poll() is not None or time.monotonic() - t0 > 30:
+                    raise RuntimeError(f"serve did not start: {self.err.read_text()[-300:]}")
+                time.sleep(0.05)
+            url = self.out.read_text().split()[0]
+            with sync_playwright() as pw:
+                before = set(_chromium_pids())
+                browser = pw.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+                                             args=self.FLAGS)
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                page.goto(url)
+                page.wait_for_selector("body.-first-byte", state="attached", timeout=30_000)
+                page.click("#terminal")
+                self.chromium = [q for q in _chromium_pids() if q not in before]
+                self.ready.set()
+                while not self.stopping.is_set():
+                    page.wait_for_timeout(250)
+                browser.close()
+        except Exception as exc:  # noqa: BLE001 - said in the table's place, the other rows still stand
+            self.failed = f"{type(exc).__name__}: {exc}"[:300]
+            self.ready.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._t.join(30)
+        self.server.terminate()
+        try:
+            self.server.wait(15)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+
+
+def _chromium_pids() -> list[int]:
+    mine = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                if b"chromium" in Path(f"/proc/{d}/cmdline").read_bytes():
+                    mine.append(int(d))
+    return mine
 
 
 def peers(args: argparse.Namespace, log: Path, sessions: list[Tmux], procs: Procs) -> Tmux:
@@ -314,6 +398,8 @@ def main() -> int:
     ap.add_argument("--toolong", default=shutil.which("tl"), help="path of toolong's `tl`")
     ap.add_argument("--case", choices=("launched", "generated", "both"), default="both")
     ap.add_argument("--base", type=Path, help="launched case: also a dashboard from this checkout, at the same time")
+    ap.add_argument("--serve", action="store_true",
+                    help="launched case: also the run in a browser (eagle3-tui serve, one headless chromium page)")
     ap.add_argument("--profile", type=float, default=20, help="launched case: seconds of py-spy at 20 lines/s")
     ap.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"), help="path of py-spy")
     args = ap.parse_args()
@@ -504,6 +590,34 @@ def print_table(results: dict[str, dict[str, float]], loads: list[tuple[str, str
               + f" {l0} -> {l1} |")
 
 
+SERVED = ("served: server+session", "serve", "serve session", "agent@serve")
+
+
+def served(cfg: Path, work: Path, procs: Procs) -> ServeSession:
+    """The launched run in a browser too: `eagle3-tui serve local` and one chromium page;
+    its processes join `procs` (the server, the session's app, its agent, chromium)."""
+    serve = ServeSession(ROOT, cfg, work)
+    serve.ready.wait(90)
+    if serve.failed or not serve.ready.is_set():
+        print(f"!! the browser session did not start: {serve.failed or 'no page within 90 s'}")
+        return serve
+    session = agent = None
+    for _ in range(100):
+        session = descendant(serve.server.pid, b"connect")
+        agent = descendant(session, b"agent.py") if session else None
+        if agent:
+            break
+        time.sleep(0.1)
+    procs.pids["serve"] = serve.server.pid
+    if session:
+        procs.pids["serve session"] = session
+    if agent:
+        procs.pids["agent@serve"] = agent
+    procs.groups["chromium"] = serve.chromium
+    time.sleep(3)  # past the session's start-up
+    return serve
+
+
 def launched_case(args: argparse.Namespace) -> None:
     """A run launched with `eagle3-tui launch`, its job paced through a FIFO
     (bench/bench_job.py), followed by the dashboard (and, with --base, by the base
@@ -532,9 +646,12 @@ def launched_case(args: argparse.Namespace) -> None:
 
     procs, sessions, dashes = Procs(), [], {}
     order = [*trees, *(f"agent{label[6:]}" for label in trees), "toolong", "tail -F"]
+    if args.serve:
+        order += [*SERVED, "chromium"]
+    serve: ServeSession | None = None
     results: dict[str, dict[str, float]] = {}
     sparse: dict[str, list[float]] = {}
-    profile = ""
+    profile = idle_profile = ""
     try:
         for label, tree in trees.items():
             cmd = (f"env PYTHONPATH={shlex.quote(str(tree))} {py} -m tui.cli --config {shlex.quote(str(cfg))}"
@@ -551,6 +668,8 @@ def launched_case(args: argparse.Namespace) -> None:
                     procs.pids[f"agent{label[6:]}"] = agent
                     break
                 time.sleep(0.1)
+        if args.serve:
+            serve = served(cfg, work, procs)
         tail = peers(args, log, sessions, procs)
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         for label in trees:  # which checkout each dashboard runs: its agent's path says
@@ -571,6 +690,8 @@ def launched_case(args: argparse.Namespace) -> None:
         send("rate 0")
         time.sleep(3)
         results["launched: idle after the lines"] = procs.phase(args.idle)
+        if args.py_spy and args.profile:
+            idle_profile = py_spy(args.py_spy, dashes["client"].pid, args.profile, work, rate=IDLE_RATE)
         bars = re.findall(r"\| (\d+)/20000 \[", log.read_text())
         step = bars[-1] if bars else "?"
         for label, dash in dashes.items():
@@ -582,20 +703,31 @@ def launched_case(args: argparse.Namespace) -> None:
             if not Path(f"/proc/{s.pid}").exists():
                 print(f"\n!! {s.name} exited early; its last screen:\n{s.screen()}")
             s.kill()
+        if serve is not None:
+            serve.stop()
         with contextlib.suppress(OSError):
             send("end")
             ctl.close()
+    for fig in results.values():  # the browser dashboard's server side: the server and the session's app
+        if "serve" in fig and "serve session" in fig:
+            fig[SERVED[0]] = fig["serve"] + fig["serve session"]
     print_table(results, procs.loads, order)
     print_sparse(sparse, args.sparse)
     if profile:
         print(f"\nprofile of the client at 20 extraction lines/s (py-spy, {args.profile:g} s, 100 Hz):\n{profile}")
+    if idle_profile:
+        print(f"\nprofile of the client idle, the run alive (py-spy, {args.profile:g} s, {IDLE_RATE} Hz):\n{idle_profile}")
 
 
-def py_spy(exe: str, pid: int, seconds: float, work: Path, top: int = 15) -> str:
+IDLE_RATE = 500  # Hz: an idle client is on the CPU ~1 % of the time, so 100 Hz gives too few samples
+
+
+def py_spy(exe: str, pid: int, seconds: float, work: Path, top: int = 15, rate: int = 100) -> str:
     """`py-spy record` of `pid` (not paused: --nonblocking); the top entries by own
-    samples and by samples with the function on the stack, in % of the samples taken."""
-    out = work / "profile.txt"
-    done = subprocess.run([exe, "record", "--nonblocking", "-r", "100", "-d", str(int(seconds)), "-f", "raw",
+    samples and by samples with the function on the stack, in % of the samples taken.
+    The raw stacks are kept (their path is printed) for a closer look."""
+    out = work / f"profile-{rate}hz-{int(time.time())}.txt"
+    done = subprocess.run([exe, "record", "--nonblocking", "-r", str(rate), "-d", str(int(seconds)), "-f", "raw",
                            "-o", str(out), "-p", str(pid)], capture_output=True, text=True)
     if done.returncode or not out.exists():
         return f"(py-spy failed: {done.stderr.strip()[-300:]})"
@@ -617,11 +749,11 @@ def py_spy(exe: str, pid: int, seconds: float, work: Path, top: int = 15) -> str
                 inclusive[f] = inclusive.get(f, 0) + int(count)
     if not total:
         return "(no samples: the client was idle)"
-    lines = [f"{total} samples on the CPU = {total / seconds:.0f} per second at 100 Hz"
+    lines = [f"{total} samples on the CPU = {total / seconds:.0f} per second at {rate} Hz (raw stacks: {out})"
              f" ({waiting} more waiting in select() or on a lock, left out)", "own time:"]
     lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
     lines.append("with callees (tui, textual, rich):")
-    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:2 * top]]
     return "\n".join(lines)
 
 

@@ -44,7 +44,20 @@ def snapshot(n_gpus: int, seq: int = 0, runs: list[dict] | None = None, **over: 
                 gpu_source="nvml" if n_gpus else None,
                 gpu_error=None if n_gpus else "pynvml not installed and nvidia-smi not found")
     base.update(over)
-    return p.Snapshot(**base)
+    return make_snapshot(**base)
+
+
+def make_snapshot(**fields: Any) -> p.Snapshot:
+    """A snapshot from the agent's object (its fields as the agent names them), parsed
+    as the client parses one."""
+    snap = p.parse_message({"type": "snapshot", **fields})
+    assert isinstance(snap, p.Snapshot)
+    return snap
+
+
+def resnap(snap: p.Snapshot, **over: Any) -> p.Snapshot:
+    """`snap` as the agent sent it, with some of its fields replaced."""
+    return make_snapshot(**{**snap.wire, **over})
 
 
 def recorded(name: str) -> list[p.Message]:

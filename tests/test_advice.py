@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.advice import Advice, RunSummary, advise, format_minutes, summarize
 from tui.state.loganalysis.fold import LogAnalysis, finish_lines, split_lines, step
-from tui.state.model import Run
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SET = "speculators-0.3.0-vllm-0.16"
@@ -32,6 +32,11 @@ def record(run_id: str, patch: str, state: str = "exited", launched: float = T0,
             "log": f"/runs/{run_id}/output.log"}
 
 
+def rec(*args: Any, **kw: Any) -> RunRecord:
+    """`record` as the client reads it."""
+    return RunRecord.parse(record(*args, **kw))
+
+
 def fixture(name: str) -> dict[str, Any]:
     return inspect_log((LOGS / name).read_bytes())
 
@@ -48,14 +53,14 @@ def fold_until(name: str, marker: str) -> LogAnalysis:
     return a
 
 
-def live(patch: str, minutes: float, run_id: str = "live") -> Run:
-    return Run.from_dict(record(run_id, patch, state="running", launched=T0 + 100 * MIN - minutes * MIN,
+def live(patch: str, minutes: float, run_id: str = "live") -> RunRecord:
+    return RunRecord.parse(record(run_id, patch, state="running", launched=T0 + 100 * MIN - minutes * MIN,
                                 ended=None, exit_code=None))
 
 
 NOW = T0 + 100 * MIN
 # the previous v4 run: loaded for ~20 min, then failed with the State error at 21 min
-FAILED_V4 = summarize(record("run7", "v4", launched=T0, ended=T0 + 21 * MIN),
+FAILED_V4 = summarize(rec("run7", "v4", launched=T0, ended=T0 + 21 * MIN),
                       fixture("vllm016_tp8_sample_tokens.log"))
 LOADING_7MIN = fold_until("vllm016_tp8_sample_tokens.log", "23/64")
 
@@ -108,33 +113,33 @@ def test_doomed_past_the_failure_point_says_so() -> None:
 
 
 def test_not_doomed_by_a_failure_before_loading() -> None:
-    early = summarize(record("run5", "v4", ended=T0 + 2 * MIN), fixture("vllm016_encoder_decoder.log"))
+    early = summarize(rec("run5", "v4", ended=T0 + 2 * MIN), fixture("vllm016_encoder_decoder.log"))
     assert early.outcome == "failed" and early.failed_after_load is False
     assert advise(live("v4", 7), LOADING_7MIN, [early], "v4", ORDER, NOW) is None
 
 
 def test_not_doomed_by_another_patch_state() -> None:
-    v3 = summarize(record("run6", "v3", ended=T0 + 20 * MIN), fixture("vllm016_tensor_bool.log"))
+    v3 = summarize(rec("run6", "v3", ended=T0 + 20 * MIN), fixture("vllm016_tensor_bool.log"))
     assert v3.failed_after_load is True
     assert advise(live("v4", 7), LOADING_7MIN, [v3], "v4", ORDER, NOW) is None
     assert advise(live("v3", 7), LOADING_7MIN, [v3], "v3", ORDER, NOW) is not None
 
 
 def test_none_when_everything_is_current() -> None:
-    ok = summarize(record("run8", "v5", ended=T0 + 30 * MIN, exit_code=0),
+    ok = summarize(rec("run8", "v5", ended=T0 + 30 * MIN, exit_code=0),
                    fixture("transformers_extract_ok.log"))
     assert ok.outcome == "finished" and ok.failure_id is None
     assert advise(live("v5", 7), LOADING_7MIN, [ok, FAILED_V4], "v5", ORDER, NOW) is None
 
 
 def test_none_for_unknown_states_ended_runs_and_itself() -> None:
-    hand = Run.from_dict({**record("live", "v4", state="running", launched=NOW - 7 * MIN),
+    hand = RunRecord.parse({**record("live", "v4", state="running", launched=NOW - 7 * MIN),
                           "patch_state": {"set": SET, "state": "unknown", "version": None}})
     assert advise(hand, LOADING_7MIN, [FAILED_V4], "v5", ORDER, NOW) is None
-    ended = Run.from_dict(record("live", "v4", ended=NOW))
+    ended = RunRecord.parse(record("live", "v4", ended=NOW))
     assert advise(ended, LOADING_7MIN, [FAILED_V4], "v5", ORDER, NOW) is None
     # the live run's own summary is not evidence against itself
-    own = summarize(record("live", "v4", ended=T0 + 21 * MIN), fixture("vllm016_tp8_sample_tokens.log"))
+    own = summarize(rec("live", "v4", ended=T0 + 21 * MIN), fixture("vllm016_tp8_sample_tokens.log"))
     assert advise(live("v4", 7), LOADING_7MIN, [own], "v4", ORDER, NOW) is None
     # another patch set's v4 is another code base
     assert advise(live("v4", 7), LOADING_7MIN, [FAILED_V4], "v4", ORDER, NOW, patch_set="other") is None
@@ -147,16 +152,16 @@ def test_a_live_run_that_already_failed_is_not_doomed_again() -> None:
 
 
 def test_summaries_of_killed_and_position_estimates() -> None:
-    killed = summarize(record("k", "v4", state="killed", ended=T0 + 3 * MIN),
+    killed = summarize(rec("k", "v4", state="killed", ended=T0 + 3 * MIN),
                        fixture("vllm016_loading_live.log"))
     assert (killed.outcome, killed.failure_id, killed.fail_seconds) == ("killed", None, None)
     # with no load duration in the log, the position of the loaded line estimates it
     prefixes = fixture("vllm082_old_prefixes.log")
     prefixes = {**prefixes, "timeline": [], "shards": None}
-    s = summarize(record("p", "v4", ended=T0 + 180), prefixes)
+    s = summarize(rec("p", "v4", ended=T0 + 180), prefixes)
     assert s.failed_after_load is True  # worker-died has no after_load: the line order decides
     assert s.load_seconds == 180 * prefixes["loaded_at_line"] / prefixes["lines"]
-    assert summarize(record("p", "v4", ended=T0 + 180), prefixes, whole=False).load_seconds is None
+    assert summarize(rec("p", "v4", ended=T0 + 180), prefixes, whole=False).load_seconds is None
 
 
 def test_format_minutes() -> None:
@@ -200,8 +205,8 @@ def test_a_run_we_killed_is_not_a_failure() -> None:
     )
     record = {"run_id": "r1", "state": "killed", "launched_at": 0.0, "ended_at": 1300.0,
               "patch_state": {"set": "s", "state": "v4", "version": "v4"}}
-    summary = summarize(record, inspect_log(log))
+    summary = summarize(RunRecord.parse(record), inspect_log(log))
     assert summary.outcome == "killed"
-    live = Run.from_dict({"run_id": "r2", "state": "running", "launched_at": 1400.0,
+    live = RunRecord.parse({"run_id": "r2", "state": "running", "launched_at": 1400.0,
                           "patch_state": {"set": "s", "state": "v4", "version": "v4"}})
     assert advise(live, None, {"r1": summary}, "v4", ["v1", "v2", "v3", "v4", "v5"], 1500.0, patch_set="s") is None

@@ -18,6 +18,7 @@ from tui.protocol.ops import (
     Outcome,
     PatchFile,
 )
+from tui.protocol.records import RunRecord
 from tui.transport import AgentApi
 
 
@@ -96,7 +97,9 @@ async def test_replies_are_typed_and_host_text_in_reports_is_clean() -> None:
     assert report.stages[0].sent_to == (12,) and report.gpus[0].run_pids == (12,)
     assert report.note == "bad" and report.record["note"] == "bad"  # no escape reaches a screen
     launched = await w.launch(LaunchRequest("j", ["x"], None, {}))
-    assert launched == LaunchReply("r2", 42, "17", "/l", {"run_id": "r2", "pid": 42, "log": "/l", "job_id": 17})
+    wire = {"run_id": "r2", "pid": 42, "log": "/l", "job_id": 17}
+    assert launched == LaunchReply("r2", 42, "17", "/l", RunRecord.parse(wire), wire)
+    assert launched.run is not None and (launched.run.run_id, launched.run.pid, launched.run.log) == ("r2", 42, "/l")
     assert await w.outcomes(["a", "b"]) == {"a": Outcome("done", True, {"run_id": "r2"}, None)}
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.replay import FIXTURES, ReplayClient, snapshot
+from tests.replay import FIXTURES, ReplayClient, resnap, snapshot
 from tui import protocol as p
 from tui.protocol.stream import LinkStatus
 from tui.services.config import parse_config
@@ -72,8 +72,8 @@ async def test_eight_gpus_fit_a_small_terminal() -> None:
 
 async def test_missing_readings_show_na_not_zero() -> None:
     snap = snapshot(1)
-    g = dict(snap.gpus[0], util=None, temp=None, power=None)
-    client = ReplayClient([p.Snapshot(**{**snap.__dict__, "gpus": [g]})])
+    g = dict(snap.wire["gpus"][0], util=None, temp=None, power=None)  # type: ignore[index,arg-type]
+    client = ReplayClient([resnap(snap, gpus=[g])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.dashboard.state.seq == 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -500,3 +501,58 @@ def test_an_event_the_reducer_does_not_handle_is_a_type_error(tmp_path: Path) ->
     proc = run([sys.executable, "-m", "mypy", "--no-incremental", "tui/state/reducer.py"], cwd=tmp_path)
     assert proc.returncode != 0, proc.stdout
     assert 'Argument 1 to "assert_never" has incompatible type "LinkStatus"' in proc.stdout, proc.stdout
+
+
+# ---- typed records above the protocol ----------------------------------------------------
+# What tui/protocol and tui/transport hand up (a public dataclass's field, a public
+# function's or method's return) is typed: no `Any`, no `dict[str, Any]`, where code in
+# services, views or cli uses it by name. The host's records are tui/protocol/records.py's.
+# (The wire itself, `request` / `call_with_progress`, stays below: checked above.)
+ANY = re.compile(r"\bAny\b")
+
+
+def untyped_crossings(root: Path) -> list[str]:
+    """Every `Any`-typed field or return of tui/protocol and tui/transport whose name
+    code in tui/services, tui/views or tui/cli uses, as "path:line Owner.name: type"."""
+    used: set[str] = set()
+    for folder in ("services", "views", "cli"):
+        for path in (root / "tui" / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute):
+                    used.add(node.attr)
+                elif isinstance(node, ast.Name):
+                    used.add(node.id)
+                elif isinstance(node, ast.alias):
+                    used.add(node.name.split(".")[-1])
+    found: list[str] = []
+
+    def note(where: str, name: str, annotation: ast.expr | None) -> None:
+        if annotation is not None and name in used and not name.startswith("_") and name not in WIRE:
+            text = ast.unparse(annotation)
+            if ANY.search(text):
+                found.append(f"{where}{name}: {text}")
+
+    for path in sorted(p for f in ("protocol", "transport") for p in (root / "tui" / f).rglob("*.py")):
+        rel = path.relative_to(root)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                note(f"{rel}:{node.lineno} ", node.name, node.returns)
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        note(f"{rel}:{item.lineno} {node.name}.", item.target.id, item.annotation)
+                    elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        note(f"{rel}:{item.lineno} {node.name}.", item.name, item.returns)
+    return found
+
+
+def test_no_untyped_record_crosses_above_the_protocol() -> None:
+    found = untyped_crossings(ROOT)
+    assert not found, "typed records above tui/protocol and tui/transport, not Any:\n" + "\n".join(found)
+
+
+def test_the_untyped_crossing_check_catches_one(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "tui", tmp_path / "tui", ignore=shutil.ignore_patterns("__pycache__"))
+    ops = tmp_path / "tui" / "protocol" / "ops.py"
+    ops.write_text(ops.read_text().replace("    runs: tuple[RunRecord, ...]\n", "    runs: list[dict[str, Any]]\n"))
+    assert [f.split(" ", 1)[1] for f in untyped_crossings(tmp_path)] == ["RunList.runs: list[dict[str, Any]]"]

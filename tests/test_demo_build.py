@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import checkout, need
+from tui.protocol.records import RunRecord
 from tui.services.config import parse_config
 from tui.services.demo import MISSING_DEPS, build_demo
 
@@ -175,5 +176,5 @@ def test_a_demo_stage_reports_its_newest_run(tmp_path: Path) -> None:
     ids = [json.loads(e3("launch", "local", "--json"))["run_id"] for _ in range(2)]
     runs = json.loads(e3("runs", "local", "--json"))["runs"]
     assert {r["run_id"] for r in runs} == set(ids)
-    got = newest_run(runs, "demo-train")
-    assert got is not None and got["run_id"] == ids[1]
+    got = newest_run([RunRecord.parse(r) for r in runs], "demo-train")
+    assert got is not None and got.run_id == ids[1]

@@ -18,6 +18,7 @@ import pytest
 
 from remote import launch, rundir
 from tui.cli.report import format_runs
+from tui.protocol.records import RunRecord
 from tui.services.actions import state_of
 from tui.services.config import load_config
 from tui.state import view
@@ -88,7 +89,7 @@ def test_exit_code_and_reason_survive_a_disk_filled_while_the_job_runs(small_fs:
     assert ended["disk_full"] is True
     assert ended["write_error"] == f"no space left on device in {runs / run_id}"
     # what the user sees: `runs` and the dashboard's rows
-    state = state_of(_cfg(tmp_path), [ended])
+    state = state_of(_cfg(tmp_path), [RunRecord.parse(ended)])
     (row,) = view.run_rows(state, time.time(), state.runs)
     assert row.state == "failed" and row.exit == "3"
     assert row.note == f"disk full: no space left on device in {runs / run_id}"
@@ -115,7 +116,7 @@ def test_a_run_lost_on_a_full_disk_says_disk_full(small_fs: Path, tmp_path: Path
     (rec,) = rundir.list_runs(str(runs))
     assert rec["state"] == "lost" and rec["disk_full"] is True
     assert f"no space left on device in {d}" in rec["write_error"]
-    state = state_of(_cfg(tmp_path), [rec])
+    state = state_of(_cfg(tmp_path), [RunRecord.parse(rec)])
     (row,) = view.run_rows(state, time.time(), state.runs)
     assert row.state == "disk full" and row.note.startswith("disk full: no space left on device")
     assert " lost " not in format_runs(state)

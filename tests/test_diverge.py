@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from remote import diverge, pace
+from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.loganalysis.record import default_signatures
 
@@ -177,16 +178,17 @@ def test_the_host_pace_enters_diverged_and_keeps_the_verdict(tmp_path: Path) -> 
 
 # ---------------------------------------------------------------- watch, status --json, the dashboard
 
+from tui.protocol.records import RunRecord  # noqa: E402
 from tui.state import view  # noqa: E402
 from tui.state.loganalysis import fold  # noqa: E402
-from tui.state.model import AppState, LogTail, Run  # noqa: E402
+from tui.state.model import AppState, LogTail  # noqa: E402
 from tui.state.watch import WatchState, judge, observe  # noqa: E402
 
 RUN = {"run_id": "20261205-210000-ab12", "name": "lr1e6", "state": "running"}
 
 
 def test_watch_tells_a_divergence_once_and_not_again_as_the_runs_end() -> None:
-    run = Run.from_dict(RUN)
+    run = RunRecord.parse(RUN)
     a, ws = fold.LogAnalysis(), WatchState()
     for no, x in enumerate(("2.1", "nan", "nan", "nan", "nan"), 1):
         a = fold.step(a, HF.format(x), no)
@@ -194,7 +196,7 @@ def test_watch_tells_a_divergence_once_and_not_again_as_the_runs_end() -> None:
     assert [e.kind for e in ws.events] == ["diverged"], ws.events
     ev = ws.events[0]
     assert ev.detail["id"] == "training-diverged" and "'loss': nan" in str(ev.detail["cause"])
-    ended = Run.from_dict(dict(RUN, state="exited", signal="SIGINT", exit_code=None))
+    ended = RunRecord.parse(dict(RUN, state="exited", signal="SIGINT", exit_code=None))
     for t in (2000.0, 2001.0):
         ws = observe(ws, ended, a, 5, (), (), t)
     assert [e.kind for e in ws.events] == ["diverged"]  # the host's kill is the same news
@@ -206,12 +208,12 @@ def test_status_json_and_the_dashboard_say_diverged_from_the_hosts_pace() -> Non
                "line": "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.0", "at": 1500.0}
     rec = dict(RUN, pace={"source": "shim", "phase": "diverged", "step_at": 1400.0, "step": "step 9",
                           "intervals": [1.0], "diverged": verdict})
-    seen = judge(rec, None, 1600.0)
+    seen = judge(RunRecord.parse(rec), None, 1600.0)
     assert seen is not None and seen["condition"] == "diverged", seen
     assert seen["cause"] == verdict["line"] and seen["message"] == "diverged: the loss scale fell to 0.0"
-    assert judge(dict(rec, pace=dict(rec["pace"], diverged=None, phase="training")), None, 1600.0)[  # type: ignore[index]
+    assert judge(RunRecord.parse(dict(rec, pace=dict(rec["pace"], diverged=None, phase="training"))), None, 1600.0)[  # type: ignore[index]
         "condition"] == "ok"
-    state = AppState(runs=(Run.from_dict(rec),), log=LogTail())
+    state = AppState(runs=(RunRecord.parse(rec),), log=LogTail())
     assert view.phase(state, state.runs[0], 1600.0) == "diverged"
 
 
@@ -220,7 +222,7 @@ def test_a_divergence_alerts_like_a_failure() -> None:
     prints every event; the notifier alerts on the kinds that need a human)."""
     from tui.services.notify import Notifier
 
-    run = Run.from_dict(RUN)
+    run = RunRecord.parse(RUN)
     a, ws = fold.LogAnalysis(), WatchState()
     for no, x in enumerate(("nan", "nan", "nan"), 1):
         a = fold.step(a, HF.format(x), no)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.fleet_hosts import FleetHosts, fleet_hosts  # noqa: F401 (a fixture)
+from tests.replay import make_snapshot
 from tui import protocol as p
 from tui.protocol.stream import LinkStatus
 from tui.services.config import parse_config
@@ -48,8 +49,8 @@ def run(rid: str, state: str, exit_code: int | None = None, t: float = NOW - 100
 
 def snap_state(gpus: list[dict[str, Any]], runs: list[dict[str, Any]]) -> AppState:
     st = apply(AppState(target="h"), hello(), NOW)
-    snap = p.Snapshot(seq=1, time=NOW, host={"hostname": "box"}, gpus=gpus, processes=[], runs=runs,
-                      gpu_source="nvml", gpu_error=None)
+    snap = make_snapshot(seq=1, time=NOW, host={"hostname": "box"}, gpus=gpus, processes=[], runs=runs,
+                         gpu_source="nvml", gpu_error=None)
     return apply(st, snap, NOW)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rich.text import Text
 
-from tests.replay import ReplayClient
+from tests.replay import ReplayClient, make_snapshot
 from tui import protocol as p
 from tui.services.config import parse_config
 from tui.state import fleet
@@ -43,8 +43,8 @@ def snap(i: int) -> p.Snapshot:
         runs.append({"run_id": f"20261130-000000-f{i:03d}", "name": "x", "state": "exited", "argv": ["python"],
                      "pid": 10, "launched_at": NOW - 900, "ended_at": NOW - 800, "exit_code": 1,
                      "signal": None, "patch_state": None, "external": False, "log": None})
-    return p.Snapshot(seq=1, time=NOW, host={"hostname": f"node{i}"}, gpus=gpus, processes=[], runs=runs,
-                      gpu_source="nvml", gpu_error=None)
+    return make_snapshot(seq=1, time=NOW, host={"hostname": f"node{i}"}, gpus=gpus, processes=[], runs=runs,
+                         gpu_source="nvml", gpu_error=None)
 
 
 def hosts() -> dict[str, Any]:

@@ -20,10 +20,10 @@ from remote import history
 from remote import timeline as hosttl
 from tests import checkout
 from tests.test_app import until
+from tui.protocol.records import RunRecord
 from tui.services.config import parse_config
 from tui.state import history as seen
 from tui.state.loganalysis.lineshapes import ShardProgress
-from tui.state.model import Run
 from tui.transport import AgentClient, LocalLink
 from tui.views.app import make_app
 from tui.views.widgets.progress import RunProgress
@@ -142,8 +142,8 @@ def test_the_median_of_the_last_three_ended_loads_of_the_same_argv_on_this_host(
 # ---------------------------------------------------------------- the panel's words
 
 
-def _live(expected: float | None, runs: int = 1) -> Run:
-    return Run.from_dict({"run_id": "r", "state": "running", "launched_at": 1000.0, "argv": ["x"],
+def _live(expected: float | None, runs: int = 1) -> RunRecord:
+    return RunRecord.parse({"run_id": "r", "state": "running", "launched_at": 1000.0, "argv": ["x"],
                           "expected_load_s": expected, "expected_load_runs": ["a"] * runs})
 
 
@@ -167,7 +167,7 @@ def test_the_history_line_before_and_during_the_load() -> None:
     assert seen.load_line(_live(1180.0), [_bar(32, 600.0)], "loading", 1600.0) == \
         "as last time (19:40): ~20:00"
     assert seen.load_line(_live(1180.0), [_bar(64, 0.0)], "extracting", 2000.0) is None  # loaded
-    ended = Run.from_dict({"run_id": "r", "state": "exited", "launched_at": 1000.0, "expected_load_s": 9.0})
+    ended = RunRecord.parse({"run_id": "r", "state": "exited", "launched_at": 1000.0, "expected_load_s": 9.0})
     assert seen.load_line(ended, [], "loading", 1001.0) is None
 
 

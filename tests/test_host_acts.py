@@ -25,6 +25,7 @@ import pytest
 
 from remote.restartpolicy import decide
 from tests import checkout
+from tui.protocol.records import RunRecord
 from tui.services import timeline
 from tui.services.config import ConfigError, parse_config
 from tui.services.restartpolicy import compile_policy
@@ -168,13 +169,13 @@ def _tl(lines: list[dict[str, Any]]) -> timeline.Timeline:
 def test_wasted_gpu_hours_count_from_the_mark_to_the_end() -> None:
     lines = [{"t": 0.0, "c": [0, 1], "h": 1}, {"t": 3600.0, "e": "diverged", "why": "w", "line": "l"},
              {"t": 5400.0, "c": [0], "h": 1}, {"t": 7200.0, "e": "exit", "code": 0}]
-    s = timeline.summary(_tl(lines), {"state": "exited", "exit_code": 0})
+    s = timeline.summary(_tl(lines), RunRecord.parse({"state": "exited", "exit_code": 0}))
     assert s["gpu_hours"] == 2 * 1.5 + 0.5
     assert s["wasted"] == {"after": "divergence", "after_s": 3600.0, "gpu_hours": 2 * 0.5 + 0.5,
                            "why": "w", "line": "l"}
     idle = [{"t": 0.0, "c": [0], "h": 1}, {"t": 10.0, "e": "idle"},
             {"t": 1810.0, "e": "attempts", "stopped": "idle", "idle_since": 1010.0, "note": "idle: stopped"},
             {"t": 1810.0, "e": "exit", "signal": "SIGINT"}]
-    s = timeline.summary(_tl(idle), {"state": "exited"})
+    s = timeline.summary(_tl(idle), RunRecord.parse({"state": "exited"}))
     assert s["wasted"]["after"] == "idle" and s["wasted"]["gpu_hours"] == 0.5
-    assert timeline.summary(_tl(lines[:1] + lines[2:]), {})["wasted"] is None
+    assert timeline.summary(_tl(lines[:1] + lines[2:]), RunRecord.parse({}))["wasted"] is None

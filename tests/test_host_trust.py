@@ -23,6 +23,7 @@ import pytest
 from remote import rundir
 from remote.procfs import CMDLINE_CUT
 from tests.agent_driver import AgentCallError, AgentProc
+from tui.protocol.records import RunRecord
 from tui.services.actions import choose_run
 from tui.services.config import load_config
 
@@ -120,7 +121,7 @@ def test_planted_run_record_is_skipped_with_a_warning_and_never_relaunched(tmp_p
         a.call("configure", {"interval": 0.1})  # the dashboard sees it too, once
         a.wait_for(lambda m: m["type"] == "error" and str(planted) in m["message"])
     cfg = load_config_text(tmp_path, "[run]\nname = \"job\"\nargv = [\"true\"]\n")
-    chosen = choose_run(cfg, result["runs"])  # relaunch's default pick
+    chosen = choose_run(cfg, [RunRecord.parse(r) for r in result["runs"]])  # relaunch's default pick
     assert chosen is not None and chosen.run_id == mine.name
 
 
@@ -213,11 +214,11 @@ def test_a_run_from_the_future_never_wins_the_default_selection(tmp_path: Path) 
     _plant_run(runs, "21000101-000000-futr", ["rm", "-rf", "/x"], launched_at=now + 86400 * 365)
     real = _plant_run(runs, "20260101-000000-real", ["true"], launched_at=now - 30)
     _plant_run(runs, "20260101-000000-skew", ["true"], launched_at=now + 5)  # small skew: fine
-    records = rundir.list_runs(str(runs))
-    assert records[0]["run_id"] == "21000101-000000-futr"  # listed (and shown), newest first
+    records = [RunRecord.parse(r) for r in rundir.list_runs(str(runs))]
+    assert records[0].run_id == "21000101-000000-futr"  # listed (and shown), newest first
     cfg = load_config_text(tmp_path, "[run]\nname = \"job\"\nargv = [\"true\"]\n")
     assert choose_run(cfg, records).run_id == "20260101-000000-skew"
-    assert choose_run(cfg, [r for r in records if r["run_id"] != "20260101-000000-skew"]).run_id == real.name
+    assert choose_run(cfg, [r for r in records if r.run_id != "20260101-000000-skew"]).run_id == real.name
     # chosen only by naming it
     assert choose_run(cfg, records, "21000101-000000-futr").run_id == "21000101-000000-futr"
 

@@ -26,9 +26,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.replay import ReplayClient, snapshot
+from tests.replay import ReplayClient, resnap, snapshot
 from tui import protocol as p
 from tui.protocol.hosttext import clean, has_controls
+from tui.protocol.records import RunRecord
 from tui.services.config import parse_config
 from tui.views.app import EagleApp, make_app, make_fleet_app
 from tui.views.widgets.logtail import LogPane
@@ -149,7 +150,7 @@ def test_a_malformed_snapshot_is_a_protocol_error_never_a_crash(field: str, valu
     from tui.state.model import AppState
 
     base = snapshot(2, runs=[RUN])
-    obj = json.loads(json.dumps({"type": "snapshot", **{k: getattr(base, k) for k in base.__dataclass_fields__}}))
+    obj = json.loads(json.dumps({"type": "snapshot", **base.wire}))
     if whole or field == "host" or not obj[field]:
         obj[field] = value
     else:
@@ -184,7 +185,8 @@ async def test_markup_in_a_failure_and_in_an_argv_is_shown_as_text() -> None:
     """A `[/oops]` captured by a failure signature (runs table note, banner, toast) and a
     process whose argv holds `[/pwn]` raised MarkupError and ended the dashboard."""
     snap = snapshot(1, runs=[dict(RUN, state="exited", exit_code=1, ended_at=HOST_T)])
-    snap.processes[0]["cmdline"] = ["python3", "-c", "import time; time.sleep(600)", "[/pwn]"]
+    snap = resnap(snap, processes=[dict(snap.wire["processes"][0],  # type: ignore[index,arg-type]
+                                        cmdline=["python3", "-c", "import time; time.sleep(600)", "[/pwn]"])])
     client = ReplayClient([snap])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50), notifications=True) as pilot:
@@ -281,10 +283,9 @@ def hostile_snapshot(seq: int, run_id: str, name: str, argv: list[str], error: s
         dict(RUN, run_id=run_id + "x", name=name, argv=argv, state="exited", external=True, log=None,
              log_note=note, launched_at=HOST_T - 120),
     ])
-    snap.processes[0].update(cmdline=argv, user=host, run_id=run_id)
-    snap.gpus[0]["name"] = gpu
-    snap.host["hostname"] = host
-    obj = {"type": "snapshot", **{k: getattr(snap, k) for k in snap.__dataclass_fields__}}
+    w: Any = snap.wire
+    obj = {"type": "snapshot", **w, "processes": [dict(w["processes"][0], cmdline=argv, user=host, run_id=run_id)],
+           "gpus": [dict(w["gpus"][0], name=gpu)], "host": dict(w["host"], hostname=host)}
     return p.parse_message(json.loads(json.dumps(obj)))
 
 
@@ -450,11 +451,11 @@ def test_fuzz_commands(tmp_path_factory: Any, log: list[bytes], run_id: str, nam
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     runs = [hostile_run(run_id, name, argv, note, state), hostile_run(run_id + "2", note, argv, name, "exited")]
     snap = snapshot(1, runs=runs)
-    snap.processes[0].update(cmdline=argv, why=[note])
-    snap.gpus[0]["name"] = host
-    raw = {"seq": 1, "time": time.time(), "host": dict(snap.host, hostname=host), "gpus": snap.gpus,
-           "processes": snap.processes, "gpu_error": note}
-    state_ = state_of(CFG, runs, raw)
+    w: Any = snap.wire
+    snap = resnap(snap, seq=1, time=time.time(), host=dict(w["host"], hostname=host),
+                  gpus=[dict(w["gpus"][0], name=host)], processes=[dict(w["processes"][0], cmdline=argv, why=[note])],
+                  gpu_error=note)
+    state_ = state_of(CFG, snap.runs, snap)
     for out in (result.output, format_status(state_), format_runs(state_)):
         bad = FORBIDDEN_OUT.search(out)
         assert bad is None, f"{bad.group()!r} in {out!r}"
@@ -483,7 +484,6 @@ def test_fuzz_runs_show_and_compare(lines_a: list[dict[str, Any]], lines_b: list
     no exception, nothing a terminal acts on in what they print. A mark whose kind was a
     list ended both commands with a TypeError."""
     from tui.cli.report import format_compare, format_show
-    from tui.protocol.hosttext import clean_tree
     from tui.services import timeline
 
     examples["runs show"] = examples.get("runs show", 0) + 1
@@ -491,10 +491,10 @@ def test_fuzz_runs_show_and_compare(lines_a: list[dict[str, Any]], lines_b: list
 
     def summary(lines: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]:
         data = "\n".join([header, *(json.dumps(ln) for ln in lines)]).encode()
-        return timeline.summary(timeline.parse(data), clean_tree(rec))
+        return timeline.summary(timeline.parse(data), RunRecord.parse(rec))
 
     a, b = summary(lines_a, rec_a), summary(lines_b, rec_b)
-    out = format_show(a) + "\n" + format_compare(timeline.compare(a, b, clean_tree(rec_a), clean_tree(rec_b)))
+    out = format_show(a) + "\n" + format_compare(timeline.compare(a, b, RunRecord.parse(rec_a), RunRecord.parse(rec_b)))
     json.dumps(a)  # --json prints it
     bad = FORBIDDEN_OUT.search(out)
     assert bad is None, f"{bad.group()!r} in {out!r}"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from remote.rundir import signal_name
+from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.advice import summarize
 from tui.state.loganalysis import fold
-from tui.state.model import Run
 from tui.state.watch import WatchState, ending, observe
 
 JOB = r"""
@@ -35,7 +35,7 @@ time.sleep(60)
 """
 
 
-def _interrupted(tmp_path: Path, mode: str, sig: int) -> tuple[Run, object]:
+def _interrupted(tmp_path: Path, mode: str, sig: int) -> tuple[RunRecord, object]:
     """Run the job, send ``sig`` once it is ready; (its run record, its log's analysis)."""
     log = tmp_path / "out.log"
     with log.open("wb") as out:
@@ -49,7 +49,7 @@ def _interrupted(tmp_path: Path, mode: str, sig: int) -> tuple[Run, object]:
             time.sleep(0.05)
         proc.send_signal(sig)
         rc = proc.wait(timeout=20)
-    run = Run.from_dict({"run_id": "r1", "name": "x", "state": "exited",
+    run = RunRecord.parse({"run_id": "r1", "name": "x", "state": "exited",
                          "exit_code": rc if rc >= 0 else None,
                          "signal": signal_name(-rc) if rc < 0 else None})
     done, partial = fold.split_lines(b"", log.read_bytes())
@@ -67,7 +67,7 @@ def test_a_users_interrupt_ends_killed_not_failed(tmp_path: Path, sig: int) -> N
     if sig == signal.SIGINT:
         assert getattr(a, "interrupted_at") is not None  # the KeyboardInterrupt line
     assert ending(run, a) == "killed"
-    ws = observe(WatchState(), Run.from_dict({"run_id": "r1", "name": "x", "state": "running"}), a, 3, (), (),
+    ws = observe(WatchState(), RunRecord.parse({"run_id": "r1", "name": "x", "state": "running"}), a, 3, (), (),
                  1000.0)
     ws = observe(ws, run, a, 9, (), (), 1001.0)
     ws = observe(ws, run, a, 9, (), (), 1002.0)
@@ -91,9 +91,9 @@ def test_aborted_exit_130_and_echoes_after_the_interrupt() -> None:
            b"Aborted!\n")
     r = inspect_log(log)
     assert r["root_cause"] is None  # the engine dying of the interrupt is its echo
-    exited = Run.from_dict({"run_id": "r1", "name": "x", "state": "exited", "exit_code": 130})
+    exited = RunRecord.parse({"run_id": "r1", "name": "x", "state": "exited", "exit_code": 130})
     assert ending(exited, None) == "killed"
-    assert ending(Run.from_dict({"run_id": "r1", "name": "x", "state": "exited", "exit_code": 1}), None) == "failed"
+    assert ending(RunRecord.parse({"run_id": "r1", "name": "x", "state": "exited", "exit_code": 1}), None) == "failed"
     # without an interrupt the same death is a failure
     assert inspect_log(log.replace(b"trigger received signal=SIGINT", b"ok"))["root_cause"] is not None
 
@@ -103,7 +103,7 @@ def test_the_ledger_summary_of_an_interrupted_run_is_killed(tmp_path: Path) -> N
     run, _ = _interrupted(tmp_path, "plain", signal.SIGINT)
     record = {"run_id": "r1", "state": "exited", "exit_code": run.exit_code, "signal": run.signal,
               "launched_at": 0.0, "ended_at": 10.0}
-    summary = summarize(record, inspect_log((tmp_path / "out.log").read_bytes()))
+    summary = summarize(RunRecord.parse(record), inspect_log((tmp_path / "out.log").read_bytes()))
     assert summary.outcome == "killed"
-    assert summarize(dict(record, signal=None, exit_code=130), inspect_log(b"")).outcome == "killed"
-    assert summarize(dict(record, signal=None, exit_code=1), inspect_log(b"")).outcome == "failed"
+    assert summarize(RunRecord.parse(dict(record, signal=None, exit_code=130)), inspect_log(b"")).outcome == "killed"
+    assert summarize(RunRecord.parse(dict(record, signal=None, exit_code=1)), inspect_log(b"")).outcome == "failed"

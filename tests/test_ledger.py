@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from tui.protocol.records import RunRecord
 from tui.services.config import load_config
 from tui.services.hostfeed import FIRST_TAIL, HostFeed
 from tui.services.ledger import READ_CHUNK, LedgerError, fetch_summaries, read_tail
 from tui.state.events import LogOlder
-from tui.state.model import Run
 from tui.transport import AgentApi, AgentClient, AgentRequestError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "vllm016_tp8_sample_tokens.log"
@@ -44,14 +44,12 @@ async def test_failed_run_is_summarized_from_its_log(client: AgentClient, tmp_pa
     rec = await run_to_end(client, tmp_path, "extract_test3", FIXTURE)
     assert rec["state"] == "exited" and rec["exit_code"] == 1
     assert Path(rec["log"]).read_bytes() == FIXTURE.read_bytes()
-    got = await fetch_summaries(client, [rec], cache={})
+    got = await fetch_summaries(client, [RunRecord.parse(rec)], cache={})
     s = got[rec["run_id"]]
     assert (s.outcome, s.failure_id, s.failed_after_load) == ("failed", "sample-tokens-state", True)
     assert s.patch_state == "v4" and s.patch_set == PATCH["set"]
     assert s.fail_seconds == pytest.approx(rec["ended_at"] - rec["launched_at"])
     assert s.load_seconds == 1226.1
-    # the app holds Run objects, not dicts: same answer
-    assert await fetch_summaries(client, [Run.from_dict(rec)], cache={}) == got
 
 
 async def test_tail_read_cuts_at_a_line_and_spans_several_requests(client: AgentClient,
@@ -72,7 +70,7 @@ async def test_tail_read_cuts_at_a_line_and_spans_several_requests(client: Agent
 
 async def test_only_the_tail_of_a_long_log_is_needed(client: AgentClient, tmp_path: Path) -> None:
     rec = await run_to_end(client, tmp_path, "tail", FIXTURE)
-    got = await fetch_summaries(client, [rec], tail_bytes=4096, cache={})
+    got = await fetch_summaries(client, [RunRecord.parse(rec)], tail_bytes=4096, cache={})
     s = got[rec["run_id"]]
     # the load milestones are out of reach, the failure and its after-load nature are not
     assert (s.failure_id, s.failed_after_load, s.load_seconds) == ("sample-tokens-state", True, None)
@@ -90,16 +88,17 @@ async def test_gone_logs_are_skipped_running_runs_ignored_ended_runs_cached(
         await client.request("read_range", path=gone["log"], offset=0, length=0)
     running = {**first, "run_id": "20990101-000000-beef", "state": "running", "ended_at": None}
     cache: dict[Any, Any] = {}
-    got = await fetch_summaries(client, [first, second, gone, running], cache=cache)
+    every = [RunRecord.parse(r) for r in (first, second, gone, running)]
+    got = await fetch_summaries(client, every, cache=cache)
     assert set(got) == {first["run_id"], second["run_id"]}
     assert got[second["run_id"]].outcome == "finished"
     # an ended run never changes: with its log gone now, the cached summary still answers
     Path(first["log"]).unlink()
-    again = await fetch_summaries(client, [first, second, gone, running], cache=cache)
+    again = await fetch_summaries(client, every, cache=cache)
     assert again == got
-    assert await fetch_summaries(client, [first], cache={}) == {}
+    assert await fetch_summaries(client, every[:1], cache={}) == {}
     # limit keeps the newest runs
-    newest = await fetch_summaries(client, [first, second], limit=1, cache=cache)
+    newest = await fetch_summaries(client, every[:2], limit=1, cache=cache)
     assert list(newest) == [second["run_id"]]
 
 

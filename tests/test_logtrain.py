@@ -226,10 +226,10 @@ def test_a_counter_alone_is_training_only_when_it_heads_its_line() -> None:
 
 
 def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalled() -> None:
-    from tui.state.model import Run
+    from tui.protocol.records import RunRecord
     from tui.state.watch import WatchConfig, WatchState, observe
 
-    run = Run.from_dict({"run_id": "r1", "state": "running", "name": "train", "argv": ["train.py"]})
+    run = RunRecord.parse({"run_id": "r1", "state": "running", "name": "train", "argv": ["train.py"]})
     cfg = WatchConfig(stall_training_s=60.0)
     ws = WatchState(config=cfg)
     lines = [f"Step {i} | loss:{2.0 - i / 100} lr:2e-05" for i in range(1, 30)]
@@ -328,13 +328,14 @@ def test_a_new_run_never_shows_the_previous_runs_analysis() -> None:
     its loss plot) must not be drawn under the new run's name (seen on `demo --train`)."""
     from dataclasses import replace
 
+    from tui.protocol.records import RunRecord
     from tui.state import view
-    from tui.state.model import AppState, LogTail, Run
+    from tui.state.model import AppState, LogTail
 
     old = fold(["Step 24/24 | loss: 0.03", "Training completed. Do not forget to share your model"])
     assert old.phase == "finished"
     state = AppState(log=LogTail(path="/runs/a/output.log", analysis=old))
-    new = Run.from_dict({"run_id": "b", "name": "t", "state": "running", "argv": ["x"], "pid": 2,
+    new = RunRecord.parse({"run_id": "b", "name": "t", "state": "running", "argv": ["x"], "pid": 2,
                          "launched_at": 1.0, "log": "/runs/b/output.log", "cwd": "/", "env": {}})
     assert view.phase(state, new, 2.0) is None
     assert view.analysis_of(state, new) is None

@@ -21,7 +21,7 @@ from typing import Any
 from rich import cells
 from textual.widgets import DataTable
 
-from tests.replay import ReplayClient, snapshot
+from tests.replay import ReplayClient, resnap, snapshot
 from tui import protocol as p
 from tui.services.config import parse_config
 from tui.views.app import make_app
@@ -34,12 +34,13 @@ GROWTH_LIMIT = 400_000  # bytes over the last 4,000 snapshots: 100 B each (0.36 
 
 def _snap(i: int) -> p.Snapshot:
     base = snapshot(1, seq=i)
-    procs = [dict(pr, cpu=float(i % 97), elapsed=1000.0 + i) for pr in base.processes]
+    procs = [dict(pr, cpu=float(i % 97), elapsed=1000.0 + i) for pr in base.wire["processes"]]  # type: ignore[union-attr]
     procs.append(dict(procs[0], pid=5000 + (i // 50) % 7, run_id=None, why=["gpu"]))  # one comes and goes
-    gpus = [dict(g, util=(i * 7 + k) % 100, power=300.0 + i % 50) for k, g in enumerate(base.gpus)]
+    gpus = [dict(g, util=(i * 7 + k) % 100, power=300.0 + i % 50)  # type: ignore[arg-type]
+            for k, g in enumerate(base.wire["gpus"])]  # type: ignore[arg-type]
     runs = [{"run_id": "20261130-015500-ab12", "name": "kimi", "state": "running", "argv": ["python"],
              "pid": 999, "launched_at": 1764459000.0}]
-    return p.Snapshot(**{**base.__dict__, "processes": procs, "gpus": gpus, "runs": runs})
+    return resnap(base, processes=procs, gpus=gpus, runs=runs)
 
 
 def _drop_render_caches(app: Any) -> None:

@@ -11,6 +11,7 @@ from textual.widgets._toast import Toast
 
 from tests.replay import ReplayClient, snapshot
 from tests.test_app import RUN, until
+from tui.protocol.records import RunRecord
 from tui.services.config import parse_config
 from tui.views.app import make_app
 from tui.views.screens.help import HelpScreen
@@ -86,7 +87,7 @@ def test_the_runs_table_keeps_name_in_line_with_a_pristine_patch() -> None:
             "ended_at": 17.0}
     runs = [dict(base, run_id="20261201-055500-52e6", patch_state={"state": "pristine"}),
             dict(base, run_id="20261201-055400-aaaa", patch_state=None, name="other")]
-    lines = format_runs(state_of(parse_config(""), runs)).splitlines()
+    lines = format_runs(state_of(parse_config(""), [RunRecord.parse(r) for r in runs])).splitlines()
     assert len(lines) == 3
     at = {line.index(word) for line, word in zip(lines, ("NAME", "demo-extract", "other"))}
     assert len(at) == 1, lines  # NAME, and each run's name, in one column

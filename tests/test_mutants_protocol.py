@@ -72,14 +72,14 @@ def test_every_text_the_parser_hands_on_is_clean(text: str) -> None:
     _shown_clean(reset.reason)
 
     prog = parse_message({"type": "kill_progress", "id": 3, "run_id": text, "stage": text, "alive": [1],
-                          "gpus": [{"index": 0, text: text}], "elapsed": 1.0})
+                          "gpus": [{"index": 0, "node": text}], "elapsed": 1.0})
     assert isinstance(prog, KillProgress)
-    _shown_clean([prog.run_id, prog.stage, list(prog.gpus)])
+    _shown_clean([prog.run_id, prog.stage, [g.node for g in prog.gpus]])
 
     report = KillReport.parse({"run_id": text, "ok": False, "note": text, "remaining": [5],
                                "stages": [{"signal": text, "at": 1.0, "sent_to": [5]}],
                                "node_proofs": [{"node": text, "error": text}]})
-    _shown_clean([report.run_id, report.note, [asdict(s) for s in report.stages], list(report.node_proofs),
+    _shown_clean([report.run_id, report.note, [asdict(s) for s in report.stages], [asdict(p) for p in report.node_proofs],
                   report.record])
 
     outs = Outcome.parse_all({"outcomes": {"a1": {"state": "done", "ok": False, "error": text}}})

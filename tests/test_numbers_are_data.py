@@ -20,6 +20,7 @@ from remote import timeline as hosttl
 from tests import checkout, replay_fixture
 from tests.test_app import until
 from tui.protocol import hostjson
+from tui.protocol.records import RunRecord
 from tui.services import replay, timeline
 from tui.services.config import Config, RunConfig
 from tui.views.app import make_app
@@ -104,7 +105,7 @@ def test_a_timeline_with_absurd_numbers_is_read_with_its_bad_lines_counted(tmp_p
     assert tl.bad_lines == POISONED_LINES + 1  # and the header's launch time
     assert tl.header["launched_at"] is None and tl.t0 == clean.t0
     assert len(tl.lines) == len(clean.lines) + 1 and len(tl.raw) == len(tl.lines)
-    s = timeline.summary(tl, {"expected_load_s": int(BIG), "state": "exited", "exit_code": 0})
+    s = timeline.summary(tl, RunRecord.parse({"expected_load_s": int(BIG), "state": "exited", "exit_code": 0}))
     assert s["timeline_bad_lines"] == POISONED_LINES + 1 and s["expected_load_s"] is None
     assert s["outcome"] == "exit 0" and s["duration_s"] is not None
     json.dumps(s, allow_nan=False)  # what --json prints is JSON
@@ -199,6 +200,7 @@ def test_runs_show_and_compare_of_a_run_with_absurd_numbers(tmp_path: Path) -> N
 def test_a_pace_record_with_absurd_numbers_is_no_pace() -> None:
     """`status --json` judges each live run from the host's pace.json: its times as 400-digit
     ints made float() raise; now they are no reading (N/A), a sane record still judged."""
+    from tui.protocol.records import RunRecord
     from tui.state import watch
 
     now = 1_764_460_000.0
@@ -207,25 +209,25 @@ def test_a_pace_record_with_absurd_numbers_is_no_pace() -> None:
                 "intervals": [10.0, 10.0], "idle_since": now - 20, "grew_at": now - 5}
         pace[key] = [int(BIG)] if key == "intervals" else int(BIG)
         for source in ("shim", "mtime"):
-            seen = watch.judge({"run_id": "r", "state": "running", "pace": dict(pace, source=source)},
+            seen = watch.judge(RunRecord.parse({"run_id": "r", "state": "running", "pace": dict(pace, source=source)}),
                                None, now)
             assert seen is None or seen["condition"] in ("ok", "stalled", "hung"), (key, seen)
-    sane = watch.judge({"run_id": "r", "state": "running", "pace": {"source": "shim", "step_at": now - 30,
-                        "intervals": [10.0]}}, None, now)
+    sane = watch.judge(RunRecord.parse({"run_id": "r", "state": "running", "pace": {
+        "source": "shim", "step_at": now - 30, "intervals": [10.0]}}), None, now)
     assert sane is not None and sane["last_step_at"] == now - 30
 
 
 def test_a_run_record_with_absurd_numbers_is_read_with_them_left_out() -> None:
-    """The dashboard's record of a run (`Run.from_dict`): a 400-digit launch time or
+    """The dashboard's record of a run (`RunRecord.parse`): a 400-digit launch time or
     expected load made the progress panel's history line raise OverflowError."""
+    from tui.protocol.records import RunRecord
     from tui.state import history
-    from tui.state.model import Run
 
-    run = Run.from_dict({"run_id": "r", "state": "running", "pid": 7, "launched_at": int(BIG),
+    run = RunRecord.parse({"run_id": "r", "state": "running", "pid": 7, "launched_at": int(BIG),
                          "start_time": 1_764_460_000.0, "expected_load_s": int(BIG), "ended_at": float("inf")})
     assert run.launched_at == 1_764_460_000.0 and run.expected_load_s is None and run.ended_at is None
     assert history.load_line(run, [], "loading", 1_764_460_100.0) is None  # no history: no line
-    run = Run.from_dict({"run_id": "r", "state": "running", "launched_at": 1_764_460_000.0,
+    run = RunRecord.parse({"run_id": "r", "state": "running", "launched_at": 1_764_460_000.0,
                          "expected_load_s": 60, "expected_load_runs": 1})
     assert "ETA" in (history.load_line(run, [], "loading", 1_764_460_010.0) or "")
 

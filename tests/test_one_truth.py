@@ -24,6 +24,7 @@ from tests import checkout
 from tests.replay import ReplayClient, snapshot
 from tests.test_app import CFG, RUN, serve_file
 from tui import protocol as p
+from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.services.config import load_config, parse_config
 from tui.state import view
@@ -97,7 +98,7 @@ def test_cli_and_screen_select_the_same_run(host: tuple[list[dict[str, Any]], st
     state = apply(state, CursorMoved(cursor), 0.0)
     screen = view.select_run(state)
     # The CLI: `kill` / `relaunch` with no RUN_ID, or with the id the user sees under the cursor.
-    cli = services.choose_run(cfg, runs, cursor, now=state.snapshot_time)  # the host's clock, as the screen's
+    cli = services.choose_run(cfg, [RunRecord.parse(r) for r in runs], cursor, now=state.snapshot_time)  # the host's clock, as the screen's
     assert (screen.run_id if screen else None) == (cli.run_id if cli else None)
     if cursor is None and screen is not None:
         mine = [r for r in runs if r["name"] == "job" and not r["external"]]

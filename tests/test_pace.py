@@ -23,8 +23,8 @@ import pytest
 from remote import pace as hostpace
 from tests import checkout
 from tests.agent_driver import AgentProc
+from tui.protocol.records import RunRecord
 from tui.state.loganalysis import fold
-from tui.state.model import Run
 from tui.state.watch import WatchConfig, WatchState, assess, observe
 
 T0 = 1_764_460_000.0
@@ -77,8 +77,8 @@ def writer(tmp_path: Path) -> Iterator[Writer]:
     w.close()
 
 
-def _run(pace: dict | None, state: str = "running") -> Run:
-    return Run.from_dict({"run_id": "20261130-015500-ab12", "name": "x", "state": state, "pace": pace})
+def _run(pace: dict | None, state: str = "running") -> RunRecord:
+    return RunRecord.parse({"run_id": "20261130-015500-ab12", "name": "x", "state": state, "pace": pace})
 
 
 def test_shard_steps_and_their_intervals_are_recorded(writer: Writer, tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_an_adopted_run_falls_back_to_its_logs_mtime(tmp_path: Path) -> None:
     log.write_text("INFO Starting to load model /models/x...\n")
     pace = hostpace.from_mtime(str(log))
     assert pace is not None and pace["source"] == "mtime" and pace["grew_at"] == log.stat().st_mtime
-    run = Run.from_dict({"run_id": "ext-4242-99", "name": "", "state": "running", "external": True,
+    run = RunRecord.parse({"run_id": "ext-4242-99", "name": "", "state": "running", "external": True,
                          "log": str(log), "pace": pace})
     grew = pace["grew_at"]
     assert assess(run, WatchConfig(), grew + 899).condition == "ok"  # type: ignore[union-attr]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.replay import hello, snapshot
+from tests.replay import hello, resnap, snapshot
 from tui import protocol as p
 from tui.protocol.ops import KillReport, LaunchReply
 from tui.state.model import HISTORY, AppState
@@ -22,8 +22,10 @@ def feed(state: AppState, chunks: list[bytes], inode: int = 1) -> AppState:
 
 def test_snapshot_fields_and_missing_readings() -> None:
     snap = snapshot(2)
-    gpus = [dict(snap.gpus[0], util=None, temp="hot"), snap.gpus[1]]
-    st_ = apply(AppState(), p.Snapshot(**{**snap.__dict__, "gpus": gpus}), 10.0)
+    raw = snap.wire["gpus"]
+    assert isinstance(raw, list) and isinstance(raw[0], dict)
+    gpus = [dict(raw[0], util=None, temp="hot"), raw[1]]
+    st_ = apply(AppState(), resnap(snap, gpus=gpus), 10.0)
     assert st_.gpus[0].util is None and st_.gpus[0].temp is None  # N/A, never 0
     assert st_.gpus[1].util == 97
     assert st_.processes[0].gpu_mem == 81 * 2**30 - 2**29

@@ -355,10 +355,10 @@ def test_kill_during_the_wait_wins(tmp_path: Path) -> None:
     waiting = _record(runs, run_id)
     assert waiting["state"] == "running" and waiting["restart_at"] > time.time() + 500
     assert rundir.prune_runs(runs, keep=0)["removed"] == []  # a waiting run is live: never pruned
+    from tui.protocol.records import RunRecord
     from tui.services.actions import relaunch
-    from tui.state.model import Run
     with pytest.raises(ValueError, match="is still running"):  # nor relaunched over
-        __import__("asyncio").run(relaunch(None, parse_config(""), Run.from_dict(waiting)))  # type: ignore[arg-type]
+        __import__("asyncio").run(relaunch(None, parse_config(""), RunRecord.parse(waiting)))  # type: ignore[arg-type]
     report = killer.kill(runs, run_id, graces=(2.0, 2.0), gpu_wait=0)
     assert report["ok"]
     rec = _ended(runs, run_id, 10)
@@ -417,34 +417,34 @@ def _attempt(n: int, **kw: object) -> dict:
 
 
 def test_labels_of_a_waiting_and_a_restarted_run() -> None:
+    from tui.protocol.records import RunRecord
     from tui.state import view
-    from tui.state.model import Run
 
-    waiting = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "max_restarts": 3,
+    waiting = RunRecord.parse({"run_id": "r", "state": "running", "restarts": 1, "max_restarts": 3,
                              "attempts": [_attempt(1, restart_at=1000.0)], "restart_at": 1000.0})
     assert view.state_label(waiting) == "waiting"
     assert view.restart_label(waiting, 975.0) == (
         "waiting to restart in 25 s (restart 1 of 3) — last: NCCL watchdog timeout at batch 1,201/4,000")
-    done = Run.from_dict({"run_id": "r", "state": "exited", "exit_code": 0, "restarts": 2, "restart_note": "finished",
+    done = RunRecord.parse({"run_id": "r", "state": "exited", "exit_code": 0, "restarts": 2, "restart_note": "finished",
                           "attempts": [_attempt(1), _attempt(2, progress={"step": "batch 1203/4000"}),
                                        _attempt(3, exit_code=0, restarted=False, why="finished", cause=None)]})
     assert view.state_label(done) == "exited"
     assert view.restart_label(done, 0.0) == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
     row = view.run_row(done, "", 0.0)
     assert row.note == "restarted 2× — last: NCCL watchdog timeout at batch 1,203/4,000"
-    plain = Run.from_dict({"run_id": "p", "state": "exited", "exit_code": 1})
+    plain = RunRecord.parse({"run_id": "p", "state": "exited", "exit_code": 1})
     assert view.restart_label(plain, 0.0) == ""
 
 
 def test_notifications_once_per_attempt_with_the_attempt() -> None:
-    from tui.state.model import Run
+    from tui.protocol.records import RunRecord
     from tui.state.watch import WatchState, observe
 
     first = [_attempt(1, restart_at=200.0)]
     second = [_attempt(1), _attempt(2, restarted=False, why="gave up: 2 failures within 10 min (thrash guard)")]
     ws = WatchState(run_id="r")
     for attempts in (first, first, second, second):
-        run = Run.from_dict({"run_id": "r", "state": "running", "restarts": 1, "attempts": attempts,
+        run = RunRecord.parse({"run_id": "r", "state": "running", "restarts": 1, "attempts": attempts,
                              "restart_at": 200.0 if attempts is first else None})
         ws = observe(ws, run, None, 0, (), (), 150.0)
     kinds = [(e.kind, e.detail.get("attempt")) for e in ws.events]
@@ -535,14 +535,14 @@ def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch
 
 
 def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:
-    from tui.state.model import Run
+    from tui.protocol.records import RunRecord
     from tui.state.watch import WatchState, assess, observe
 
     pace = {"source": "shim", "phase": "extracting", "step": "batch 3/10", "step_at": 0.0, "intervals": [1.0, 1.0],
             "idle_since": 0.0, "gpu": "none: no GPUs"}
     rec = {"run_id": "r", "state": "running", "pace": pace, "restarts": 1, "attempts": [_attempt(1)]}
-    assert assess(Run.from_dict(rec), None, 5000.0).condition == "hung"  # type: ignore[union-attr]
-    waiting = Run.from_dict(dict(rec, restart_at=6000.0))
+    assert assess(RunRecord.parse(rec), None, 5000.0).condition == "hung"  # type: ignore[union-attr]
+    waiting = RunRecord.parse(dict(rec, restart_at=6000.0))
     assert assess(waiting, None, 5000.0) is None
     ws = observe(WatchState(run_id="r"), waiting, None, 0, (), (), 5000.0)
     ws = observe(ws, waiting, None, 0, (), (), 5900.0)

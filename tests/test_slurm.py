@@ -31,9 +31,9 @@ from tests import checkout
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, NODE_SMI, Cluster
 from tui.protocol.ops import KillReport
+from tui.protocol.records import RunRecord
 from tui.services import timeline
 from tui.state import view
-from tui.state.model import Run
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHONPATH = checkout.pythonpath()
@@ -119,12 +119,12 @@ def test_submit_pending_running_kill_gpus_free(agent: AgentProc) -> None:
     b = wait_for(waits_for_resources, 30, "the second job to pend for Resources")
     assert b["state"] == "pending" and b["slurm_state"] == "PENDING" and b["pid"] is None
     # What the runs table and `eagle3-tui runs` show, from these very records.
-    assert view.slurm_label(Run.from_dict(b)) == "job %s PENDING (Resources)" % b["job_id"]
-    assert view.slurm_label(Run.from_dict(a)) == "job %s RUNNING on e3node" % a["job_id"]
-    assert Run.from_dict(b).alive and view.state_label(Run.from_dict(b)) == "pending"
+    assert view.slurm_label(RunRecord.parse(b)) == "job %s PENDING (Resources)" % b["job_id"]
+    assert view.slurm_label(RunRecord.parse(a)) == "job %s RUNNING on e3node" % a["job_id"]
+    assert RunRecord.parse(b).alive and view.state_label(RunRecord.parse(b)) == "pending"
     say("pending: %s while job %s holds the node's GPUs"
-        % (view.slurm_label(Run.from_dict(b)), a["job_id"]))
-    say("running: " + view.slurm_label(Run.from_dict(a)))
+        % (view.slurm_label(RunRecord.parse(b)), a["job_id"]))
+    say("running: " + view.slurm_label(RunRecord.parse(a)))
     wait_for(lambda: Path(run_of(agent, first["run_id"])["log"]).read_text().startswith("up") or None,
              20, "the run's first line")
     a = wait_for(with_pid(agent, first["run_id"]), 20, "the run's manifest")  # RUNNING may come first
@@ -161,7 +161,7 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_clu
     rec = launch(agent, "fails", "import sys\nprint('boom', flush=True)\nsys.exit(3)\n", gpus=1)
     done = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the failing job to end")
     assert done["exit_code"] == 3 and done["slurm_state"] == "FAILED", done
-    shown = view.run_row(Run.from_dict(done), "", time.time())
+    shown = view.run_row(RunRecord.parse(done), "", time.time())
     assert shown.state == "failed" and shown.exit == "3"
     assert shown.job == "job %s FAILED exit 3" % done["job_id"]
     say("failed: " + shown.job)
@@ -236,7 +236,7 @@ def test_a_transient_failure_resubmits_the_job(agent: AgentProc, slurm_cluster: 
     assert wait["state"] == "pending" and wait["job_id"] != first, wait
     assert wait["slurm_state"] == "PENDING" and wait["slurm_reason"] == "BeginTime", wait
     assert wait["restarts"] == 1 and wait["attempts"][0]["job_id"] == first
-    shown = view.run_row(Run.from_dict(wait), "", time.time())
+    shown = view.run_row(RunRecord.parse(wait), "", time.time())
     assert shown.state == "waiting" and "; waiting to restart in " in shown.note, shown
     say("restart: job %s died (%s); the run waits: %s %s"
         % (first, wait["attempts"][0]["cause"]["title"], shown.state, shown.note))
@@ -249,7 +249,7 @@ def test_a_transient_failure_resubmits_the_job(agent: AgentProc, slurm_cluster: 
     assert sorted(writes, key=int) == [str(i) for i in range(1, 7)]  # every sample exactly once
     log = Path(done["log"]).read_text()
     assert "[eagle3-tui] attempt 2/4 starts (Slurm job %s)" % wait["job_id"] in log, log
-    shown = view.run_row(Run.from_dict(done), "", time.time())
+    shown = view.run_row(RunRecord.parse(done), "", time.time())
     say("restarted: run %s %s: %s" % (done["run_id"], shown.state, shown.note))
     # One timeline across both jobs: the second job's shim appends to the first's file.
     run_dir = agent.tmp / "runs" / rec["run_id"]  # type: ignore[attr-defined]
@@ -417,7 +417,7 @@ def test_sacct_keeps_the_jobs_record_after_squeue_forgot_it(slurm_accounting: Cl
     forgotten = slurm.record(run_dir)
     assert (forgotten["state"], forgotten["exit_code"], forgotten["slurm_state"]) == ("exited", 3, "FAILED")
     assert forgotten["nodes"] == "e3node" and forgotten["slurm_note"] is None, forgotten
-    shown = view.run_row(Run.from_dict(forgotten), "", time.time())
+    shown = view.run_row(RunRecord.parse(forgotten), "", time.time())
     say("sacct after squeue forgot job %s: %s, elapsed %d s, on %s (slurmdbd + MariaDB)"
         % (job, acct["state"], acct["elapsed"], acct["nodes"]))
     say("the run's record from sacct: %s %s" % (shown.state, shown.job))

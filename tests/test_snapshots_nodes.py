@@ -29,8 +29,9 @@ def on_nodes(per_node: int, nodes: tuple[str, ...], down: tuple[str, ...] = ()) 
     """A snapshot as the login agent sends it while following a job on `nodes`: each
     node's GPUs and processes (pids may repeat across nodes), each naming its node."""
     one = snapshot(per_node, runs=RUNS)
-    gpus = [dict(g, node=node) for node in nodes for g in one.gpus]
-    procs = [dict(q, node=node) for node in nodes for q in one.processes]
+    wire: Any = one.wire  # as the agent sends them
+    gpus = [dict(g, node=node) for node in nodes for g in wire["gpus"]]
+    procs = [dict(q, node=node) for node in nodes for q in wire["processes"]]
     job_nodes = [{"node": n, "via": f"srun step 12.{i + 1} on {n}", "error": None} for i, n in enumerate(nodes)]
     job_nodes += [{"node": n, "via": f"srun to {n}", "error": DOWN} for n in down]
     return snapshot(per_node, runs=RUNS, gpus=gpus, processes=procs, job_nodes=job_nodes,

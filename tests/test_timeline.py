@@ -21,6 +21,7 @@ from textual.app import App
 from remote import pace as hostpace
 from remote import timeline as hosttl
 from tests import checkout, timeline_fixture
+from tui.protocol.records import RunRecord
 from tui.services import timeline
 from tui.views.screens.timeline import TimelineScreen
 
@@ -302,7 +303,8 @@ class _TimelineApp(App[None]):
         self.tl = tl
 
     def on_mount(self) -> None:
-        self.push_screen(TimelineScreen("20261130-015500-ab12", self.tl, {"state": "exited", "exit_code": 0}))
+        self.push_screen(TimelineScreen("20261130-015500-ab12", self.tl, RunRecord.parse(
+            {"run_id": "20261130-015500-ab12", "state": "exited", "exit_code": 0})))
 
 
 def _screen_app(tmp_path: Path, cards: int) -> _TimelineApp:

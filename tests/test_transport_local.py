@@ -53,12 +53,12 @@ async def test_hello_and_snapshot_finds_matching_process(client: AgentClient) ->
         deadline = time.monotonic() + 10
         while True:
             snap = await client.snapshot()
-            pids = {p["pid"] for p in snap.processes if "match" in p["why"]}
+            pids = {p.pid for p in snap.processes if "match" in p.why}
             if proc.pid in pids:
                 break
             assert time.monotonic() < deadline, f"{proc.pid} never matched: {snap.processes}"
             await asyncio.sleep(0.2)
-        assert snap.host["cpu_count"] >= 1
+        assert (snap.host.cpu_count or 0) >= 1
     finally:
         proc.kill()
         proc.wait()
@@ -130,7 +130,7 @@ async def test_an_early_start_is_shared_with_later_callers(tmp_path: Path) -> No
         hello = await client.start()
         assert (await early) is hello
         assert (await client.start()) is hello
-        assert (await client.snapshot()).host["hostname"]
+        assert (await client.snapshot()).host.hostname
     finally:
         await client.close()
     (tmp_path / "agent.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")

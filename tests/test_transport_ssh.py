@@ -72,7 +72,7 @@ async def test_target_with_known_hosts_snapshot_sees_matching_process(
         deadline = time.monotonic() + 10
         while True:
             snap = await client.snapshot()
-            if any(p["pid"] == proc.pid and "match" in p["why"] for p in snap.processes):
+            if any(p.pid == proc.pid and "match" in p.why for p in snap.processes):
                 break
             assert time.monotonic() < deadline, f"{proc.pid} not in {snap.processes}"
             await asyncio.sleep(0.2)
@@ -89,7 +89,7 @@ async def test_alias_through_ssh_config_and_upload_once(
     first = link(sshd, tmp_path, sshd.alias, ssh_config=sshd.ssh_config)
     client = AgentClient(first)
     await client.start()
-    assert (await client.snapshot()).host["hostname"]
+    assert (await client.snapshot()).host.hostname
     await client.close()
     assert first.uploads == 1 and first.remote_dir
     remote = Path(first.remote_dir)
@@ -147,7 +147,7 @@ async def test_warm_start_is_one_exec_and_first_contact_uploads(
                            runs_dir=str(tmp_path / "runs"))
         client = AgentClient(lnk, reconnect=False)
         hello = await client.start()
-        assert (await client.snapshot()).host["hostname"]
+        assert (await client.snapshot()).host.hostname
         await client.close()
         assert hello.python == ".".join(map(str, sys.version_info[:3]))
         channels.append(lnk.channels)

@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 
 from tests.test_pace import _fake_smi
+from tui.protocol.records import GpuReading, ProcReading, RunRecord
 from tui.services import actions as services
 from tui.services.config import load_config
 from tui.services.notify import Notifier, terminal_alert
 from tui.state import view
 from tui.state.loganalysis import fold
-from tui.state.model import AppState, Gpu, LogTail, Proc, Run
+from tui.state.model import AppState, LogTail
 from tui.state.reducer import apply
 from tui.state.watch import WatchConfig, WatchState, assess, observe
 
@@ -91,11 +92,11 @@ T0 = 1_764_460_000.0
 RUN_ID = "20261130-015500-ab12"
 
 
-def record(**kw: Any) -> Run:
-    return Run.from_dict({"run_id": RUN_ID, "name": "watched", "state": "running", **kw})
+def record(**kw: Any) -> RunRecord:
+    return RunRecord.parse({"run_id": RUN_ID, "name": "watched", "state": "running", **kw})
 
 
-def looks(ws: WatchState, run: Run, log: list[tuple[float, str]]) -> WatchState:
+def looks(ws: WatchState, run: RunRecord, log: list[tuple[float, str]]) -> WatchState:
     """``ws`` after one look per timed line of ``log``, each line new at its time."""
     analysis = fold.LogAnalysis()
     for no, (t, line) in enumerate(log, 1):
@@ -183,7 +184,7 @@ def test_the_next_runs_stall_is_news_after_one_that_ended_stalled() -> None:
     ws = WatchState()
     for run, t in ((record(), 0), (record(), 1000), (record(state="killed"), 1010), (record(state="killed"), 1012)):
         ws = observe(ws, run, None, 1, (), (), T0 + t)
-    nxt = Run.from_dict({"run_id": "20261130-021000-cd34", "name": "watched", "state": "running"})
+    nxt = RunRecord.parse({"run_id": "20261130-021000-cd34", "name": "watched", "state": "running"})
     for t in (2000, 3000):
         ws = observe(ws, nxt, None, 1, (), (), T0 + t)
     assert [(e.kind, e.run_id) for e in ws.events] == [
@@ -196,10 +197,10 @@ def test_hung_counts_from_when_all_fell_asleep_and_ends_when_it_wakes() -> None:
     it fell asleep, not before; waking clears it, and the next sleep is a new episode
     counted from its own start."""
     loaded = fold.step(fold.LogAnalysis(), "INFO Model loading took 3.1 GiB and 40.2 seconds", 1)
-    gpu = Gpu.from_dict({"index": 0, "util": 0, "processes": [{"pid": 4242}]}, 0)
+    gpu = GpuReading.parse({"index": 0, "util": 0, "processes": [{"pid": 4242}]}, 0)
 
     def look(ws: WatchState, t: float, state: str) -> WatchState:
-        proc = Proc.from_dict({"pid": 4242, "state": state, "run_id": RUN_ID})
+        proc = ProcReading.parse({"pid": 4242, "state": state, "run_id": RUN_ID})
         return observe(ws, record(), loaded, 1, (proc,), (gpu,), T0 + t)
 
     ws = WatchState(config=WatchConfig(hang_s=300.0, stall_loaded_s=0.0))  # no stall rule here

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tui.cli.common import (
     run_on_host,
 )
 from tui.cli.fleet import fleet_hosts, hosts_file_opt, targets_arg
+from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError, load_config
 from tui.transport import AgentClient, TransportError
@@ -107,7 +109,7 @@ def demo(obj: Ctx, demo_dir: str, headless: bool, timeout: float | None, train: 
         click.echo(f"patch demo unavailable: {paths.patches_note}", err=True)
     if paths.busy:
         click.echo("a demo run is still going: attaching to it", err=True)
-    run: dict[str, Any] | None
+    run: RunRecord | None
     if headless or train:  # with --train the extraction is the first stage: followed, not shown
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, paths.busy, timeout), cfg=cfg)
     else:
@@ -139,7 +141,7 @@ def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> 
         cfg = load_config(tp.config)
     except (DemoError, ConfigError) as exc:
         fail(f"training stage unavailable: {exc}", EXIT_FAILED)
-    run: dict[str, Any] | None
+    run: RunRecord | None
     if headless:
         run = run_on_host(obj, "local", lambda c: _demo_headless(c, cfg, False, timeout), cfg=cfg)
     else:
@@ -156,35 +158,35 @@ def _demo_train(obj: Ctx, paths: Any, headless: bool, timeout: float | None) -> 
     _say_end("training run", run, tp.config, f"drafter checkpoints: {tp.save}/; config: {tp.config}")
 
 
-def newest_run(runs: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+def newest_run(runs: Sequence[RunRecord], name: str) -> RunRecord | None:
     """The stage's run: the newest of its name (the agent lists runs newest first), so a
     second `demo --train` in the same directory reports its own run, not the first one."""
-    return next((r for r in runs if r.get("name") == name and not r.get("external")), None)
+    return next((r for r in runs if r.name == name and not r.external), None)
 
 
-def _say_end(what: str, run: dict[str, Any] | None, config: Any, where: str) -> None:
+def _say_end(what: str, run: RunRecord | None, config: Any, where: str) -> None:
     """A demo stage's outcome in one line: finished (exit 0 follows), else why not (exit 1)."""
     from tui.services.headless import describe_end, succeeded
 
     if run is None:
         fail(f"the {what} was never launched; {where}", EXIT_FAILED)
-    elif run.get("state") == "running":
-        fail(f"{what} {run['run_id']} is still running (watch it: eagle3-tui --config "
+    elif run.state == "running":
+        fail(f"{what} {run.run_id} is still running (watch it: eagle3-tui --config "
              f"{config} connect); {where}", EXIT_FAILED)
     elif not succeeded(run):
-        fail(f"{what} {run['run_id']} did not finish: {describe_end(run)} "
-             f"(log: {run.get('log')}); {where}", EXIT_FAILED)
-    click.echo(f"{what} {run['run_id']} finished; {where}")
+        fail(f"{what} {run.run_id} did not finish: {describe_end(run)} "
+             f"(log: {run.log}); {where}", EXIT_FAILED)
+    click.echo(f"{what} {run.run_id} finished; {where}")
 
 
 async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
-                         timeout: float | None) -> dict[str, Any]:
+                         timeout: float | None) -> RunRecord:
     from tui.services.headless import follow
 
     if attach:
         runs = await services.list_runs(client, cfg)
-        record = next(r for r in runs if r.get("state") == "running" and r.get("name") == cfg.run.name)
+        record = next(r for r in runs if r.state == "running" and r.name == cfg.run.name)
     else:
-        record = (await services.launch(client, cfg, await services.patch_state(client, cfg))).record
-    click.echo(f"launched demo run {record['run_id']} (pid {record.get('pid')}), log {record.get('log')}")
-    return await follow(client, record["run_id"], click.echo, timeout)
+        record = (await services.launch(client, cfg, await services.patch_state(client, cfg))).run or RunRecord.parse({})
+    click.echo(f"launched demo run {record.run_id} (pid {record.pid}), log {record.log}")
+    return await follow(client, record.run_id, click.echo, timeout)

@@ -12,19 +12,22 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tui.cli.common import EXIT_CONNECT, EXIT_FAILED, EXIT_USAGE, Ctx, fail, print_json
+from tui.protocol import Snapshot
 from tui.protocol.hosttext import clean
+from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.services.config import Config, ConfigError
 from tui.state import fleet
 from tui.state import watch as watcher
 from tui.state.model import AppState
+from tui.state.watchstate import WatchConfig
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TargetError
 from tui.transport.fleet import read_hosts_file, unique
@@ -63,16 +66,39 @@ def exit_code(codes: list[int]) -> int:
     return EXIT_CONNECT if EXIT_CONNECT in codes else max(codes, default=0)
 
 
-async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any]]:
-    """For each host, in order: {"host", "ok": true, "snapshot" | "runs"} or
-    {"host", "ok": false, "error", "exit"}; at most `[fleet] connect_limit` in flight."""
+@dataclass(frozen=True)
+class Answer:
+    """One host's answer: its snapshot or its runs, or why not (and the exit code it means)."""
+
+    host: str
+    snapshot: Snapshot | None = None
+    runs: tuple[RunRecord, ...] | None = None
+    error: str | None = None
+    exit: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_json(self, watch: WatchConfig | None, now: float) -> dict[str, Any]:
+        """{"host", "ok": true, "snapshot" | "runs"} (as the host sent them, each live
+        run with its watch) or {"host", "ok": false, "error", "exit"}."""
+        if not self.ok:
+            return {"host": self.host, "ok": False, "error": self.error, "exit": self.exit}
+        if self.snapshot is not None:
+            return {"host": self.host, "ok": True, "snapshot": watcher.annotate(self.snapshot, watch, now)}
+        return {"host": self.host, "ok": True, "runs": [r.wire for r in self.runs or ()]}
+
+
+async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[Answer]:
+    """For each host, in order, its answer; at most `[fleet] connect_limit` in flight."""
     cfg = obj.cfg
     gate = asyncio.Semaphore(cfg.fleet.connect_limit)
 
-    def failed(host: str, exc: BaseException, code: int) -> dict[str, Any]:
-        return {"host": host, "ok": False, "error": str(exc) or type(exc).__name__, "exit": code}
+    def failed(host: str, exc: BaseException, code: int) -> Answer:
+        return Answer(host, error=str(exc) or type(exc).__name__, exit=code)
 
-    async def one(host: str) -> dict[str, Any]:
+    async def one(host: str) -> Answer:
         try:
             client = obj.client(host)
         except (TransportError, ConfigError) as exc:
@@ -81,9 +107,8 @@ async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any
             async with gate:
                 await client.start()
             if what == "runs":
-                return {"host": host, "ok": True, "runs": await services.list_runs(client, cfg)}
-            snap = await services.snapshot(client, cfg)
-            return {"host": host, "ok": True, "snapshot": snap.as_dict()}
+                return Answer(host, runs=await services.list_runs(client, cfg))
+            return Answer(host, snapshot=await services.snapshot(client, cfg))
         except (TargetError, ConfigError) as exc:  # e.g. the host's Python is too old
             return failed(host, exc, EXIT_USAGE)
         except (TransportError, OSError, asyncio.TimeoutError) as exc:
@@ -96,22 +121,21 @@ async def ask_hosts(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any
     return list(await asyncio.gather(*(one(h) for h in hosts)))
 
 
-def summarise(cfg: Config, answers: list[dict[str, Any]]) -> list[fleet.HostRow]:
+def summarise(cfg: Config, answers: list[Answer]) -> list[fleet.HostRow]:
     """Each answer as the fleet screen's row (the same reducer, view and row)."""
     now = time.time()
     rows = []
     for a in answers:
-        if not a["ok"]:
-            rows.append(fleet.host_row(a["host"], AppState(), now, error=a["error"]))
+        if a.snapshot is None:
+            rows.append(fleet.host_row(a.host, AppState(), now, error=a.error))
             continue
-        snap = a["snapshot"]
-        state = services.state_of(cfg, list(snap.get("runs") or []), snap)
-        rows.append(replace(fleet.host_row(a["host"], state, now), link="ok", link_text="ok",
-                            hostname=(snap.get("host") or {}).get("hostname")))
+        state = services.state_of(cfg, a.snapshot.runs, a.snapshot)
+        rows.append(replace(fleet.host_row(a.host, state, now), link="ok", link_text="ok",
+                            hostname=a.snapshot.host.hostname))
     return rows
 
 
-def _ask(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any]]:
+def _ask(obj: Ctx, hosts: list[str], what: str) -> list[Answer]:
     try:
         obj.cfg  # noqa: B018 - a broken config is exit 2 before any host is asked
         return asyncio.run(ask_hosts(obj, hosts, what))
@@ -122,12 +146,12 @@ def _ask(obj: Ctx, hosts: list[str], what: str) -> list[dict[str, Any]]:
     raise AssertionError("unreachable")
 
 
-def _end(answers: list[dict[str, Any]], as_json: bool) -> None:
+def _end(answers: list[Answer], as_json: bool) -> None:
     if not as_json:
         for a in answers:
-            if not a["ok"]:
-                click.echo(clean(f"eagle3-tui: {a['host']}: {a['error']}"), err=True)
-    code = exit_code([int(a.get("exit", 0)) for a in answers])
+            if not a.ok:
+                click.echo(clean(f"eagle3-tui: {a.host}: {a.error}"), err=True)
+    code = exit_code([a.exit for a in answers])
     if code:
         sys.exit(code)
 
@@ -138,10 +162,7 @@ def status_many(obj: Ctx, hosts: list[str], as_json: bool) -> None:
     rows = summarise(obj.cfg, answers)
     if as_json:
         now = time.time()  # each run's watch, as `status --json` gives it for one host
-        for a in answers:
-            if isinstance(a.get("snapshot"), dict):
-                watcher.annotate(a["snapshot"], obj.cfg.watch, now)
-        print_json([dict(a, summary=r.as_dict()) for a, r in zip(answers, rows)])
+        print_json([dict(a.as_json(obj.cfg.watch, now), summary=r.as_dict()) for a, r in zip(answers, rows)])
     else:
         click.echo(fleet.format_table(rows))
     _end(answers, as_json)
@@ -151,8 +172,8 @@ def runs_many(obj: Ctx, hosts: list[str], as_json: bool) -> None:
     """`runs h1 h2 …`: every host's runs with a HOST column, or one object per host."""
     answers = _ask(obj, hosts, "runs")
     if as_json:
-        print_json(answers)
+        print_json([a.as_json(obj.cfg.watch, time.time()) for a in answers])
     else:
-        states = {a["host"]: services.state_of(obj.cfg, a["runs"]) for a in answers if a["ok"]}
+        states = {a.host: services.state_of(obj.cfg, a.runs) for a in answers if a.runs is not None}
         click.echo(fleet.format_runs(states, time.time()))
     _end(answers, as_json)

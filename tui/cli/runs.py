@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -26,6 +27,7 @@ from tui.cli.common import (
 from tui.cli.fleet import fleet_hosts, hosts_file_opt, runs_many, status_many, targets_arg
 from tui.protocol import KillProgress
 from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.services.config import Config
 from tui.state import view
@@ -52,13 +54,13 @@ def status(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_json: 
         status_many(obj, hosts, as_json)
         return
     target = hosts[0] if hosts else None
-    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg)).as_dict()
+    snap = run_on_host(obj, target, lambda c: services.snapshot(c, obj.cfg))
     if as_json:
         print_json(watcher.annotate(snap, obj.cfg.watch, time.time()))  # stalled? host's pace
         return
     from tui.cli.report import format_status
 
-    click.echo(format_status(services.state_of(obj.cfg, list(snap.get("runs") or []), snap)))
+    click.echo(format_status(services.state_of(obj.cfg, snap.runs, snap)))
 
 
 class _ListByDefault(click.Group):
@@ -94,7 +96,7 @@ def runs_list(obj: Ctx, targets: tuple[str, ...], hosts_file: str | None, as_jso
     for line in warnings:  # a run dir the agent refused is never left out silently
         click.echo(f"warning: {line}", err=True)
     if as_json:
-        print_json({"runs": result, "warnings": warnings})
+        print_json({"runs": [r.wire for r in result], "warnings": warnings})
         return
     from tui.cli.report import demo_pointer, format_runs, no_runs
 
@@ -132,19 +134,18 @@ def runs_show(obj: Ctx, target: str | None, run_id: str | None, as_json: bool) -
     click.echo(format_show(result))
 
 
-async def _shown(client: AgentClient, obj: Ctx, found: list[dict[str, Any]], run_id: str | None
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary, cleaned run record) of one run for `runs show` and `runs compare`."""
+async def _shown(client: AgentClient, obj: Ctx, found: Sequence[RunRecord], run_id: str | None
+                 ) -> tuple[dict[str, Any], RunRecord]:
+    """(summary, run record) of one run for `runs show` and `runs compare`."""
     from tui.protocol import hostjson
-    from tui.protocol.hosttext import clean_tree
     from tui.services import timeline
 
     run = services.choose_run(obj.cfg, found, run_id)
     if run is None or (run_id and run.run_id != run_id):
         raise ValueError(f"no run {run_id} on this host" if run_id else
                          f"no run of {obj.cfg.run.name!r} on this host (runs lists them all)")
-    # host text, and host numbers: one not finite or beyond 1e15 is left out, and said
-    rec, bad = hostjson.checked(clean_tree(next(r for r in found if r.get("run_id") == run.run_id)))
+    # host numbers: one not finite or beyond 1e15 is left out (None in the record), and said
+    rec, bad = run, hostjson.checked(run.wire)[1]
     dropped = f"{bad} number(s) of the run record left out (not finite, or beyond 1e15)" if bad else None
     tl = None if run.external else await timeline.fetch(client, obj.cfg.host.runs_dir, run.run_id)
     if tl is None or not tl.header:
@@ -234,10 +235,10 @@ def runs_prune(obj: Ctx, target: str | None, older_than: float | None, keep: int
         return
     verb = "would remove" if dry_run else "removed"
     for r in result.removed:
-        click.echo(f"{verb} {r['run_id']}  {r.get('name') or ''}  {r.get('state')}")
+        click.echo(f"{verb} {r.run_id}  {r.name or ''}  {r.state}")
     skipped = result.skipped
     for r in skipped:  # the same decision in a dry run as in the real one, with its reason
-        click.echo(f"{'would keep' if dry_run else 'kept'} {r['run_id']}: {r.get('reason')}")
+        click.echo(f"{'would keep' if dry_run else 'kept'} {r.run_id}: {r.reason}")
     click.echo(f"{verb} {len(result.removed)} run(s); {result.kept} ended run(s) kept"
                + (f" ({len(skipped)} of them for the reason given)" if skipped else ""))
 

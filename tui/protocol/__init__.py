@@ -1,9 +1,8 @@
 """The agent protocol: message types and parsing of agent lines. Pure (no I/O).
 
 One JSON object per line. See docs/architecture.md, "Agent protocol", for the
-shapes. Snapshot payloads stay plain dicts here; `tui.state.model` turns them into
-frozen dataclasses (and sanitizes their text), so this module only has to be strict
-about the envelope. The texts that are only ever shown (the hello's, errors, a log
+shapes. A snapshot's payloads become the records of `tui.protocol.records` here, once
+(their text sanitized there); nothing above reads the agent's dicts. The texts that are only ever shown (the hello's, errors, a log
 reset's reason, a kill's stage) pass `hosttext.clean` here; paths and results stay as
 the host sent them, since the client sends them back.
 """
@@ -16,7 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.hosttext import clean
+from tui.protocol.jsontypes import JSONObject
+from tui.protocol.records import GpuFreed, GpuReading, HostReading, JobNode, ProcReading, RunRecord
 
 PROTOCOL_VERSION = 1
 
@@ -46,22 +47,23 @@ class Hello:
 class Snapshot:
     seq: int
     time: float
-    host: dict[str, Any]
-    gpus: list[dict[str, Any]]
-    processes: list[dict[str, Any]]
-    runs: list[dict[str, Any]]
+    host: HostReading
+    gpus: tuple[GpuReading, ...]
+    processes: tuple[ProcReading, ...]
+    runs: tuple[RunRecord, ...]
     gpu_source: str | None = None
     gpu_error: str | None = None
-    # a followed Slurm job's nodes: {node, via, error} each (error: why its agent is not there)
-    job_nodes: list[dict[str, Any]] = field(default_factory=list)
+    # a followed Slurm job's nodes, each with where its view comes from or why there is none
+    job_nodes: tuple[JobNode, ...] = ()
+    wire: JSONObject = field(default_factory=dict, compare=False, repr=False)  # as sent: `--json` only
 
-    def as_dict(self) -> dict[str, Any]:
-        """The snapshot as the agent's object (without `type`), for JSON output."""
-        out = {"seq": self.seq, "time": self.time, "host": self.host, "gpu_source": self.gpu_source,
-               "gpu_error": self.gpu_error, "gpus": self.gpus, "processes": self.processes,
-               "runs": self.runs}
-        if self.job_nodes:
-            out["job_nodes"] = self.job_nodes
+    def as_dict(self) -> JSONObject:
+        """The snapshot as the agent sent it (without `type`), for JSON output."""
+        out: JSONObject = {k: self.wire.get(k) for k in ("seq", "time", "host", "gpu_source", "gpu_error",
+                                                          "gpus", "processes", "runs")}
+        out.update(seq=self.seq, time=self.time)
+        if self.wire.get("job_nodes"):
+            out["job_nodes"] = self.wire["job_nodes"]
         return out
 
 
@@ -92,7 +94,7 @@ class LogReset:
 class Result:
     id: int
     ok: bool
-    result: dict[str, Any] = field(default_factory=dict)
+    result: JSONObject = field(default_factory=dict)
     error: str | None = None
 
 
@@ -102,7 +104,7 @@ class KillProgress:
     run_id: str
     stage: str
     alive: tuple[int, ...]
-    gpus: tuple[dict[str, Any], ...]
+    gpus: tuple[GpuFreed, ...]  # index and run_mem each, so far
     elapsed: float
 
 
@@ -181,6 +183,11 @@ def _list(obj: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
+def _seq(value: Any) -> list[Any]:
+    """A list the agent may leave out or get wrong: what is not a list is none."""
+    return value if isinstance(value, list) else []
+
+
 def _parse_message(obj: dict[str, Any]) -> Message:
     kind = obj.get("type")
     num = (int, float)
@@ -199,16 +206,18 @@ def _parse_message(obj: dict[str, Any]) -> Message:
             patch_recovery=_recovery_lines(obj.get("patch_recovered")),
         )
     if kind == "snapshot":
+        gpus = tuple(GpuReading.parse(g, i) for i, g in enumerate(_list(obj, "gpus")) if isinstance(g, dict))
         return Snapshot(
             seq=_req(obj, "seq", int),
             time=float(_req(obj, "time", num)),
-            host=_req(obj, "host", dict) if "host" in obj else {},
-            gpus=_list(obj, "gpus"),
-            processes=_list(obj, "processes"),
-            runs=_list(obj, "runs"),
+            host=HostReading.parse(_req(obj, "host", dict) if "host" in obj else {}),
+            gpus=gpus,
+            processes=tuple(p for d in _list(obj, "processes") if (p := ProcReading.parse(d)) is not None),
+            runs=tuple(RunRecord.parse(r) for r in _list(obj, "runs") if isinstance(r, dict)),
             gpu_source=_maybe(obj.get("gpu_source")),
             gpu_error=_maybe(obj.get("gpu_error")),
-            job_nodes=[n for n in obj.get("job_nodes") or [] if isinstance(n, dict)],
+            job_nodes=tuple(n for d in _seq(obj.get("job_nodes")) if (n := JobNode.parse(d)) is not None),
+            wire={k: v for k, v in obj.items() if k != "type"},
         )
     if kind == "log":
         return LogData(
@@ -230,7 +239,7 @@ def _parse_message(obj: dict[str, Any]) -> Message:
         return Result(
             id=_req(obj, "id", int),
             ok=bool(obj.get("ok")),
-            result=obj.get("result") or {},
+            result=obj.get("result") or {},  # the op's reply type parses it (tui/protocol/ops.py)
             error=None if obj.get("error") is None else clean(str(obj["error"])),
         )
     if kind == "kill_progress":
@@ -239,7 +248,7 @@ def _parse_message(obj: dict[str, Any]) -> Message:
             run_id=_shown(obj.get("run_id", "")),
             stage=_shown(obj.get("stage", "")),
             alive=tuple(obj.get("alive") or ()),
-            gpus=tuple(clean_tree(list(obj.get("gpus") or ()))),
+            gpus=tuple(GpuFreed.parse(g) for g in _seq(obj.get("gpus")) if isinstance(g, dict)),
             elapsed=float(obj.get("elapsed") or 0.0),
         )
     if kind == "error":

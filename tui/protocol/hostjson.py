@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeVar, cast
+
+from tui.protocol.jsontypes import JSONValue
+
+_J = TypeVar("_J", bound=JSONValue)  # checked keeps the shape it is given
 
 __all__ = ["DEPTH_MAX", "NUMBER_MAX", "checked", "loads", "number"]
 
@@ -35,14 +39,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(data: bytes | str, max_bytes: int, max_depth: int = DEPTH_MAX) -> Any:
+def loads(data: bytes | str, max_bytes: int, max_depth: int = DEPTH_MAX) -> JSONValue:
     """One JSON document of at most ``max_bytes``, nested at most ``max_depth`` deep."""
     if len(data) > max_bytes:
         raise ValueError(f"longer than {max_bytes} bytes")
     if isinstance(data, bytes):
         data = data.decode("utf-8", "replace")
     try:
-        obj = json.loads(data, parse_constant=_no_constant)
+        obj: JSONValue = json.loads(data, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("nested too deep") from None
     stack = [(obj, 1)]
@@ -55,7 +59,7 @@ def loads(data: bytes | str, max_bytes: int, max_depth: int = DEPTH_MAX) -> Any:
     return obj
 
 
-def checked(obj: Any, limit: float = NUMBER_MAX) -> tuple[Any, int]:
+def checked(obj: _J, limit: float = NUMBER_MAX) -> tuple[_J, int]:
     """(``obj`` with every number that ``number`` refuses replaced by None, how many were).
     A bool stays; ints and floats within bounds are kept as they are. ``obj`` must come
     from ``loads`` (bounded depth)."""
@@ -72,4 +76,4 @@ def checked(obj: Any, limit: float = NUMBER_MAX) -> tuple[Any, int]:
             return None
         return v
 
-    return fix(obj), bad
+    return cast(_J, fix(obj)), bad

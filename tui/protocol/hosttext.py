@@ -27,7 +27,11 @@ host text reaches a widget as ``rich.text.Text`` or with ``markup=False``.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar, cast
+
+from tui.protocol.jsontypes import JSONValue
+
+_J = TypeVar("_J", bound=JSONValue)  # clean_tree keeps the shape it is given
 
 __all__ = ["ESCAPES", "clean", "clean_tree", "has_controls"]
 
@@ -81,12 +85,17 @@ def has_controls(text: str) -> bool:
     return _ANY.search(text) is not None
 
 
-def clean_tree(value: Any, *, newline: bool = False) -> Any:
-    """A decoded JSON value with every string in it (keys too) cleaned."""
+def clean_tree(value: _J, *, newline: bool = False) -> _J:
+    """A decoded JSON value with every string in it (keys too) cleaned: the same shape
+    (a tuple in it comes back a list)."""
+    return cast(_J, _clean_tree(value, newline))
+
+
+def _clean_tree(value: object, newline: bool) -> object:
     if isinstance(value, str):
         return clean(value, newline=newline)
     if isinstance(value, dict):
-        return {clean_tree(k): clean_tree(v, newline=newline) for k, v in value.items()}
+        return {_clean_tree(k, False): _clean_tree(v, newline) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [clean_tree(v, newline=newline) for v in value]
+        return [_clean_tree(v, newline) for v in value]
     return value

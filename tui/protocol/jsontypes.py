@@ -1,5 +1,6 @@
-"""JSON as a type: what a host's records and replies are made of before they get a
-dataclass of their own (a run's spec, pace and attempts, a kill's report, a result).
+"""JSON as a type: host JSON that has no dataclass of its own (a run's pace and
+attempts, a result before its reply type parses it, a reply as `--json` prints it); the
+host's records are tui/protocol/records.py's.
 
 `JSONValue` is any value `json.loads` returns; `JSONObject` one object. Code that reads
 a field checks its type first (`isinstance`), as it must for data a host sent.

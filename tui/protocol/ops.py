@@ -6,9 +6,11 @@ reply type here (`*.parse(...)`), so nothing above the transport sees an op name
 a result dict or base64. A result that lacks what its type needs raises
 `ProtocolError` (a `ValueError`).
 
-Texts that are only ever shown (a kill report, a launch's or prune's record) are
-sanitized here (`hosttext.clean_tree`); paths, argv and env stay as the host sent
-them where the client sends them back (`RunList.runs`, which the state model cleans).
+A reply's records (a run, a kill's stages and GPUs, a prune's entries) are the types of
+`tui.protocol.records`, parsed here once, their text sanitized there; paths, argv and
+env stay as the host sent them where the client sends them back (`RunRecord.spec`).
+`record` (a launch's, kill's or prune's) is the whole reply, host text sanitized, for
+`--json` output only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.jsontypes import JSONObject, JSONValue
+from tui.protocol.records import GpuFreed, KillStage, NodeProof, PruneEntry, RunRecord, integer, num
 
 from . import ProtocolError, b64decode, b64encode
 
@@ -145,7 +149,7 @@ class PatchFile:
     expect_sha256: str | None
     backup: str | None = None
 
-    def args(self) -> dict[str, Any]:
+    def args(self) -> dict[str, object]:
         return {"path": self.path, "expect_sha256": self.expect_sha256, "backup": self.backup,
                 "b64": b64encode(self.data)}
 
@@ -222,16 +226,16 @@ class DiskUsage(Reply, op="disk_usage"):
 
 @dataclass(frozen=True)
 class RunList(Reply, op="runs"):
-    """`runs`: every run record on the host (as sent: the state model cleans them) and
-    the agent's one-line warnings (run dirs it refused)."""
+    """`runs`: every run record on the host and the agent's one-line warnings (run dirs
+    it refused)."""
 
-    runs: list[dict[str, Any]]
+    runs: tuple[RunRecord, ...]
     warnings: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, result: Any) -> RunList:
         obj = _obj(result, "runs")
-        return cls([r for r in obj.get("runs") or [] if isinstance(r, dict)],
+        return cls(tuple(RunRecord.parse(r) for r in obj.get("runs") or [] if isinstance(r, dict)),
                    tuple(str(w) for w in obj.get("warnings") or []))
 
 
@@ -245,13 +249,13 @@ class LaunchRequest:
     argv: Sequence[str]
     cwd: str | None
     env: Mapping[str, str]
-    patch_state: Any = None
+    patch_state: JSONValue = None
     log: str | None = None
-    scheduler: Mapping[str, Any] | None = None
-    restart: Mapping[str, Any] | None = None
+    scheduler: Mapping[str, object] | None = None
+    restart: Mapping[str, object] | None = None
 
-    def args(self) -> dict[str, Any]:
-        extra: dict[str, Any] = {}
+    def args(self) -> dict[str, object]:
+        extra: dict[str, object] = {}
         if self.scheduler is not None:
             extra["scheduler"] = dict(self.scheduler)
         if self.restart is not None:
@@ -262,48 +266,26 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class LaunchReply(ActionReply, op="launch"):
-    """`launch`: the new run's record (`record`: all of it, host text sanitized)."""
+    """`launch`: the new run's record (`run`; `record`: the reply for `--json`)."""
 
     pid: int | None
     job_id: str | None
     log: str | None
-    record: dict[str, Any] = field(default_factory=dict)
+    run: RunRecord | None = None
+    record: JSONObject = field(default_factory=dict)
 
     @classmethod
     def parse(cls, result: Any) -> LaunchReply:
-        rec: dict[str, Any] = clean_tree(dict(_obj(result, "launch")))
+        rec = _cleaned(result, "launch")
         job = rec.get("job_id")
         return cls(_str_or_none(rec.get("run_id")), _int_or_none(rec.get("pid")),
-                   None if job is None else str(job), _str_or_none(rec.get("log")), rec)
-
-
-@dataclass(frozen=True)
-class KillStage:
-    """One step of a kill: a signal sent to processes, or scancel of a Slurm job."""
-
-    signal: str
-    at: float
-    sent_to: tuple[int, ...] = ()
-    job_id: str | None = None
-
-
-@dataclass(frozen=True)
-class GpuFreed:
-    """One GPU after a kill: memory freed, what the run still holds, who else uses it."""
-
-    index: int | None
-    freed: int | None
-    run_pids: tuple[int, ...] = ()
-    run_mem: int | None = None
-    other_pids: tuple[Any, ...] = ()  # {pid, mem} objects (older agents: bare pids)
-    node: str | None = None  # a Slurm job's node where this GPU was read (several: each names its own)
-    run_mem_before: int | None = None
+                   None if job is None else str(job), _str_or_none(rec.get("log")), RunRecord.parse(rec), rec)
 
 
 @dataclass(frozen=True)
 class KillReport(ActionReply, op="kill"):
     """`kill`: what was sent, what is left, whether the run's GPU memory is free
-    (None: no GPU source to tell). `record`: the whole report, host text sanitized."""
+    (None: no GPU source to tell). `record`: the whole report for `--json`."""
 
     ok: bool
     stages: tuple[KillStage, ...] = ()
@@ -312,61 +294,52 @@ class KillReport(ActionReply, op="kill"):
     gpus_free: bool | None = None
     elapsed: float = 0.0
     note: str | None = None
-    record: dict[str, Any] = field(default_factory=dict)
-    # a Slurm job on several nodes: each node's verdict, {node, via, gpus_free, error}
-    node_proofs: tuple[dict[str, Any], ...] = ()
+    record: JSONObject = field(default_factory=dict)
+    # a Slurm job on several nodes: each node's verdict
+    node_proofs: tuple[NodeProof, ...] = ()
 
     @classmethod
     def parse(cls, result: Any) -> KillReport:
-        rec: dict[str, Any] = clean_tree(dict(_obj(result, "kill")))
-        stages = tuple(
-            KillStage(str(s.get("signal")), float(s.get("at") or 0.0),
-                      tuple(p for p in s.get("sent_to") or () if _int_or_none(p) is not None),
-                      None if s.get("job_id") is None else str(s["job_id"]))
-            for s in rec.get("stages") or () if isinstance(s, Mapping))
-        gpus = tuple(
-            GpuFreed(_int_or_none(g.get("index")), _int_or_none(g.get("freed")),
-                     tuple(g.get("run_pids") or ()), _int_or_none(g.get("run_mem")),
-                     tuple(g.get("other_pids") or ()), _str_or_none(g.get("node")),
-                     _int_or_none(g.get("run_mem_before")))
-            for g in rec.get("gpus") or () if isinstance(g, Mapping))
+        rec = _cleaned(result, "kill")
         free = rec.get("gpus_free")
         return cls(
-            run_id=_str_or_none(rec.get("run_id")), ok=bool(rec.get("ok")), stages=stages,
-            remaining=tuple(rec.get("remaining") or ()), gpus=gpus,
+            run_id=_str_or_none(rec.get("run_id")), ok=bool(rec.get("ok")),
+            stages=tuple(KillStage.parse(s) for s in _list(rec.get("stages")) if isinstance(s, Mapping)),
+            remaining=tuple(p for p in _list(rec.get("remaining")) if isinstance(p, int)),
+            gpus=tuple(GpuFreed.parse(g) for g in _list(rec.get("gpus")) if isinstance(g, Mapping)),
             gpus_free=free if isinstance(free, bool) else None,
-            elapsed=float(rec.get("elapsed") or 0.0), note=_str_or_none(rec.get("note")), record=rec,
-            node_proofs=tuple(dict(p) for p in rec.get("node_proofs") or () if isinstance(p, Mapping)
-                              and isinstance(p.get("node"), str)))
+            elapsed=num(rec.get("elapsed")) or 0.0, note=_str_or_none(rec.get("note")), record=rec,
+            node_proofs=tuple(p for d in _list(rec.get("node_proofs")) if (p := NodeProof.parse(d)) is not None))
 
 
 @dataclass(frozen=True)
 class PruneReport(Reply, op="prune"):
     """`prune`: the ended runs removed (or that would be, in a dry run), those kept for
-    a reason, and how many ended runs are left. Host text sanitized."""
+    a reason, and how many ended runs are left. `record`: the reply for `--json`."""
 
-    removed: tuple[dict[str, Any], ...]
-    skipped: tuple[dict[str, Any], ...]
+    removed: tuple[PruneEntry, ...]
+    skipped: tuple[PruneEntry, ...]
     kept: int
     dry_run: bool
-    record: dict[str, Any] = field(default_factory=dict)
+    record: JSONObject = field(default_factory=dict)
 
     @classmethod
     def parse(cls, result: Any) -> PruneReport:
-        rec: dict[str, Any] = clean_tree(dict(_obj(result, "prune")))
-        return cls(tuple(rec.get("removed") or ()), tuple(rec.get("skipped") or ()),
-                   int(rec.get("kept") or 0), bool(rec.get("dry_run")), rec)
+        rec = _cleaned(result, "prune")
+        return cls(tuple(PruneEntry.parse(r) for r in _list(rec.get("removed")) if isinstance(r, Mapping)),
+                   tuple(PruneEntry.parse(r) for r in _list(rec.get("skipped")) if isinstance(r, Mapping)),
+                   integer(rec.get("kept")) or 0, bool(rec.get("dry_run")), rec)
 
 
 @dataclass(frozen=True)
 class Outcome:
     """`outcomes`, for one action id: its state (running | done), and when done whether
-    it succeeded with its result object (still raw: the op's own reply type parses it)
+    it succeeded with its result object (JSON still: the op's own reply type parses it)
     or its error."""
 
     state: str
     ok: bool = False
-    result: Any = None
+    result: JSONValue = None
     error: str | None = None
 
     @classmethod
@@ -377,3 +350,13 @@ class Outcome:
         return {str(aid): cls(str(rec.get("state")), bool(rec.get("ok")), rec.get("result"),
                               None if rec.get("error") is None else str(clean_tree(rec["error"])))
                 for aid, rec in found.items() if isinstance(rec, Mapping)}
+
+
+def _list(value: JSONValue) -> list[JSONValue]:
+    return value if isinstance(value, list) else []
+
+
+def _cleaned(result: Any, what: str) -> JSONObject:
+    """A reply's whole object, host text sanitized: what `--json` prints."""
+    cleaned: JSONObject = clean_tree(dict(_obj(result, what)))
+    return cleaned

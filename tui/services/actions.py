@@ -10,7 +10,7 @@ import asyncio
 import secrets
 import time
 from dataclasses import replace
-from typing import Any, Awaitable, Callable, TypeVar, Union
+from typing import Any, Awaitable, Callable, Sequence, TypeVar, Union
 
 from tui import protocol as p
 from tui.protocol.ops import (
@@ -21,10 +21,11 @@ from tui.protocol.ops import (
     Outcome,
     PruneReport,
 )
+from tui.protocol.records import HostReading, RunRecord
 from tui.services.config import Config, ConfigError, load_config
 from tui.state import view
 from tui.state.events import ActionEnded, ActionUnconfirmed, ConfigRead
-from tui.state.model import AppState, Run, Settings
+from tui.state.model import AppState, Settings
 from tui.state.reducer import apply
 from tui.state.watch import WatchState
 from tui.transport import (
@@ -76,7 +77,7 @@ async def snapshot(client: AgentApi, cfg: Config) -> p.Snapshot:
 
 
 async def list_runs(client: AgentApi, cfg: Config,
-                    warnings: list[str] | None = None) -> list[dict[str, Any]]:
+                    warnings: list[str] | None = None) -> tuple[RunRecord, ...]:
     """Every run on the host, with processes matching `[run] match` adopted as external runs.
     The agent's one-line warnings (run dirs it refused: not ours alone) go to `warnings`."""
     await configure(client, cfg)
@@ -105,7 +106,7 @@ def restart_args(cfg: Config) -> dict[str, Any]:
     return {"restart": policy} if policy is not None else {}
 
 
-def launch_request(cfg: Config, patch_state: Any = None, run: Run | None = None) -> LaunchRequest:
+def launch_request(cfg: Config, patch_state: Any = None, run: RunRecord | None = None) -> LaunchRequest:
     """What a launch starts: the config's [run], or again the argv, cwd and env of `run`
     as the host sent them (`Run.spec`, not the sanitized text the screen shows). Either
     way with the config's scheduler (a Slurm run is resubmitted) and restart policy."""
@@ -128,7 +129,7 @@ async def launch(
 
 
 async def relaunch(
-    client: AgentApi, cfg: Config, run: Run | None, patch_state: Any = None,
+    client: AgentApi, cfg: Config, run: RunRecord | None, patch_state: Any = None,
     action: str | None = None,
 ) -> LaunchReply:
     """Start again with the argv, cwd and env of `run` (or the config's run when there is
@@ -161,30 +162,24 @@ def reread_config(cfg: Config) -> tuple[Config, str | None]:
     return replace(new, host=cfg.host), None
 
 
-def state_of(cfg: Config, runs: list[dict[str, Any]], snap: dict[str, Any] | None = None) -> AppState:
-    """The AppState a one-shot CLI command sees: the same reducer, the same rule."""
+def state_of(cfg: Config, runs: Sequence[RunRecord], snap: p.Snapshot | None = None,
+             now: float | None = None) -> AppState:
+    """The AppState a one-shot CLI command sees: the same reducer, the same rule, over
+    `runs` (and the rest of `snap`, when there is one) as of `now` (default: the
+    snapshot's time, else this machine's clock)."""
     # the config's [watch] thresholds: a live run's note says "STALLED" from its host pace
     state = apply(AppState(watch=WatchState(config=cfg.watch)), ConfigRead(settings_of(cfg)), time.time())
     if snap is None:
-        snap = {"seq": 0, "time": time.time(), "host": {}, "gpus": [], "processes": [], "runs": runs}
-    # through the protocol's own parser, as the dashboard's snapshots come
-    event = p.parse_message({
-        "type": "snapshot", "seq": int(snap.get("seq") or 0), "time": float(snap.get("time") or time.time()),
-        "host": snap.get("host") or {}, "gpus": list(snap.get("gpus") or []),
-        "processes": list(snap.get("processes") or []), "runs": list(runs),
-        "gpu_source": snap.get("gpu_source"), "gpu_error": snap.get("gpu_error"),
-    })
-    assert isinstance(event, p.Snapshot)  # a "snapshot" line parses as one, or raises
-    return apply(state, event, time.time())
+        snap = p.Snapshot(seq=0, time=time.time(), host=HostReading(), gpus=(), processes=(), runs=())
+    return apply(state, replace(snap, runs=tuple(runs), time=snap.time if now is None else now), time.time())
 
 
-def choose_run(cfg: Config, runs: list[dict[str, Any]], run_id: str | None = None,
-               now: float | None = None) -> Run | None:
+def choose_run(cfg: Config, runs: Sequence[RunRecord], run_id: str | None = None,
+               now: float | None = None) -> RunRecord | None:
     """The run `eagle3-tui kill` / `relaunch` apply to: the dashboard's rule
     (`view.select_run`) over the host's runs, at `now` (default: this machine's clock;
     a run launched more than `view.FUTURE_SKEW_S` after it never wins by default)."""
-    snap = None if now is None else {"time": now, "runs": runs}
-    return view.select_run(state_of(cfg, runs, snap), run_id)
+    return view.select_run(state_of(cfg, runs, now=now), run_id)
 
 
 def new_action_id() -> str:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tui.protocol.records import RunRecord
 from tui.state.loganalysis import fold
 from tui.transport import AgentApi
 
@@ -20,17 +21,16 @@ POLL_S = 0.5
 CHUNK = 1 << 20
 
 
-def describe_end(run: dict[str, Any]) -> str:
-    state = run.get("state")
-    if state == "exited":
-        return f"{state} with code {run.get('exit_code')}"
-    if run.get("signal"):
-        return f"{state} by signal {run.get('signal')}"
-    return str(state)
+def describe_end(run: RunRecord) -> str:
+    if run.state == "exited":
+        return f"{run.state} with code {run.exit_code}"
+    if run.signal:
+        return f"{run.state} by signal {run.signal}"
+    return run.state
 
 
-def succeeded(run: dict[str, Any]) -> bool:
-    return run.get("state") == "exited" and run.get("exit_code") == 0
+def succeeded(run: RunRecord) -> bool:
+    return run.state == "exited" and run.exit_code == 0
 
 
 def train_line(tr: Any, phase: str) -> str:
@@ -45,7 +45,7 @@ def train_line(tr: Any, phase: str) -> str:
 
 
 async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
-                 timeout: float | None = None) -> dict[str, Any]:
+                 timeout: float | None = None) -> RunRecord:
     """Print progress of `run_id` until it ends; return its final record.
 
     Prints the shard bar at each quarter and at the end, every extraction batch line,
@@ -59,10 +59,10 @@ async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         runs = (await client.runs()).runs
-        run = next((r for r in runs if r.get("run_id") == run_id), None)
+        run = next((r for r in runs if r.run_id == run_id), None)
         if run is None:
             raise ValueError(f"run {run_id} disappeared from the host")
-        log = run.get("log")
+        log = run.log
         while log:  # all new bytes, then look at the state again
             try:
                 data = (await client.read_range(log, offset, CHUNK)).data
@@ -88,7 +88,7 @@ async def follow(client: AgentApi, run_id: str, echo: Callable[[str], None],
                 if tr is not None and (tr.step, analysis.phase) != said_train[:2]:
                     said_train = (tr.step, analysis.phase)
                     echo(train_line(tr, analysis.phase))
-        if run.get("state") != "running":
+        if run.state != "running":
             cause = analysis.root_cause
             if not succeeded(run) and cause is not None:
                 echo(f"root cause (log line {cause.line_no}): {cause.title}: {cause.line.strip()}")

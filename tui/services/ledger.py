@@ -10,9 +10,10 @@ so a 2 MiB log does not stall the event loop) and condenses it with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
+from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.advice import RunSummary, summarize
 from tui.transport import AgentApi, AgentRequestError
@@ -66,44 +67,29 @@ async def read_tail(client: AgentApi, path: str, tail_bytes: int) -> tuple[bytes
     return data, start == 0
 
 
-_FIELDS = ("run_id", "name", "state", "patch_state", "launched_at", "ended_at", "exit_code", "log")
+def _key(run: RunRecord) -> tuple[str, str, Any]:
+    return (run.run_id, str(run.log), run.ended_at)
 
 
-def _as_record(run: Any) -> Mapping[str, Any] | None:
-    """A run record dict from a dict or a ``tui.state.model.Run``."""
-    if isinstance(run, Mapping):
-        return run
-    if hasattr(run, "run_id"):
-        return {k: getattr(run, k, None) for k in _FIELDS}
-    return None
-
-
-def _key(run: Mapping[str, Any]) -> tuple[str, str, Any]:
-    return (str(run.get("run_id")), str(run.get("log")), run.get("ended_at"))
-
-
-async def _summary(client: AgentApi, run: Mapping[str, Any], tail_bytes: int) -> RunSummary:
-    data, whole = await read_tail(client, str(run["log"]), tail_bytes)
+async def _summary(client: AgentApi, run: RunRecord, tail_bytes: int) -> RunSummary:
+    data, whole = await read_tail(client, str(run.log), tail_bytes)
     result = await asyncio.to_thread(inspect_log, data)
     return summarize(run, result, whole=whole)
 
 
-async def fetch_summaries(client: AgentApi, runs: Iterable[Any], limit: int = 10,
+async def fetch_summaries(client: AgentApi, runs: Iterable[RunRecord], limit: int = 10,
                           tail_bytes: int = 2 * 1024 * 1024,
                           cache: dict[tuple[str, str, Any], RunSummary | None] | None = None,
                           ) -> dict[str, RunSummary]:
     """Summaries of the ``limit`` newest ended runs that have a log, by run_id.
 
-    ``runs`` are run records (the agent's ``runs`` result or snapshot ``runs``) or
-    ``tui.state.model.Run`` objects (``AppState.runs``).
+    ``runs``: the host's run records (``AppState.runs``).
     A run whose log cannot be read is left out; this never raises for one run.
     ``cache`` defaults to a module-wide one; pass a dict to keep hosts apart.
     """
     store = _CACHE if cache is None else cache
-    records = [rec for rec in map(_as_record, runs) if rec is not None]
-    ended = [r for r in records if r.get("state") in ENDED
-             and isinstance(r.get("log"), str) and r.get("log") and isinstance(r.get("run_id"), str)]
-    ended.sort(key=lambda r: (r.get("launched_at") or 0.0, r["run_id"]), reverse=True)
+    ended = [r for r in runs if r.state in ENDED and r.log]
+    ended.sort(key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
     out: dict[str, RunSummary] = {}
     for run in ended[:max(0, limit)]:
         key = _key(run)
@@ -120,7 +106,7 @@ async def fetch_summaries(client: AgentApi, runs: Iterable[Any], limit: int = 10
                 del store[next(iter(store))]  # oldest insertion first
         summary = store[key]
         if summary is not None:
-            out[run["run_id"]] = summary
+            out[run.run_id] = summary
     return out
 
 

@@ -260,8 +260,9 @@ class ReplayClient(AgentApi):
     def _snapshot(self, now: float) -> p.Snapshot:
         d = self._snapshot_dict(now)
         self.seq += 1
-        return p.Snapshot(seq=self.seq, time=d["time"], host=d["host"], gpus=d["gpus"], processes=[],
-                          runs=d["runs"], gpu_source="replay", gpu_error=None)
+        snap = p.parse_message(dict(d, type="snapshot", seq=self.seq, gpu_source="replay", gpu_error=None))
+        assert isinstance(snap, p.Snapshot)  # a "snapshot" object parses as one, or raises
+        return snap
 
     def _snapshot_dict(self, now: float | None = None) -> dict[str, Any]:
         now = self.now_s() if now is None else now

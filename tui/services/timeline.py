@@ -19,6 +19,8 @@ from typing import Any
 
 from tui.protocol import hostjson
 from tui.protocol.hosttext import clean, clean_tree
+from tui.protocol.jsontypes import JSONObject
+from tui.protocol.records import RunRecord
 from tui.transport import AgentApi
 
 TIMELINE_FILE = "timeline.jsonl"
@@ -236,10 +238,10 @@ def _throughput(tl: Timeline, phases: list[dict[str, Any]], end: float | None) -
     return out
 
 
-def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary(tl: Timeline, run: RunRecord | None = None) -> dict[str, Any]:
     """What `runs show` prints: times are seconds since the launch (the header's
     ``launched_at``, else the process start)."""
-    run = run or {}
+    rec = run or RunRecord.parse({})  # no record: its fields empty
     t0 = tl.t0
     launched = _num(tl.header.get("launched_at")) or t0
     shift = (t0 - launched) if t0 is not None and launched is not None else 0.0
@@ -250,22 +252,21 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
     exits = [ln for ln in tl.lines if ln.get("e") == "exit"]
     series = gpu_series(tl)
     peak = {str(i): max((v[0] for _, v in s if v[0] is not None), default=None) for i, s in series.items()}
-    patch: dict[str, Any] = run["patch_state"] if isinstance(run.get("patch_state"), dict) else {}
+    patch = rec.patch_state if isinstance(rec.patch_state, dict) else {}
     attempts = [ln for ln in tl.lines if ln.get("e") == "attempts"]
 
     def since_launch(t: float | None) -> float | None:
         return round(t + shift, 1) if t is not None else None
 
     return {
-        "run_id": run.get("run_id") or tl.header.get("run"),
-        "state": run.get("state"),
+        "run_id": (run.run_id if run else None) or tl.header.get("run"),
+        "state": run.state if run else None,
         "outcome": _outcome(run, exits[-1] if exits else None),
         "launched_at": launched,
         "load_s": since_launch(load),
         # the host's history of this argv's loads (remote/history.py), kept in the record at launch
-        "expected_load_s": _num(run.get("expected_load_s")),
-        "expected_load_runs": [str(r) for r in run.get("expected_load_runs") or [] if isinstance(r, str)]
-        if isinstance(run.get("expected_load_runs"), list) else [],
+        "expected_load_s": rec.expected_load_s,
+        "expected_load_runs": list(rec.expected_load_runs),
         "first_output_s": since_launch(first),
         "duration_s": since_launch(end),
         "throughput": _throughput(tl, phases, end),
@@ -275,9 +276,8 @@ def summary(tl: Timeline, run: dict[str, Any] | None = None) -> dict[str, Any]:
         "wasted": dict(w, after_s=since_launch(w.pop("t"))) if (w := wasted(tl, end)) else None,
         "loss": loss_summary(tl, shift),
         "peak_mem_gib": peak,
-        "attempts": len(_list(run.get("attempts"))) or max(_ints(a.get("n") for a in attempts), default=1),
-        "restarts": run["restarts"] if isinstance(run.get("restarts"), int) else max(
-            _ints(a.get("restarts") for a in attempts), default=0),
+        "attempts": len(rec.attempts) or max(_ints(a.get("n") for a in attempts), default=1),
+        "restarts": rec.restarts or max(_ints(a.get("restarts") for a in attempts), default=0),
         "patch_version": patch.get("version"),
         "phases": [{"phase": p["phase"], "at": round(launched + p["t"] + shift, 1) if launched else None,
                     "after_s": since_launch(p["t"])} for p in phases],
@@ -297,11 +297,10 @@ def _ints(values: Any) -> list[int]:
     return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def stopped_by_host(run: dict[str, Any]) -> dict[str, Any] | None:
+def stopped_by_host(run: RunRecord | None) -> dict[str, Any] | None:
     """The last attempt's stop decided on the host (remote/restart.py), with its GPU-free
     proof: ``{"what": "diverged" | "idle" | "hung", "why", "gpus_free", "gpus", "note"}``."""
-    attempts = _list(run.get("attempts"))
-    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    last: JSONObject = run.attempts[-1] if run is not None and run.attempts else {}
     what = last.get("stopped") or ("hung" if last.get("hung") else None)
     if what is None or last.get("restarted"):
         return None
@@ -311,10 +310,10 @@ def stopped_by_host(run: dict[str, Any]) -> dict[str, Any] | None:
             "gpus_free": proof.get("gpus_free"), "gpus": _list(proof.get("gpus")), "note": proof.get("note")}
 
 
-def _outcome(run: dict[str, Any], exit_line: dict[str, Any] | None) -> str | None:
-    state = run.get("state")
-    code = run.get("exit_code")
-    sig = run.get("signal")
+def _outcome(run: RunRecord | None, exit_line: dict[str, Any] | None) -> str | None:
+    state = run.state if run is not None else None
+    code: object = run.exit_code if run is not None else None
+    sig: object = run.signal if run is not None else None
     if exit_line is not None and code is None and sig is None:
         code, sig = exit_line.get("code"), exit_line.get("signal")
     if state in ("running", "pending"):
@@ -333,17 +332,16 @@ COMPARED = ("outcome", "load_s", "first_output_s", "duration_s", "gpu_hours", "a
             "patch_version", "timeline_points")
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], run_a: dict[str, Any], run_b: dict[str, Any]) -> dict[str, Any]:
+def compare(a: dict[str, Any], b: dict[str, Any], run_a: RunRecord, run_b: RunRecord) -> dict[str, Any]:
     """`runs compare`: two summaries side by side, with each one's throughput per phase,
     peak memory per card, and where their argv and env differ (cleaned host text)."""
     def rates(s: dict[str, Any]) -> dict[str, Any]:
         return {t["phase"]: t.get("per_s") for t in s.get("throughput") or []}
 
-    argv_a, argv_b = [str(a) for a in _list(run_a.get("argv"))], [str(a) for a in _list(run_b.get("argv"))]
+    argv_a, argv_b = list(run_a.argv), list(run_b.argv)
     pa: dict[str, Any] = a.get("peak_mem_gib") or {}
     pb: dict[str, Any] = b.get("peak_mem_gib") or {}
-    env_a: dict[str, Any] = run_a["env"] if isinstance(run_a.get("env"), dict) else {}
-    env_b: dict[str, Any] = run_b["env"] if isinstance(run_b.get("env"), dict) else {}
+    env_a, env_b = run_a.env, run_b.env
     return {
         "runs": [a.get("run_id"), b.get("run_id")],
         "fields": {k: [a.get(k), b.get(k)] for k in COMPARED},

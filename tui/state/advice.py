@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tui.protocol.records import RunRecord
+
 __all__ = ["Advice", "RunSummary", "advise", "format_minutes", "patch_key", "summarize"]
 
 PRISTINE = "pristine"
@@ -109,8 +111,8 @@ def _short(title: str | None) -> str:
 # ---------------------------------------------------------------- summaries
 
 
-def _outcome(record: Mapping[str, Any], root: Any) -> str:
-    state = record.get("state")
+def _outcome(record: RunRecord, root: Any) -> str:
+    state = record.state
     if state == "running":
         return "running"
     if state == "killed" and (root is None or root.get("id") == "python-traceback"):
@@ -118,12 +120,12 @@ def _outcome(record: Mapping[str, Any], root: Any) -> str:
     if root is not None:
         return "failed"
     if state == "exited":
-        code = record.get("exit_code")
+        code = record.exit_code
         if code == 0:
             return "finished"
         # the user's Ctrl-C or a SIGTERM (exit 130/143, or the signal itself): not a failure
-        return "killed" if code in (130, 143) or record.get("signal") in ("SIGINT", "SIGTERM") else "failed"
-    return str(state or "unknown")
+        return "killed" if code in (130, 143) or record.signal in ("SIGINT", "SIGTERM") else "failed"
+    return state or "unknown"
 
 
 def _load_seconds(result: Mapping[str, Any], span: float | None, whole: bool) -> float | None:
@@ -155,23 +157,23 @@ def _after_load(root: Mapping[str, Any], loaded_at: Any) -> bool:
     return isinstance(loaded_at, int) and isinstance(line_no, int) and line_no > loaded_at
 
 
-def summarize(run_record: Mapping[str, Any], inspect_result: Mapping[str, Any],
+def summarize(run_record: RunRecord, inspect_result: Mapping[str, Any],
               whole: bool = True) -> RunSummary:
     """Condense a run record and the ``inspect_log`` result of its log.
 
     ``whole`` is False when only the log's tail was analysed: line numbers are then
     relative to the tail, so the position-based load estimate is not used.
     """
-    pset, key = patch_key(run_record.get("patch_state"))
+    pset, key = patch_key(run_record.patch_state)
     root = inspect_result.get("root_cause")
     root = root if isinstance(root, Mapping) else None
-    launched = _num(run_record.get("launched_at"))
-    ended = _num(run_record.get("ended_at"))
+    launched = run_record.launched_at
+    ended = run_record.ended_at
     span = ended - launched if launched is not None and ended is not None and ended >= launched else None
     outcome = _outcome(run_record, root)
-    fail_s = span if root is not None and run_record.get("state") == "exited" else None
+    fail_s = span if root is not None and run_record.state == "exited" else None
     return RunSummary(
-        run_id=str(run_record.get("run_id", "?")),
+        run_id=run_record.run_id,
         patch_state=key,
         outcome=outcome,
         failure_id=str(root["id"]) if root is not None and root.get("id") else None,
@@ -232,7 +234,7 @@ def _evidence(key: str, pset: str | None, others: list[RunSummary]) -> RunSummar
 def advise(live_run: Any, live_analysis: Any, summaries: Mapping[str, RunSummary] | Iterable[RunSummary],
            applied_patch: str | None, version_order: list[str], now: float,
            patch_set: str | None = None) -> Advice | None:
-    """Advice for the live run (a ``tui.state.model.Run``), or None when all is well.
+    """Advice for the live run (a ``tui.protocol.records.RunRecord``), or None when all is well.
 
     ``live_analysis`` is its ``LogAnalysis`` (or None); ``summaries`` are past runs
     (the live run itself is ignored among them); ``applied_patch`` is the patch state

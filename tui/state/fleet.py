@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui.protocol.hosttext import clean
+from tui.protocol.records import GpuReading, RunRecord
 from tui.state import view
 from tui.state.format import gib
-from tui.state.model import AppState, Gpu, Run
+from tui.state.model import AppState
 
 BUSY_UTIL = 5.0  # % utilisation above which a GPU with no listed process counts as busy
 SORT_KEYS = ("host", "link", "gpus", "free", "memory", "runs", "failures")
@@ -87,7 +88,7 @@ class HostRow:
         }
 
 
-def gpu_busy(gpu: Gpu) -> bool:
+def gpu_busy(gpu: GpuReading) -> bool:
     """A GPU is busy when a process holds memory on it, or it computes (util > 5 %)."""
     return bool(gpu.processes) or (gpu.util is not None and gpu.util > BUSY_UTIL)
 
@@ -109,11 +110,11 @@ def link_of(state: AppState, now: float, error: str | None = None,
     return "lost", text
 
 
-def _failed(run: Run) -> bool:
+def _failed(run: RunRecord) -> bool:
     return run.state in _FAILED or (run.state == "exited" and run.exit_code not in (0, None))
 
 
-def progress_text(state: AppState, run: Run | None) -> str:
+def progress_text(state: AppState, run: RunRecord | None) -> str:
     """`extracting 3/16`, `loading 37/64`, or the phase alone, for the run followed."""
     if run is None:
         return ""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tui.protocol.records import RunRecord
 from tui.state.format import duration
-from tui.state.model import Run
 
 SAME = 0.10  # a projection within 10 % of history is "as last time"
 LOADING = (None, "starting", "loading")
@@ -23,7 +23,7 @@ def basis(n: int) -> str:
     return "from last run" if n <= 1 else f"from the last {n} runs"
 
 
-def load_line(run: Run | None, shards: list[Any], phase: str | None, now: float) -> str | None:
+def load_line(run: RunRecord | None, shards: list[Any], phase: str | None, now: float) -> str | None:
     """The progress panel's history line for a live run that is still loading (``shards``:
     the log's shard bars, ``now`` on the host's clock); None when there is no history or
     the load is over."""
@@ -36,7 +36,7 @@ def load_line(run: Run | None, shards: list[Any], phase: str | None, now: float)
     if not under_way:
         left = expected - elapsed
         if left >= 0:
-            return f"ETA ~{duration(left)} {basis(run.expected_load_runs)} (its load took {duration(expected)})"
+            return f"ETA ~{duration(left)} {basis(len(run.expected_load_runs))} (its load took {duration(expected)})"
         return f"slower than last time ({duration(expected)}): {duration(elapsed)} so far"
     left_s = [_left(sp) for sp in under_way]
     if any(v is None for v in left_s):

@@ -44,14 +44,9 @@ from tui.state.model import (
     PREVIEW_LINES,
     Action,
     AppState,
-    Gpu,
-    Host,
-    JobNode,
     KillView,
     Link,
     LogTail,
-    Proc,
-    Run,
 )
 
 if sys.version_info >= (3, 11):
@@ -181,23 +176,18 @@ def _seen(link: Link, now: float) -> Link:
 
 
 def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
-    gpus = tuple(Gpu.from_dict(g, i) for i, g in enumerate(snap.gpus) if isinstance(g, dict))
+    gpus = snap.gpus
     gpu_mem: dict[tuple[str | None, int], int] = {}  # (node, pid): a job's nodes each have their own pids
     for gpu in gpus:
         for gp in gpu.processes:
             if gp.mem is not None:
                 gpu_mem[gpu.node, gp.pid] = gpu_mem.get((gpu.node, gp.pid), 0) + gp.mem
-    procs = []
-    for d in snap.processes:
-        if isinstance(d, dict) and isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool):
-            proc = Proc.from_dict(d)
-            procs.append(replace(proc, gpu_mem=gpu_mem.get((proc.node, proc.pid))))
+    procs = tuple(replace(proc, gpu_mem=gpu_mem.get((proc.node, proc.pid))) for proc in snap.processes)
     history = dict(state.gpu_history)
     for gpu in gpus:
         past = history.get(gpu.key, ())
         history[gpu.key] = (past + ((gpu.mem_fraction, gpu.util),))[-HISTORY:]
-    job_nodes = tuple(n for d in snap.job_nodes if (n := JobNode.from_dict(d)) is not None)
-    host = Host.from_dict(snap.host)
+    host = snap.host
     return replace(
         state,
         host=host,
@@ -206,9 +196,9 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
         gpu_source=snap.gpu_source,
         gpu_error=snap.gpu_error,
         gpu_history=history,
-        job_nodes=job_nodes,
-        processes=tuple(procs),
-        runs=tuple(Run.from_dict(r) for r in snap.runs if isinstance(r, dict)),
+        job_nodes=snap.job_nodes,
+        processes=procs,
+        runs=snap.runs,
         snapshot_time=snap.time,
         seq=snap.seq,
         link=_seen(state.link, now),

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.records import RunRecord
 from tui.state import advice as advisor
 from tui.state import watch as watcher
 from tui.state.format import duration, gib, size
-from tui.state.model import Action, AppState, PushResult, Run
+from tui.state.model import Action, AppState, PushResult
 
 NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
 
@@ -34,18 +35,18 @@ NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
 # ---- selection ----------------------------------------------------------------------
 
 
-def newest_first(runs: tuple[Run, ...] | list[Run]) -> list[Run]:
+def newest_first(runs: tuple[RunRecord, ...] | list[RunRecord]) -> list[RunRecord]:
     return sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
 
 
-def of_config(state: AppState) -> tuple[Run, ...]:
+def of_config(state: AppState) -> tuple[RunRecord, ...]:
     name = state.settings.name
     if not name:
         return state.runs
     return tuple(r for r in state.runs if r.name == name or r.external)
 
 
-def visible_runs(state: AppState) -> tuple[Run, ...]:
+def visible_runs(state: AppState) -> tuple[RunRecord, ...]:
     """The Runs table: this config's runs and adopted ones, or every run after `a`."""
     return state.runs if state.show_all else of_config(state)
 
@@ -53,12 +54,12 @@ def visible_runs(state: AppState) -> tuple[Run, ...]:
 FUTURE_SKEW_S = 120.0  # how far a run's launch may lie past the host's time (clock skew)
 
 
-def from_the_future(run: Run, now: float | None) -> bool:
+def from_the_future(run: RunRecord, now: float | None) -> bool:
     """Launched more than FUTURE_SKEW_S after `now` (the host's time of the snapshot)."""
     return now is not None and run.launched_at is not None and run.launched_at > now + FUTURE_SKEW_S
 
 
-def select_run(state: AppState, explicit: str | None = None) -> Run | None:
+def select_run(state: AppState, explicit: str | None = None) -> RunRecord | None:
     """The run an action or view applies to (see the module docstring).
 
     An explicit id that names no run gives None: never a substitute."""
@@ -80,7 +81,7 @@ def select_run(state: AppState, explicit: str | None = None) -> Run | None:
 # ---- rows ---------------------------------------------------------------------------
 
 
-def state_label(run: Run) -> str:
+def state_label(run: RunRecord) -> str:
     """As shown everywhere: an exit with a non-zero code is a failure; a run whose end
     could not be recorded because the host's disk is full is "disk full", not "lost"; a
     live run whose host supervisor waits to restart it is "waiting"."""
@@ -91,7 +92,7 @@ def state_label(run: Run) -> str:
     return "failed" if run.state == "exited" and run.exit_code not in (0, None) else run.state
 
 
-def restart_label(run: Run, now: float) -> str:
+def restart_label(run: RunRecord, now: float) -> str:
     """What the host's restart policy did with a run: '' for a run that never needed it;
     "waiting to restart in 25 s (restart 2 of 3) — last: NCCL collective timed out at
     batch 1,203/4,000", "restarted 2× — last: …", or why it was not restarted."""
@@ -112,16 +113,16 @@ def restart_label(run: Run, now: float) -> str:
     return said
 
 
-def exit_label(run: Run) -> str:
+def exit_label(run: RunRecord) -> str:
     return str(run.exit_code) if run.exit_code is not None else (run.signal or "")
 
 
-def patch_label(run: Run) -> str:
+def patch_label(run: RunRecord) -> str:
     ps = run.patch_state
     return str((ps.get("version") or ps.get("state") or "-") if isinstance(ps, dict) else "-")
 
 
-def slurm_label(run: Run) -> str:
+def slurm_label(run: RunRecord) -> str:
     """A Slurm run's job and Slurm's state: `job 12 PENDING (Resources)`, `job 12 RUNNING
     on node3`, `job 12 FAILED exit 3`; '' for a run not launched through Slurm."""
     if run.job_id is None:
@@ -151,7 +152,7 @@ class RunRow:
     job: str = ""  # slurm_label(): the job id and Slurm's state, '' for a local run
 
 
-def run_row(run: Run, note: str, now: float) -> RunRow:
+def run_row(run: RunRecord, note: str, now: float) -> RunRow:
     started = "N/A"
     if run.launched_at:
         today = time.localtime(now)[:3] == time.localtime(run.launched_at)[:3]
@@ -171,7 +172,7 @@ def run_row(run: Run, note: str, now: float) -> RunRow:
     )
 
 
-def run_rows(state: AppState, now: float, runs: tuple[Run, ...] | None = None) -> list[RunRow]:
+def run_rows(state: AppState, now: float, runs: tuple[RunRecord, ...] | None = None) -> list[RunRow]:
     """Rows of the Runs table (or of `eagle3-tui runs`), newest first."""
     notes = run_notes(state)
     runs = visible_runs(state) if runs is None else runs
@@ -234,7 +235,7 @@ def wanted_log(state: AppState) -> tuple[str | None, str | None]:
     return state.settings.log, None
 
 
-def analysis_of(state: AppState, run: Run | None) -> Any:
+def analysis_of(state: AppState, run: RunRecord | None) -> Any:
     """The followed log's analysis, or None while the followed log is not ``run``'s own
     (a run just launched and selected, its log not followed yet: the analysis is still the
     previous run's, and its finished training must not show under the new run's name)."""
@@ -243,7 +244,7 @@ def analysis_of(state: AppState, run: Run | None) -> Any:
     return state.log.shown_analysis
 
 
-def phase(state: AppState, run: Run | None, now: float) -> str | None:
+def phase(state: AppState, run: RunRecord | None, now: float) -> str | None:
     a = analysis_of(state, run)
     ph = getattr(a, "phase", None)
     if run is not None and run.state == "killed":
@@ -260,7 +261,7 @@ def phase(state: AppState, run: Run | None, now: float) -> str | None:
     return ph
 
 
-def progress_label(run: Run | None, now: float | None = None) -> str:
+def progress_label(run: RunRecord | None, now: float | None = None) -> str:
     if run is None:
         return "no run"
     again = restart_label(run, time.time() if now is None else now)
@@ -316,10 +317,10 @@ def describe_kill(report: KillReport) -> list[str]:
     lines.append("processes left: " + (", ".join(map(str, left)) if left else "none"))
     several = len(report.node_proofs) > 1
     for proof in report.node_proofs if several else ():  # a job on several nodes: each one's verdict
-        free = proof.get("gpus_free")
+        free = proof.gpus_free
         verdict = "GPUs free" if free is True else "GPUs NOT free" if free is False else "no proof"
-        why = proof.get("error") or proof.get("via")
-        lines.append(f"{proof['node']}: {verdict}" + (f" ({why})" if why else ""))
+        why = proof.error or proof.via
+        lines.append(f"{proof.node}: {verdict}" + (f" ({why})" if why else ""))
     for g in report.gpus:
         where = f"{g.node} " if g.node and several else ""
         before = f" (held {size(g.run_mem_before)} before, {size(g.run_mem)} after)" if where else ""
@@ -328,7 +329,7 @@ def describe_kill(report: KillReport) -> list[str]:
             text += f"; the run still holds {size(g.run_mem)} in pid " + ", ".join(str(pid) for pid in g.run_pids)
         if g.other_pids:
             text += "; also in use by pid " + ", ".join(
-                f"{o.get('pid')} ({size(o.get('mem'))})" if isinstance(o, dict) else str(o) for o in g.other_pids
+                f"{o.pid} ({size(o.mem)})" for o in g.other_pids
             )
         lines.append(text)
     return [f"run {report.run_id} killed, {kill_verdict(report)}"] + lines
@@ -337,17 +338,17 @@ def describe_kill(report: KillReport) -> list[str]:
 def launched_text(record: LaunchReply) -> str:
     """What `launch` / `relaunch` print for the new run's record."""
     if record.job_id:
-        label = slurm_label(Run.from_dict(record.record))
+        label = slurm_label(record.run) if record.run is not None else f"job {record.job_id}"
         return f"submitted run {record.run_id} as Slurm {label}, log {record.log}"
     return f"launched run {record.run_id} (pid {record.pid}), log {record.log}"
 
 
-def whose(run: Run) -> str:
+def whose(run: RunRecord) -> str:
     """`pid 123` or `Slurm job 12`: what a confirmation names the run by."""
     return f"Slurm job {run.job_id}" if run.job_id else f"pid {run.pid}"
 
 
-def already_ended(run: Run) -> str:
+def already_ended(run: RunRecord) -> str:
     """What `k` / `eagle3-tui kill` say for a run that is not running."""
     if run.state == "exited":
         return f"run {run.run_id} already exited ({exit_label(run) or '?'})"
@@ -392,7 +393,7 @@ def action_text(act: Action) -> str:
     return f"{act.kind} done{after}"
 
 
-def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -> list[str]:
+def kill_confirm_lines(state: AppState, run: RunRecord, graces: tuple[float, float]) -> list[str]:
     """The kill confirmation: host, run, PIDs, GPU memory at stake, the signals."""
     pids = run_pids(state, run)
     per_gpu = []
@@ -416,7 +417,7 @@ def kill_confirm_lines(state: AppState, run: Run, graces: tuple[float, float]) -
     ]
 
 
-def run_pids(state: AppState, run: Run) -> list[int]:
+def run_pids(state: AppState, run: RunRecord) -> list[int]:
     pids = [pr.pid for pr in state.processes if pr.run_id == run.run_id]
     if run.pid is not None and run.pid not in pids:
         pids.insert(0, run.pid)
@@ -455,7 +456,7 @@ def _action_banner(state: AppState, act: Any, now: float) -> tuple[str, str] | N
         if act.done or act.state == "unconfirmed":
             return action_text(act), "error" if act.done else ""
         if kill is not None and kill.stage:
-            mems = [m if isinstance(m := g.get("run_mem"), int) else None for g in kill.gpus]
+            mems = [g.run_mem for g in kill.gpus]
             held = None if not mems or None in mems else sum(m or 0 for m in mems)
             return (f"Killing run {kill.run_id}: {kill.stage} · {len(kill.alive)} process(es) left"
                     f" · GPU memory held {size(held)} · {kill.elapsed:.1f} s"), ""

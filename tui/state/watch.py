@@ -39,11 +39,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from tui.protocol import Snapshot
 from tui.protocol.hostjson import number
 from tui.protocol.jsontypes import JSONObject, JSONValue
+from tui.protocol.records import GpuReading, ProcReading, RunRecord
 from tui.state.format import duration
 from tui.state.loganalysis.record import LogAnalysis
-from tui.state.model import AppState, Gpu, Proc, Run
+from tui.state.model import AppState
 from tui.state.watchstate import Mark, WatchConfig, WatchEvent, WatchState
 
 __all__ = ["WatchConfig", "WatchEvent", "WatchState", "assess", "ending", "judge", "observe", "seed", "update_state"]
@@ -87,15 +89,15 @@ def _waiting_only(tail: Sequence[str]) -> bool:
 
 def observe(
     ws: WatchState | None,
-    run: Run,
+    run: RunRecord,
     analysis: LogAnalysis | None,
     lines: int,
-    procs: Sequence[Proc],
-    gpus: Sequence[Gpu],
+    procs: Sequence[ProcReading],
+    gpus: Sequence[GpuReading],
     now: float,
     new_lines: Sequence[str] = (),
 ) -> WatchState:
-    """Fold one look at ``run`` (a ``tui.state.model.Run``-like object with ``run_id``,
+    """Fold one look at ``run`` (a ``tui.protocol.records.RunRecord``-like object with ``run_id``,
     ``state``, ``exit_code``, ``signal``) into the watch state.
 
     ``analysis`` is the run's ``LogAnalysis`` (or None), ``lines`` its log's line
@@ -199,7 +201,7 @@ def observe(
     return _emit(ws, events, run.run_id, now)
 
 
-def diverged(run: Run, analysis: LogAnalysis | None) -> JSONObject | None:
+def diverged(run: RunRecord, analysis: LogAnalysis | None) -> JSONObject | None:
     """The run's divergence verdict (remote/diverge.py): the log analysis's, else the
     host's pace's (read with no client watching), else None."""
     tr = getattr(analysis, "train", None)
@@ -238,7 +240,7 @@ def attempt_cause(attempt: JSONObject) -> str:
     return f"{what} at {step}" if step else what
 
 
-def _attempt_events(run: Run) -> list[tuple[str, str, JSONObject]]:
+def _attempt_events(run: RunRecord) -> list[tuple[str, str, JSONObject]]:
     """The host's restart decisions (remote/restart.py), one event per ended attempt that
     was restarted, and one when it gave up; each carries the attempt."""
     out: list[tuple[str, str, JSONObject]] = []
@@ -255,7 +257,7 @@ def _attempt_events(run: Run) -> list[tuple[str, str, JSONObject]]:
     return out
 
 
-def seed(ws: WatchState, run: Run) -> WatchState:
+def seed(ws: WatchState, run: RunRecord) -> WatchState:
     """``ws`` (fresh for ``run``) with the pace the host recorded for it, if any."""
     pace = getattr(run, "pace", None)
     if not isinstance(pace, dict) or getattr(run, "state", None) != "running":
@@ -279,8 +281,8 @@ def seed(ws: WatchState, run: Run) -> WatchState:
                    last_step=str(pace.get("step") or "start"), seeded=True, idle_since=idle_since)
 
 
-def assess(run: Run, config: WatchConfig | None, now: float, procs: Sequence[Proc] = (),
-           gpus: Sequence[Gpu] = ()) -> WatchState | None:
+def assess(run: RunRecord, config: WatchConfig | None, now: float, procs: Sequence[ProcReading] = (),
+           gpus: Sequence[GpuReading] = ()) -> WatchState | None:
     """One look at a live run from the host's pace alone (no log analysis, no history of
     our own): a ``WatchState`` whose ``condition``/``describe`` say whether it is
     stalled, or hung by the host's ``idle_since``; None for a run that is not live or
@@ -308,12 +310,11 @@ def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
     return replace(ws, condition="hung", idle_since=since, idle_what=what)
 
 
-def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObject | None:
-    """``assess`` for one run record of the agent (a dict), as JSON for ``status --json``:
+def judge(run: RunRecord, config: WatchConfig | None, now: float) -> JSONObject | None:
+    """``assess`` for one run record of the agent, as JSON for ``status --json``:
     ``{"condition": "ok" | "stalled" | "hung" | "diverged", "message", "last_step", "last_step_at",
     "source"}`` (diverged also with ``cause``: the line it began at, ``id``, ``diverged_at``),
     or None for a run that is not live or has no pace."""
-    run = Run.from_dict(record)
     ws = assess(run, config, now)
     if ws is None:
         return None
@@ -326,13 +327,14 @@ def judge(record: JSONObject, config: WatchConfig | None, now: float) -> JSONObj
             "last_step_at": ws.last_step_t, "source": (run.pace or {}).get("source")}
 
 
-def annotate(snapshot: JSONObject, config: WatchConfig | None, now: float) -> JSONObject:
-    """The snapshot with each live, paced run carrying its ``judge`` as ``watch``."""
-    runs = snapshot.get("runs")
-    for r in runs if isinstance(runs, list) else []:
-        if isinstance(r, dict) and (seen := judge(r, config, now)) is not None:
-            r["watch"] = seen
-    return snapshot
+def annotate(snapshot: Snapshot, config: WatchConfig | None, now: float) -> JSONObject:
+    """The snapshot as the agent sent it (``status --json``), each live, paced run
+    carrying its ``judge`` as ``watch``."""
+    out = snapshot.as_dict()
+    runs: list[JSONValue] = [r.wire if (seen := judge(r, config, now)) is None else dict(r.wire, watch=seen)
+                             for r in snapshot.runs]
+    out["runs"] = runs
+    return out
 
 
 def _stall_limit(ws: WatchState, phase: str) -> float | None:
@@ -349,7 +351,7 @@ _INTERRUPT_CODES = (130, 143)  # 128 + SIGINT, 128 + SIGTERM
 _INTERRUPT_SIGNALS = ("SIGINT", "SIGTERM")
 
 
-def ending(run: Run, analysis: LogAnalysis | None) -> str:
+def ending(run: RunRecord, analysis: LogAnalysis | None) -> str:
     """finished | failed | killed | lost for an ended run. A run the user interrupted
     (Ctrl-C's KeyboardInterrupt, exit 130/143, SIGINT/SIGTERM) is killed, not failed,
     unless the log shows a real failure first."""
@@ -365,7 +367,7 @@ def ending(run: Run, analysis: LogAnalysis | None) -> str:
     return "failed"
 
 
-def end_text(kind: str, run: Run) -> str:
+def end_text(kind: str, run: RunRecord) -> str:
     """What an ended run's event says beyond its kind (the kind is its title: "run …
     finished"), e.g. "exit 0 after 00:16", "interrupted (exit 130) after 1:02:03"."""
     how = f"by {run.signal}" if run.signal else f"exit {run.exit_code}" if run.exit_code is not None else ""

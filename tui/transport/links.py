@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .link import Link
 from .local import LocalLink
 from .targets import parse_target
 
@@ -16,7 +17,7 @@ def make_link(
     python: str | None = None,
     runs_dir: str | None = None,
     **ssh_options: Any,
-) -> Any:
+) -> Link:
     """A LocalLink for "local", else an SshLink (extra keywords go to SshLink)."""
     parsed = parse_target(target)
     if parsed.kind == "local":

@@ -27,11 +27,12 @@ from textual.widgets import DataTable, Static
 
 from tui import protocol as p
 from tui import trace
+from tui.protocol.records import RunRecord
 from tui.services.hostfeed import HostFeed
 from tui.state import history, view
 from tui.state.events import AnalyseLog, CursorMoved, Event, LogFollowed, LogOlder, Notice, TailSize
 from tui.state.loganalysis import fold
-from tui.state.model import AppState, Run
+from tui.state.model import AppState
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
 from tui.views.readonly import ModeFooter
@@ -268,7 +269,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         now = st.snapshot_time or time.time()  # the host's clock, as the run's launch time is
         self._progress.show(st, phase, view.progress_label(run), history.load_line(run, shards, phase, now))
 
-    def _phase(self, run: Run | None) -> str | None:
+    def _phase(self, run: RunRecord | None) -> str | None:
         return view.phase(self.state, run, time.time())
 
     def _render_banner(self) -> None:
@@ -304,11 +305,11 @@ class DashboardScreen(DashboardActions, Screen[None]):
         return view.run_notes(self.state)
 
     # ---- selection ----------------------------------------------------------------
-    def selected_run(self) -> Run | None:
+    def selected_run(self) -> RunRecord | None:
         """The run actions apply to: `view.select_run`, the rule the CLI uses too."""
         return view.select_run(self.state)
 
-    def _visible_runs(self) -> tuple[Run, ...]:
+    def _visible_runs(self) -> tuple[RunRecord, ...]:
         return view.visible_runs(self.state)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

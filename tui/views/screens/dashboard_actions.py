@@ -18,6 +18,7 @@ from textual import work
 from textual.binding import Binding
 
 from tui.protocol.ops import KillReport, LaunchReply
+from tui.protocol.records import RunRecord
 from tui.services import actions as services
 from tui.state import view
 from tui.state.events import (
@@ -29,7 +30,7 @@ from tui.state.events import (
     ShowAll,
 )
 from tui.state.logpage.document import RootCause
-from tui.state.model import PushResult, Run
+from tui.state.model import PushResult
 from tui.transport import AgentRequestError, TransportError
 from tui.views.readonly import refused
 from tui.views.screens.confirm import ConfirmScreen
@@ -84,7 +85,7 @@ class DashboardActions(_Base):
         def client(self) -> AgentClient: ...
 
         def apply(self, event: Event) -> None: ...
-        def selected_run(self) -> Run | None: ...
+        def selected_run(self) -> RunRecord | None: ...
 
     DASHBOARD_ACTIONS = tuple(b.action for b in ACTION_KEYS)
 
@@ -131,7 +132,7 @@ class DashboardActions(_Base):
 
         self.app.push_screen(ConfirmScreen(f"Kill run {run.run_id}?", self._kill_lines(run)), decided)
 
-    def _kill_lines(self, run: Run) -> list[str]:
+    def _kill_lines(self, run: RunRecord) -> list[str]:
         return view.kill_confirm_lines(self.state, run, self.cfg.run.graces)
 
     def action_relaunch(self) -> None:
@@ -215,13 +216,12 @@ class DashboardActions(_Base):
         self._timeline_worker(run)
 
     @work(group="timeline", exclusive=True)
-    async def _timeline_worker(self, run: Run) -> None:
+    async def _timeline_worker(self, run: RunRecord) -> None:
         from tui.services import timeline as tls
         from tui.views.screens.timeline import TimelineScreen
 
         tl = await tls.fetch(self.client, self.cfg.host.runs_dir, run.run_id)
-        rec = {"run_id": run.run_id, "state": run.state, "exit_code": run.exit_code, "signal": run.signal}
-        self.app.push_screen(TimelineScreen(run.run_id, tl, rec))
+        self.app.push_screen(TimelineScreen(run.run_id, tl, run))
 
     @work(group="disk", exclusive=True)
     async def action_disk(self) -> None:
@@ -245,7 +245,7 @@ class DashboardActions(_Base):
         return end
 
     @work(group="action")
-    async def _kill_worker(self, run_id: str, relaunch: Run | None) -> None:
+    async def _kill_worker(self, run_id: str, relaunch: RunRecord | None) -> None:
         aid = services.new_action_id()
         self.apply(ActionStarted(aid, "kill", run_id))
         report = await services.settle(
@@ -255,10 +255,10 @@ class DashboardActions(_Base):
             await self._launch(relaunch if not relaunch.external else None)
 
     @work(group="action")
-    async def start_launch(self, run: Run | None) -> None:
+    async def start_launch(self, run: RunRecord | None) -> None:
         await self._launch(run)
 
-    async def _launch(self, run: Run | None) -> None:
+    async def _launch(self, run: RunRecord | None) -> None:
         if not self._reread_config():
             return
         if run is None and not self.cfg.run.command:

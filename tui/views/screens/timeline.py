@@ -23,6 +23,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Sparkline, Static
 
+from tui.protocol.records import RunRecord
 from tui.services import timeline as tls
 
 BINS = 240  # time bins per series (the Sparkline folds them to its width)
@@ -92,9 +93,9 @@ class TimelineScreen(Screen[None]):
     TimelineScreen #head { height: auto; }
     """
 
-    def __init__(self, run_id: str, tl: tls.Timeline | None, run: dict[str, Any] | None = None) -> None:
+    def __init__(self, run_id: str, tl: tls.Timeline | None, run: RunRecord | None = None) -> None:
         super().__init__()
-        self.run_id, self.tl, self.run = run_id, tl, run or {}
+        self.run_id, self.tl, self.run = run_id, tl, run
 
     def compose(self) -> ComposeResult:
         tl = self.tl

@@ -11,8 +11,9 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tui.protocol.records import GpuReading
 from tui.state.format import gib, num
-from tui.state.model import AppState, Gpu
+from tui.state.model import AppState
 from tui.views.widgets.render import bar, sparkline
 
 # One card's history, as AppState.gpu_history keeps it: (memory fraction, utilisation %) samples,
@@ -117,7 +118,7 @@ class GpuPanel(Static):
         return out
 
     @staticmethod
-    def _node_line(name: str, gpus: list[Gpu], name_w: int) -> Text:
+    def _node_line(name: str, gpus: list[GpuReading], name_w: int) -> Text:
         """A node in one line: its name's tail, a glyph per GPU for its memory, then the
         node's mean load, memory and processes (cut from the right when narrow)."""
         used = sum(g.mem_used or 0 for g in gpus)
@@ -130,7 +131,7 @@ class GpuPanel(Static):
         return line
 
     @staticmethod
-    def _card(gpu: Gpu, hist: History, width: int, compact: bool) -> Text:
+    def _card(gpu: GpuReading, hist: History, width: int, compact: bool) -> Text:
         name = (gpu.name or "N/A").replace("NVIDIA ", "")
         wide = width >= 60
         name_w = 14 if wide else 5

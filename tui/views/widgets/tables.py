@@ -9,11 +9,15 @@ from typing import Any, Sequence
 from rich.cells import cell_len
 from rich.text import Text
 from textual.cache import LRUCache
+from textual.coordinate import Coordinate
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
+from tui.protocol.records import ProcReading, RunRecord
 from tui.state.format import duration, gib, num
-from tui.state.model import AppState, Proc, Run
+from tui.state.model import AppState
 from tui.state.view import run_row
 from tui.views.widgets.render import set_title
 
@@ -41,6 +45,21 @@ class KeyedTable(DataTable[Any]):
     _shown_heads: tuple[str, ...] | None = None
     _drawn: list[tuple[Any, ...]] = []  # the cells on screen, row by row in their order
     _cell_strips: LRUCache[tuple[Any, ...], Any] | None = None
+    _clips: dict[tuple[str, str], tuple[tuple[Any, int | None], Any]] = {}  # (row, column) -> (cell, width), clipped
+
+    # Rows that come or go change the table's virtual size, and Widget's virtual_size
+    # lays the whole screen out (every scroll view's scrollbars repainted, the regions
+    # that moved rendered again). A table whose height is set (the process table: 1fr)
+    # needs only its scrollbars to follow; one whose height follows its rows (auto, the
+    # runs table) still lays the screen out.
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        height = self.styles.height
+        if height is None or height.is_auto:
+            self.refresh(layout=True)
+        elif self.is_mounted:
+            self._scroll_update(size)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -132,8 +151,21 @@ class KeyedTable(DataTable[Any]):
         cols, cut = self.layout_for(rows, width)
         self._synced, self._fitted = rows, (width, cols)
         index = [keys.index(k) for k in cols]
-        shown = {rk: tuple(_clip(cells[i], cut.get(keys[i]), keys[i] in self.SHRINK) for i in index)
-                 for rk, cells in rows.items()}
+        # A cell is clipped (made a `Text`) again only when it or its width changed: a
+        # snapshot moves a few cells of many rows, and the same objects mean "unchanged" below.
+        clips, made = self._clips, {}
+        shown = {}
+        for rk, cells in rows.items():
+            row = []
+            for i in index:
+                k, w, what = keys[i], cut.get(keys[i]), _what(cells[i])
+                old = clips.get((rk, k))
+                if old is None or old[0] != (what, w):
+                    old = ((what, w), _clip(cells[i], w, k in self.SHRINK))
+                made[(rk, k)] = old
+                row.append(old[1])
+            shown[rk] = tuple(row)
+        self._clips = made
         labels = dict(self.COLUMNS)
         heads = tuple(self.SHORT_LABELS.get(k, labels[k]) if cut.get(k, len(labels[k])) < len(labels[k])
                       else labels[k] for k in cols)
@@ -142,6 +174,20 @@ class KeyedTable(DataTable[Any]):
         new_cols = (cols, heads) != (self._shown_cols, self._shown_heads)
         self._drawn = list(shown.values())
         with self.app.batch_update():
+            had = [rk.value for rk in self.rows if rk.value is not None]
+            if not new_cols and had != list(shown) and [k for k in had if k in shown] + [
+                    k for k in shown if k not in self.rows] == list(shown):
+                # Rows came or went, the others keep their order (a new process sorts
+                # last, by pid): those removed and added alone, not every row again.
+                selected = self.cursor_key()
+                for key in had:
+                    if key not in shown:
+                        self.remove_row(key)
+                for key, cells in shown.items():
+                    if key not in self.rows:
+                        self.add_row(*cells, key=key)
+                if selected in shown and self.cursor_key() != selected:
+                    self.move_cursor(row=list(shown).index(selected), animate=False)
             if new_cols or [rk.value for rk in self.rows] != list(shown):
                 selected = self.cursor_key()
                 self.clear(columns=new_cols)
@@ -154,12 +200,26 @@ class KeyedTable(DataTable[Any]):
                 if selected in shown:
                     self.move_cursor(row=list(shown).index(selected), animate=False)
                 return
-            for key, cells in shown.items():
+            for y, (key, cells) in enumerate(shown.items()):
                 current = self.get_row(key)
-                for col, old, new in zip(cols, current, cells):
-                    if str(old) != str(new) or (isinstance(new, Text) and old != new):
-                        wider = _cell_len(new) > self.columns[ColumnKey(col)].content_width
-                        self.update_cell(key, col, new, update_width=wider)
+                for x, (col, old, new) in enumerate(zip(cols, current, cells)):
+                    if old is not new and (str(old) != str(new) or (isinstance(new, Text) and old != new)):
+                        if _cell_len(new) > self.columns[ColumnKey(col)].content_width:
+                            self.update_cell(key, col, new, update_width=True)  # the columns move
+                        else:
+                            self._set_cell(key, col, new, Coordinate(y, x))
+
+    def _set_cell(self, row_key: str, column_key: str, value: Any, at: Coordinate) -> None:
+        """`update_cell` for a cell that fits its column, repainting that cell only.
+
+        `update_cell` repaints the whole table, so a 1 Hz snapshot whose clocks tick
+        (ELAPSED, DURATION) or a process's CPU% moved rendered every visible row again;
+        here only the changed cells' regions are refreshed (DataTable's own
+        `refresh_coordinate`). The update counter is bumped as `update_cell` does: the
+        table's row and line caches are keyed by it, so the repainted line is new."""
+        self._data[RowKey(row_key)][ColumnKey(column_key)] = value
+        self._update_count += 1
+        self.refresh_coordinate(at)
 
     def cursor_key(self) -> str | None:
         """The row key under the cursor; None when the table is empty."""
@@ -174,6 +234,11 @@ class KeyedTable(DataTable[Any]):
 def _cell_key(cell: Any) -> Any:
     """What a cell shows, hashable (`Text` is not: its text, spans and style)."""
     return (cell.plain, tuple(cell.spans), str(cell.style)) if isinstance(cell, Text) else cell
+
+
+def _what(cell: Any) -> tuple[type, Any]:
+    """A cell's identity for the clip memo: its type too (1 == 1.0 == True)."""
+    return type(cell), _cell_key(cell)
 
 
 def _cell_len(cell: Any) -> int:
@@ -212,7 +277,7 @@ class ProcessTable(KeyedTable):
                   "Processes (0) · none of a run and none holding GPU memory on this host")
 
     @staticmethod
-    def _cells(p: Proc) -> tuple[Any, ...]:
+    def _cells(p: ProcReading) -> tuple[Any, ...]:
         cmd = " ".join(p.cmdline) or "N/A"
         return (
             f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
@@ -239,13 +304,13 @@ class RunsTable(KeyedTable):
     FLEX_WANT = 40  # a failure's title outranks NAME, STARTED, PATCH and DURATION
     SHORT_LABELS = {"note": "FAILURE"}
 
-    def show(self, runs: tuple[Run, ...], notes: dict[str, str] | None = None) -> None:
+    def show(self, runs: tuple[RunRecord, ...], notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
         ordered = sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
         self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in ordered})
 
     @staticmethod
-    def _cells(r: Run, note: str) -> tuple[Any, ...]:
+    def _cells(r: RunRecord, note: str) -> tuple[Any, ...]:
         row = run_row(r, note, time.time())  # the view model's row: the CLI prints the same
         return (
             row.run_id, row.name[:20], Text(row.state, style=STATE_STYLE.get(row.state, "")),
