@@ -3,6 +3,7 @@ a part around it fails (the browser `--open` asks for is not there)."""
 
 from __future__ import annotations
 
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +40,7 @@ def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path: Path) -> N
 def test_a_redirect_file_the_browser_removed_does_not_spoil_the_exit(tmp_path: Path) -> None:
     """`--open` hands the browser a private redirect file; a browser wrapper (or a tmp
     cleaner) may remove it before the server stops. Stopping the server is still a clean
-    exit: no traceback, the same status as without `--open`."""
+    exit: no traceback, the status of a server stopped by SIGTERM."""
     seen = tmp_path / "browser-argv"
     fake = tmp_path / "fake-browser"
     fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" > {seen}\nrm -f "${{1#file://}}"\n')
@@ -53,11 +54,8 @@ def test_a_redirect_file_the_browser_removed_does_not_spoil_the_exit(tmp_path: P
         while page.exists():
             assert time.monotonic() < deadline, served.log()
             time.sleep(0.05)
-    (tmp_path / "plain").mkdir()
-    with serve(tmp_path / "plain") as plain:  # the same server without --open, for its status
-        pass
     assert "Traceback" not in served.log(), served.log()
-    assert served.proc.returncode == plain.proc.returncode, (served.proc.returncode, plain.proc.returncode)
+    assert served.proc.returncode in (0, -signal.SIGTERM), (served.proc.returncode, served.log())
 
 
 def test_the_tab_title_names_three_hosts_and_counts_the_rest(tmp_path: Path) -> None:

@@ -165,13 +165,14 @@ def test_kill_progress_goes_to_the_kill_of_its_run_and_nowhere_else() -> None:
 def test_a_process_row_without_an_integer_pid_is_dropped_not_shown() -> None:
     """Host rows are data: a process whose pid is not a plain integer (a string, null,
     a boolean, a float) names no process the dashboard could act on (`k` kills by pid):
-    it is left out; the well-formed rows around it are shown."""
-    from tests.replay import snapshot
-
-    good = snapshot(2).processes
-    odd = [dict(good[0], pid=bad) for bad in ("1000", None, True, 1000.0)] + ["not a row", None]
-    state = apply(AppState(), snapshot(2, processes=[odd[0], good[0], *odd[1:], good[1]]), 0.0)
-    assert [proc.pid for proc in state.processes] == [good[0]["pid"], good[1]["pid"]]
+    it is left out; the well-formed rows around it are shown. From the host's JSON, through
+    the parser, into the state."""
+    rows: list[object] = [{"pid": "6"}, {"pid": 5, "ppid": 1, "cmdline": ["python", "train.py"]}, {"pid": None},
+                          {"pid": True}, {"pid": 7.0}, "a row that is text", None, {"pid": 8, "cmdline": ["x"]}]
+    snap = p.parse_message({"type": "snapshot", "seq": 0, "time": 1.0, "host": {"hostname": "gpu-box"},
+                            "gpus": [], "processes": rows, "runs": []})
+    state = apply(AppState(), snap, 0.0)
+    assert [proc.pid for proc in state.processes] == [5, 8]
 
 
 def test_after_a_rotation_the_progress_panel_reads_the_new_stream() -> None:
