@@ -529,6 +529,9 @@ def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch
     assert (rec["state"], rec["restarts"]) == ("exited", 0) and rec["exit_code"] != 0
     assert rec["restart_note"] == "hung: stopped (on_hang = kill)"
     assert (out / "attempts").read_text() == "1"
+    # the log says why, with the hang_s it was judged by (issue 41: a mutant said "for 0 s")
+    assert "attempt 1: hung (no CPU or GPU activity for 1 s after the load): stopping it" in Path(
+        rec["log"]).read_text()
 
 
 def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:
