@@ -450,7 +450,7 @@ def generated_case(args: argparse.Namespace) -> int:
         procs.pids["client"] = dash.pid
         agent = None
         for _ in range(50):
-            agent = descendant(dash.pid, b"agent.py")
+            agent = descendant(dash.pid, b"agent/main.py")
             if agent:
                 break
             time.sleep(0.1)
@@ -608,7 +608,7 @@ def served(cfg: Path, work: Path, procs: Procs) -> ServeSession:
     session = agent = None
     for _ in range(100):
         session = descendant(serve.server.pid, b"connect")
-        agent = descendant(session, b"agent.py") if session else None
+        agent = descendant(session, b"agent/main.py") if session else None
         if agent:
             break
         time.sleep(0.1)
@@ -667,7 +667,7 @@ def launched_case(args: argparse.Namespace) -> None:
             dashes[label] = dash
             procs.pids[label] = dash.pid
             for _ in range(50):
-                agent = descendant(dash.pid, b"agent.py")
+                agent = descendant(dash.pid, b"agent/main.py")
                 if agent:
                     procs.pids[f"agent{label[6:]}"] = agent
                     break
@@ -680,7 +680,7 @@ def launched_case(args: argparse.Namespace) -> None:
             agent_pid = procs.pids.get(f"agent{label[6:]}")
             if agent_pid:
                 args_ = Path(f"/proc/{agent_pid}/cmdline").read_bytes().split(b"\0")
-                print(f"  {label}: agent {next((a.decode() for a in args_ if a.endswith(b'agent.py')), '?')}")
+                print(f"  {label}: agent {next((a.decode() for a in args_ if a.endswith(b'agent/main.py')), '?')}")
         results["launched: idle, run alive"] = procs.phase(args.idle)
         sparse = sparse_latency(lambda marker: send(f"marker {marker}"), {**dashes, "tail -F": tail}, args.sparse)
         send("rate 20")
@@ -846,7 +846,7 @@ def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str
             p.pids["client"] = dash.pid
             agent = None
             for _ in range(50):
-                agent = descendant(sshd.proc.pid, b"agent.py") if sshd.proc else None
+                agent = descendant(sshd.proc.pid, b"agent/main.py") if sshd.proc else None
                 if agent:
                     break
                 time.sleep(0.1)

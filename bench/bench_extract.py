@@ -13,7 +13,7 @@ length mix (fixed seed; every length at most --seq-len):
   longtail  8,192 sequences, lengths log-normal (median 64, sigma 1) clipped to
             [16, --seq-len]: most short, a few long
 
-times, on the same data, through extract.py's own forward code (remote/extract_hf.py's
+times, on the same data, through extract.py's own forward code (remote/extraction/hf.py's
 HfBackend: load, warm-up, hooks on speculators' default layers [2, n//2, n-3, n-1], each
 layer's output copied to pinned host memory on a side stream), nothing written:
 
@@ -93,7 +93,7 @@ def mix(name: str, seq_len: int) -> list[int]:
 
 def write_data(path: Path, lengths: list[int], vocab: int, seed: int) -> list[Any]:
     """JSON lines of random token ids of these lengths; returns them as Samples."""
-    from remote.extract_common import Sample
+    from remote.extraction.common import Sample
 
     rng = random.Random(seed)
     samples = [Sample([1] + [rng.randrange(3, vocab) for _ in range(n - 1)], None)
@@ -114,7 +114,7 @@ class Bench:
     def __init__(self, model_dir: Path, batch_size: int, seq_len: int) -> None:
         import torch
 
-        from remote.extract_hf import HfBackend
+        from remote.extraction.hf import HfBackend
 
         self.torch = torch
         self.batch_size, self.seq_len = batch_size, seq_len
@@ -123,7 +123,7 @@ class Bench:
         self.backend = HfBackend(model_dir, self.layers, "cuda", "bfloat16", 0.0)
         with contextlib.redirect_stderr(io.StringIO()):  # the shard bar, the warm-up line
             self.backend.load()
-            from remote.extract_common import Sample
+            from remote.extraction.common import Sample
             widest = [Sample([1] * seq_len, None)] * batch_size
             self.backend.warm_up(widest, IN_FLIGHT + 1)
 
@@ -248,7 +248,7 @@ class Bench:
         longest), written by extract.py's own writer under the same names into `scratch`,
         compared byte for byte with `out`'s files: (identical, compared, worst max-abs
         difference of the others' hidden states)."""
-        from remote import extract_files
+        from remote.extraction import files as extract_files
 
         torch = self.torch
         shutil.rmtree(scratch, ignore_errors=True)
@@ -307,13 +307,13 @@ def run_extract(script: Path, model_dir: Path, data: Path, out: Path, batch_size
 
 def writers_alone(data: Path, out: Path, layers: int, hidden: int, batch_size: int,
                   threads: int | None = None) -> float:
-    """tok/s of extract.py's own writer (remote/extract_files.py's write_sample, on as many
+    """tok/s of extract.py's own writer (remote/extraction/files.py's write_sample, on as many
     threads as extract.py runs) writing the same files from host memory, no GPU: what
     the writing alone allows. The rows come from batch-shaped buffers, as in extract.py."""
     import torch
 
-    from remote import extract_files
-    from remote.extract_common import Sample
+    from remote.extraction import files as extract_files
+    from remote.extraction.common import Sample
 
     samples = [Sample(json.loads(line)["input_ids"], None)
                for line in data.read_text().splitlines()]
@@ -385,7 +385,7 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from remote.extract_input import plan_batches
+    from remote.extraction.input import plan_batches
 
     root = Path(args.dir)
     t0 = time.perf_counter()

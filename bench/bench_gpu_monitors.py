@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-AGENT = Path(__file__).resolve().parent.parent / "remote" / "agent.py"
+AGENT = Path(__file__).resolve().parent.parent / "remote" / "agent" / "main.py"
 TCK = os.sysconf("SC_CLK_TCK")
 
 

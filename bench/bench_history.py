@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from remote import history  # noqa: E402
-from remote import timeline as hosttl  # noqa: E402
+from remote.run import history  # noqa: E402
+from remote.run import timeline as hosttl  # noqa: E402
 
 ARGV = ["python", "extract.py", "--model", "/models/kimi-k2"]
 

@@ -109,7 +109,7 @@ def main() -> int:
         try:
             assert dash.wait([rid, "step"], 30) is not None, dash.screen()
             time.sleep(3)  # past the start-up
-            term = percent({"client": dash.pid, "agent": descendant(dash.pid, b"agent.py")}, args.seconds)
+            term = percent({"client": dash.pid, "agent": descendant(dash.pid, b"agent/main.py")}, args.seconds)
         finally:
             dash.kill()
         print(f"terminal  client {fmt(term['client'])}   agent {fmt(term['agent'])}   "
@@ -143,7 +143,7 @@ def main() -> int:
                     page.wait_for_timeout(200)
                 page.wait_for_timeout(3000)
                 session = descendant(server.pid, b"connect")
-                agent = descendant(session, b"agent.py") if session else None
+                agent = descendant(session, b"agent/main.py") if session else None
                 chrome = [q for q in chromium_pids() if q not in before]
                 c0 = chromium_cpu(chrome)
                 n0, b0 = len(text), sum(map(len, text))

@@ -1,4 +1,4 @@
-"""The timeline recorder's cost on the host: two real shims (remote/shim.py) supervise the
+"""The timeline recorder's cost on the host: two real shims (remote/run/shim.py) supervise the
 same job side by side, one with the recorder (the default) and one without
 (EAGLE3_TUI_TIMELINE=0), with a stand-in nvidia-smi reporting 8 cards first on PATH
 (no GPU here). Prints each shim's own CPU (utime+stime) and its children's (the
@@ -66,7 +66,7 @@ def main() -> None:
         (run_dir / "launch.json").write_text(json.dumps({
             "name": "bench", "argv": [sys.executable, str(tmp / "job.py"), str(seconds + 5)],
             "cwd": str(tmp), "env": {}, "launched_at": time.time()}))
-        subprocess.run([sys.executable, str(ROOT / "remote" / "shim.py"), "supervise", str(run_dir)],
+        subprocess.run([sys.executable, str(ROOT / "remote" / "run" / "shim.py"), "supervise", str(run_dir)],
                        env=dict(env, **extra), check=True)
         while not (run_dir / "manifest.json").exists():
             time.sleep(0.05)

@@ -8,7 +8,7 @@ can, alone and then beside writers writing long-tailed-length files (extract.py'
 log-normal, median 64, 4 layers x 2048 hidden bf16) to /dev/shm at --files-per-s, in
 batches of 160 files split into one run per thread (as extract.py submits them):
 
-  per file   remote/extract_files.py's write_sample laying out each archive per file
+  per file   remote/extraction/files.py's write_sample laying out each archive per file
              (the writer before templates)
   template   write_sample as it is (the archive from a template per length)
   process    the same writer in a separate process: no GIL shared with the launches
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 OUT = Path("/dev/shm/bench-writer-gil")
 BATCH = 160
-from remote import extract_zip  # noqa: E402
+from remote.extraction import zip as extract_zip  # noqa: E402
 
 TEMPLATE = extract_zip.Layout.template  # as the module has it, kept before any variant patches it
 
@@ -49,8 +49,9 @@ def writer_loop(variant: str, files_per_s: float, threads: int, stop: object,
     """Write batches of BATCH files at files_per_s until `stop` is set; count files."""
     import torch
 
-    from remote import extract_files, extract_zip
-    from remote.extract_common import Sample
+    from remote.extraction import files as extract_files
+    from remote.extraction import zip as extract_zip
+    from remote.extraction.common import Sample
 
     extract_files.skip_crc32(torch)
     # The variants run one after another in this process: each starts from the module as

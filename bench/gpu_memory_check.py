@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("EAGLE3_TUI_GPU_SOURCE", "nvml")
-from remote.gpus import Gpus  # noqa: E402
+from remote.base.gpus import Gpus  # noqa: E402
 
 MIB = 2**20
 

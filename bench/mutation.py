@@ -8,7 +8,7 @@ claim that module's behaviour (pyproject.toml [tool.eagle3-mutation.modules]). A
 the tests let through is a survivor: a bug users could get with a green suite.
 
 cosmic-ray and not mutmut: most of these modules run in a subprocess the tests start (the
-host agent runs remote/*.py as a script, the CLI tests start `python -m tui.cli`), and
+host agent runs remote/agent/main.py as a script, the CLI tests start `python -m tui.cli`), and
 mutmut 3 switches its mutants inside the test process and counts which tests reach each
 function there, so it sees none of the agent's code run. cosmic-ray writes the mutant to
 the file, which every subprocess then imports (tests/checkout.py points them at the copy).
@@ -18,6 +18,13 @@ operators, and why the others are left out): a number off by one, True for False
 for `or`, a comparison negated, off by one or turned around, `not` added or dropped,
 `break` for `continue`, a loop never run, an except clause that catches another
 exception, a decorator removed.
+
+Each run lives in its own PID namespace (unshare: --pid --fork --mount-proc, as root or a
+user namespace's root): a mutant of the kill, the restart or the shim can signal the wrong
+processes -- a kill whose marker test is negated takes every process it can see for the run's
+and sends SIGINT, SIGTERM, SIGKILL to each -- and there it sees only the mutation run's own.
+Without a namespace this script refuses to run (one line), since on a shared machine
+such a mutant would end everyone's processes.
 
 Each module runs alone, within its time budget (seconds, --budget or the config's); a
 module that runs out reports the mutants done so far and how many were left. Reports go
@@ -180,7 +187,33 @@ def mutate(module: str, tests: list[str], cfg: dict, budget: float, rev: str | N
             "seconds": round(time.monotonic() - start)}
 
 
+ISOLATED = "EAGLE3_MUTATION_PIDNS"
+
+
+def isolate() -> int | None:
+    """Re-run this script in a fresh PID namespace with its own /proc (see the module's
+    doc); its exit status, or None when already inside one."""
+    if os.environ.get(ISOLATED) == "1" and os.getpid() == 1:
+        return None
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    if os.geteuid() != 0:
+        argv.append("--map-root-user")
+    probe = subprocess.run([*argv, "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        why = " ".join((probe.stderr or "").split())[:200] or "exit %d" % probe.returncode
+        print(f"mutation: cannot make a PID namespace ({why}); refusing to run mutants that may "
+              "signal every process this user can see", file=sys.stderr)
+        return 2
+    # Inside, this script is the namespace's first process (unshare forks, then execs it).
+    env = dict(os.environ, **{ISOLATED: "1"})
+    return subprocess.run([*argv, sys.executable, *sys.argv], env=env, check=False).returncode
+
+
 def main() -> int:
+    if "--list" not in sys.argv[1:] and "-h" not in sys.argv[1:] and "--help" not in sys.argv[1:]:
+        status = isolate()
+        if status is not None:
+            return status
     cfg = config()
     modules: dict[str, list[str]] = cfg["modules"]
     if not (BIN / "cosmic-ray").is_file():

@@ -1,4 +1,4 @@
-"""remote/preflight.py against real vLLM releases other than 0.16.0 (CI covers 0.16.0 in
+"""remote/extraction/preflight.py against real vLLM releases other than 0.16.0 (CI covers 0.16.0 in
 tests/test_real_vllm.py; ~500 MB per wheel is too much for every CI run).
 
     python bench/preflight_versions.py 0.11.0 0.16.0 0.17.1
@@ -76,7 +76,7 @@ def main(versions: list[str]) -> int:
             env["PYTHONPATH"] = ":".join(src + [env["PYTHONPATH"]])
             for state, gen in gens.items():
                 t = time.monotonic()
-                proc = subprocess.run([sys.executable, str(ROOT / "remote" / "preflight.py"),
+                proc = subprocess.run([sys.executable, str(ROOT / "remote" / "extraction" / "preflight.py"),
                                        "--generator-file", str(gen)], capture_output=True,
                                       text=True, timeout=900, env=env, check=False)
                 lines = [x for x in proc.stdout.splitlines() if x.startswith("[preflight]")]

@@ -36,7 +36,7 @@ each batch holds as many sequences as fit --batch-size x the longest sequence's 
 so short sequences make forwards as large as the first; the files keep the input order.
 On CUDA each layer's batch is copied to pinned host memory on a side stream, overlapped
 with the next batch's forward, and a pool of --writers threads writes the files from
-those buffers (extract_files.py says how), each thread a run of a batch's files.
+those buffers (extraction/files.py says how), each thread a run of a batch's files.
 
 Progress goes to stdout (flushed), in exactly these forms (the TUI's parser reads them):
   [extract] batch 3/9 | seqs 6/18 | tokens 1536/4608 | 980.3 tok/s | elapsed 0:00:02 | eta 0:00:03
@@ -58,11 +58,11 @@ speculators generator file fit together; the vllm backend runs it before loading
 Exit codes: 0 ok, 1 preflight failed, 2 bad input or missing dependency (one line on
 stderr), 3 extraction failed.
 
-This file is the CLI and the run loop; its sibling modules (shipped with it: the client
-uploads every remote/*.py) hold the rest: extract_common.py (errors, progress lines),
-extract_input.py (dataset, batches, layers), extract_files.py (the output files),
-extract_zip.py (their zip layout, by hand),
-extract_hf.py and extract_vllm.py (the backends).
+This file is the CLI and the run loop; the modules of remote/extraction/ (shipped with
+it: the client uploads the whole remote package) hold the rest: common.py (errors,
+progress lines), input.py (dataset, batches, layers), files.py (the output files), zip.py
+(their zip layout, by hand), hf.py and vllm.py (the backends), preflight.py. From the rest
+of the host side the job imports remote.base alone (pyproject.toml's import contracts).
 """
 
 from __future__ import annotations
@@ -76,12 +76,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Deque, List, Optional, Tuple
 
-if not __package__:  # started as a file: the package is the directory above (docs/architecture.md)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if not __package__:  # started as a file: docs/architecture.md, "Upload layout and imports"
+    _HERE = os.path.dirname(os.path.abspath(__file__))  # off sys.path, for the dir above
+    _ABOVE = os.path.dirname(_HERE)
+    sys.path[:] = [_ABOVE] + [p for p in sys.path if os.path.abspath(p) != _HERE]
 
-from remote import atomicfile
-from remote.extract_common import PREFIX, Fail, hms, note, say
-from remote.extract_files import (
+from remote.base import atomicfile
+from remote.base.wire import one_line
+from remote.extraction.common import PREFIX, Fail, hms, note, say
+from remote.extraction.files import (
     CONFIG_FILE,
     SAMPLE_FILE,
     TOKEN_FREQ_FILE,
@@ -93,9 +96,8 @@ from remote.extract_files import (
     skip_crc32,
     write_sample,
 )
-from remote.extract_input import choose_layers, plan_batches, read_dataset, read_model_config
-from remote.extract_vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS
-from remote.wire import one_line
+from remote.extraction.input import choose_layers, plan_batches, read_dataset, read_model_config
+from remote.extraction.vllm import VLLM_MAX_SEQS, VLLM_MIN_BATCH_TOKENS
 
 # Batches whose files may still be in the writers' hands, besides the one being made;
 # bounds pinned host memory.
@@ -103,8 +105,8 @@ IN_FLIGHT = 4
 
 
 def preflight(generator_file: Optional[str]) -> int:
-    """The checks live in preflight.py, shipped beside this file (remote/*.py)."""
-    from remote import preflight as checks
+    """The checks live in extraction/preflight.py, shipped with this file."""
+    from remote.extraction import preflight as checks
 
     return checks.preflight(generator_file)
 
@@ -158,13 +160,13 @@ def run(args: argparse.Namespace) -> int:
                            "pip install transformers safetensors") from None
             if device == "cuda" and not torch.cuda.is_available():
                 raise Fail("--device cuda, but torch sees no CUDA device")
-            from remote.extract_hf import HfBackend
+            from remote.extraction.hf import HfBackend
 
             backend = HfBackend(model_dir, layers, device, dtype_name, args.shard_delay)
         else:
             if not args.skip_preflight and preflight(args.generator_file) != 0:
                 return 1
-            from remote.extract_vllm import VllmBackend
+            from remote.extraction.vllm import VllmBackend
 
             backend = VllmBackend(model_dir, layers, hidden, dtype_name, args.tp, max_seq_len)
         backend.load()

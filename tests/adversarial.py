@@ -7,7 +7,7 @@ its literal runs, and a fixed list of the usual culprits (digit runs, "step 1 ",
 a token into a 1 MB line. ``parsers()`` names every entry point that reads a host line:
 the client's fold (``tui.state.loganalysis.fold.step``, in a fresh analysis and inside an open
 traceback), each line parser on its own, the signature table, the line splitter, the
-host's pace (``remote/pace.py``) and its restart matcher (``remote/restartpolicy.py``).
+host's pace (``remote/run/pace.py``) and its restart matcher (``remote/run/restartpolicy.py``).
 
 ``python -m tests.adversarial`` prints the slowest line per parser (used for the
 numbers in issue 35); ``tests/test_linear_time.py`` asserts each stays under 50 ms.
@@ -126,7 +126,7 @@ def pattern_tokens(pattern: str) -> set[str]:
 
 def patterns() -> list[str]:
     """Every regex of a parser that meets host text, on both sides."""
-    from remote import pace, restartpolicy
+    from remote.run import pace, restartpolicy
     from tui.state import advice, logbytes
     from tui.state.loganalysis import failures, fold, lineshapes, record, signatures, train
 
@@ -184,7 +184,7 @@ def huge_numbers() -> list[str]:
 
 def parsers() -> dict[str, Callable[[str], Any]]:
     """Name -> a function that parses one host line the way the product does."""
-    from remote import pace, restartpolicy
+    from remote.run import pace, restartpolicy
     from tui.services.config import parse_config
     from tui.services.restartpolicy import compile_policy
     from tui.state import logbytes, watch

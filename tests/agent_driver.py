@@ -1,4 +1,4 @@
-"""Run the real host agent (remote/agent.py) as a subprocess and talk to it. For tests.
+"""Run the real host agent (remote/agent/main.py) as a subprocess and talk to it. For tests.
 
     with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}) as agent:
         hello = agent.hello                      # the first line, already parsed
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-AGENT = Path(__file__).resolve().parent.parent / "remote" / "agent.py"
+AGENT = Path(__file__).resolve().parent.parent / "remote" / "agent" / "main.py"
 
 Message = dict[str, Any]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.trust import private_group
+from remote.base.trust import private_group
 from tests.slurm import LINES as SLURM_LINES
 from tests.slurm import Cluster
 from tests.slurm import missing as slurm_missing
@@ -157,7 +157,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[AgentClient]:
-    """The real agent (remote/agent.py) over LocalLink, started; runs go to tmp_path/runs."""
+    """The real agent (remote/agent/main.py) over LocalLink, started; runs go to tmp_path/runs."""
     c = AgentClient(LocalLink(runs_dir=str(tmp_path / "runs")))
     await c.start()
     yield c

@@ -15,9 +15,9 @@ client the way a host with the real agent does:
   STARTED when DIR/home holds a complete upload for that content hash, else PROBED;
 - SFTP (rooted at DIR/home, shared by every fake host) for the upload, then the trust
   check (`ok`) and the start after the upload;
-- then the agent protocol (remote/agent.py): the recorded hello, `configure` (result,
+- then the agent protocol (remote/agent/main.py): the recorded hello, `configure` (result,
   then a snapshot at once and one every `interval`), `snapshot`, `runs`, `subscribe`
-  (the tail of a recorded log, in `log` chunks as remote/follow.py sends them),
+  (the tail of a recorded log, in `log` chunks as remote/agent/follow.py sends them),
   `unsubscribe`, `read_range`, `file_read`, `outcomes`; any other op gets a one-line
   error naming it (the fleet screen sends none other).
 
@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 FIXTURE = ROOT / "tests" / "fixtures" / "fleet_snapshots.json"
-CHUNK = 256 * 1024  # remote/follow.py's chunk of log data
+CHUNK = 256 * 1024  # remote/agent/follow.py's chunk of log data
 READ_RANGE_MAX = 4 * 1024 * 1024
 
 
@@ -70,7 +70,7 @@ class HostData:
         self.files = {p: base64.b64decode(b) for p, b in fixture["files"].items()}
         self.inodes = {p: 1000 + n for n, p in enumerate(sorted(self.files))}
         self.shift = time.time() - float(self.template["time"])  # recorded times, moved to now
-        # each host its own run ids, as remote/launch.py makes them (the launch time moved to now)
+        # each host its own run ids, as remote/run/launch.py makes them (the launch time moved to now)
         self.ids = {r["run_id"]: time.strftime("%Y%m%d-%H%M%S", time.gmtime(r["launched_at"] + self.shift))
                     + "-%04x" % (i % 0x10000) for r in self.template["runs"] if r.get("launched_at")}
         self.rng = random.Random(i)
@@ -275,7 +275,7 @@ async def session(data: HostData, home: Path, process: Any) -> None:
                 process.exit(0)
                 return
             process.stdout.write((python + hostpython.STARTED + "\n").encode())
-        elif "agent.py" in cmd and "exec " in cmd:
+        elif "agent/main.py" in cmd and "exec " in cmd:
             pass  # the start after an upload: the agent's output is all there is
         elif hostpython.UNTRUSTED in cmd:
             process.stdout.write(b"ok\n")
@@ -449,7 +449,7 @@ def record(out: Path) -> None:
         snap("half", tmp / "runs-train")
         agent.call("kill", {"run_id": rec["run_id"], "graces": [1, 1], "gpu_wait": 0}, timeout=30)
     files = {p: base64.b64encode(Path(p).read_bytes()).decode() for p in logs}
-    doc = {"recorded": "tests/fleet_fake.py record: the real agent (remote/agent.py) on this machine "
+    doc = {"recorded": "tests/fleet_fake.py record: the real agent (remote/agent/main.py) on this machine "
                        "with a stand-in nvidia-smi of 8 H200 cards",
            "hello": hello, "shapes": shapes, "files": files}
     text = json.dumps(doc, indent=1, sort_keys=True).replace(str(tmp), "/home/eagle")

@@ -1,5 +1,5 @@
 """A recorded run dir for the replay tests, made by the host's own Recorder
-(remote/timeline.py) on a fake clock, with the log written in step: a run of the
+(remote/run/timeline.py) on a fake clock, with the log written in step: a run of the
 same command loaded in 50 s before (``expected_load_s``), 16 shards in 80 s, then 40
 batches on four of eight cards, and an exit 0 at 171 s. Its log carries host text
 that must stay data: an escape that would retitle the terminal, and Rich markup."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from remote import timeline as hosttl
+from remote.run import timeline as hosttl
 
 T0 = 1_764_460_000.0
 RUN_ID = "20261130-015500-ab12"

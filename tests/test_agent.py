@@ -214,7 +214,7 @@ def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
 def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
                                                 busy_idle: tuple[str, int, int]) -> None:
     """Snapshots every 50 ms: far closer together than the CPU window."""
-    from remote.proctable import MIN_CPU_WINDOW_S
+    from remote.agent.proctable import MIN_CPU_WINDOW_S
 
     marker, busy, idle = busy_idle
     mark = plain.mark()
@@ -245,8 +245,8 @@ def test_cpu_percent_of_busy_and_idle_processes(plain: AgentProc,
 
 
 def test_cpu_base_of_a_reused_pid_is_never_used(busy_idle: tuple[str, int, int]) -> None:
-    from remote import procfs
-    from remote.proctable import ProcTable, _Proc
+    from remote.agent.proctable import ProcTable, _Proc
+    from remote.base import procfs
 
     busy = busy_idle[1]
     p, st = _Proc(), procfs.read_stat(busy)
@@ -494,17 +494,15 @@ def test_eof_exits_zero_promptly(tmp_path: Path) -> None:
 
 
 def test_runner_missing_gives_clear_error(tmp_path: Path) -> None:
-    # A copy of the agent without runner.py beside it: the ops that need it say so.
-    (tmp_path / "remote").mkdir()
-    for src in AGENT.parent.glob("*.py"):
-        if src.name != "runner.py":
-            shutil.copy(src, tmp_path / "remote" / src.name)
+    # A copy of the agent's package without run/runner.py: the ops that need it say so.
+    shutil.copytree(AGENT.parent.parent, tmp_path / "remote", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "remote" / "run" / "runner.py").unlink()
     # -S, as a bare host: the test venv's editable install of this package would else
     # supply the missing `remote.runner` from the checkout.
     bare = tmp_path / "python-S"
     bare.write_text('#!/bin/sh\nexec %s -S "$@"\n' % shlex.quote(sys.executable))
     bare.chmod(0o755)
-    with AgentProc(env=NO_GPU, agent=tmp_path / "remote" / "agent.py", python=str(bare)) as a:
+    with AgentProc(env=NO_GPU, agent=tmp_path / "remote" / "agent" / "main.py", python=str(bare)) as a:
         assert "runs" not in a.hello["capabilities"]
         for op, args in [("launch", {"name": "x", "argv": ["true"]}), ("runs", {}),
                          ("kill", {"run_id": "x"})]:
@@ -762,7 +760,7 @@ def test_kill_completes_after_the_client_goes(tmp_path: Path, gone: str) -> None
 
 
 def procfs_stat(pid: int) -> dict | None:
-    from remote import procfs
+    from remote.base import procfs
 
     return procfs.read_stat(pid)
 

@@ -1,5 +1,5 @@
 """The typed agent API (tui/transport/api.py over tui/protocol/ops.py): each method sends
-the op and args the agent reads (remote/agent.py), byte for byte the wire it always was,
+the op and args the agent reads (remote/agent/main.py), byte for byte the wire it always was,
 and turns the result into its reply type; a result that lacks what its type needs is a
 ProtocolError, never a KeyError deep in a caller."""
 

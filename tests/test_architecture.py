@@ -26,7 +26,13 @@ pytestmark = pytest.mark.arch
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-REMOTE = sorted(p for p in (ROOT / "remote").glob("*.py"))
+REMOTE = sorted(p for p in (ROOT / "remote").rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _dotted(path: Path) -> str:
+    """remote/run/kill.py -> remote.run.kill; remote/run/__init__.py -> remote.run."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 MAX_LINES = 500
 # A module allowed over MAX_LINES while it is being split, with the reason, and the test
 # below fails on an entry that is no longer needed.
@@ -95,14 +101,14 @@ def test_oversize_allowlist_names_only_oversize_files() -> None:
             f"{rel} is under {MAX_LINES} lines now: drop it from OVER_SIZE_ALLOWED")
 
 
-@pytest.mark.parametrize("path", REMOTE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", REMOTE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_remote_module_imports_with_the_standard_library_only(path: Path) -> None:
     # -I: no PYTHONPATH, no user site; -S: no site-packages at all. What is left is the
     # standard library, as on a bare host. The module is imported as the host does: as
-    # `remote.x` from the directory above the package.
-    code = ("import sys; sys.path.insert(0, %r); import remote.%s; "
+    # `remote.run.kill` from the directory above the package.
+    code = ("import sys; sys.path.insert(0, %r); import %s; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in %r); print(bad)"
-            % (str(path.parent.parent), path.stem, ("tui", "textual", "rich", "asyncssh", "torch")))
+            % (str(ROOT), _dotted(path), ("tui", "textual", "rich", "asyncssh", "torch")))
     proc = run([sys.executable, "-I", "-S", "-c", code])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]", proc.stdout
@@ -112,9 +118,8 @@ def test_remote_modules_in_a_bare_venv(tmp_path: Path) -> None:
     # The same in a venv with nothing installed (no pip even), through the venv's python.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
     py = tmp_path / "v" / "bin" / "python"
-    names = ", ".join(p.stem for p in REMOTE)
-    proc = run([str(py), "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-                f"from remote import {names}"])
+    names = ", ".join(_dotted(p) for p in REMOTE)
+    proc = run([str(py), "-I", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import {names}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -216,8 +221,8 @@ def test_the_op_string_check_fails_on_a_planted_one(tmp_path: Path, planted: str
 
 
 def test_agent_api_has_one_method_per_agent_op() -> None:
-    import remote.agent  # noqa: F401 - imports every module that declares an op
-    from remote.wire import OPS  # each op declared once, by @op on its handler
+    import remote.agent.main  # noqa: F401 - imports every module that declares an op
+    from remote.base.wire import OPS  # each op declared once, by @op on its handler
     from tui.transport import AgentApi
 
     ops = set(OPS)
@@ -231,8 +236,8 @@ def test_agent_api_has_one_method_per_agent_op() -> None:
 # public API of its owner (a real name, a docstring) or lives where it belongs. Checked
 # on the product (tui/, remote/) and on what drives it (tests/, bench/): (a) `from X
 # import _name` and (b) `module._name`, where X / module is a module of this project
-# (`tui.*`, `remote.*`, and remote/'s siblings imported by their bare name, as the host
-# imports them). Dunder names are not private. A private attribute of an object or a
+# (`tui.*`, `remote.*`, and a remote/ module's siblings in its folder imported by their bare
+# name, as the host once imported them). Dunder names are not private. A private attribute of an object or a
 # class (`ProcTable._cpu`) is out of reach of a static check and not counted.
 PROJECT = ("tui", "remote")
 SEAM_FOLDERS = ("tui", "remote", "tests", "bench")
@@ -240,7 +245,7 @@ SEAM_FOLDERS = ("tui", "remote", "tests", "bench")
 # no longer needed, so this list only shrinks.
 PRIVATE_REACH_ALLOWED: dict[str, str] = {
     # tests of remote/ internals (the same area): a process's CPU base, the ended-runs cache
-    "tests/test_agent.py: from remote.proctable import _Proc": "remote",
+    "tests/test_agent.py: from remote.agent.proctable import _Proc": "remote",
     "tests/test_host_trust.py: rundir._ENDED": "remote",
 }
 
@@ -261,18 +266,18 @@ def _project_module(root: Path, name: str) -> bool:
 def private_reaches(root: Path, folders: tuple[str, ...] = SEAM_FOLDERS) -> list[str]:
     """Every `from X import _name` and `module._name` into another module of the project,
     as "path: from X import _name" / "path: alias._name"."""
-    flat = {p.stem for p in (root / "remote").glob("*.py")}  # remote/'s siblings, by bare name
     found: list[str] = []
     for path in sorted(p for f in folders for p in (root / f).rglob("*.py") if "__pycache__" not in p.parts):
         rel = str(path.relative_to(root))
         here = _module_name(root, path)
         package = here if path.name == "__init__.py" else here.rpartition(".")[0]
-        in_remote = rel.startswith("remote/")
+        # a remote/ module's siblings in its folder, by bare name
+        flat = {p.stem for p in path.parent.glob("*.py")} if rel.startswith("remote/") else set()
 
         def absolute(module: str | None, level: int) -> str:
             if level == 0:
                 name = module or ""
-                return f"remote.{name}" if in_remote and name.split(".")[0] in flat else name
+                return f"{package}.{name}" if name.split(".")[0] in flat else name
             base = package.split(".")[: len(package.split(".")) - (level - 1)]
             return ".".join(base + ([module] if module else []))
 
@@ -326,11 +331,11 @@ def test_private_reach_check_catches_both_forms(tmp_path: Path) -> None:
     view = tmp_path / "tui" / "state" / "view.py"
     view.write_text(view.read_text() + "\nfrom tui.state.logbytes import _LEAD_PREFIX  # noqa: E402,F401\n"
                     "from tui.state.loganalysis import lineshapes  # noqa: E402\n_X = lineshapes._LEVELS\n")
-    agent = tmp_path / "remote" / "agent.py"
-    agent.write_text(agent.read_text() + "\nfrom . import rundir as _rd  # noqa: E402\n_Y = _rd._ENDED\n")
+    agent = tmp_path / "remote" / "agent" / "main.py"
+    agent.write_text(agent.read_text() + "\nfrom ..run import rundir as _rd  # noqa: E402\n_Y = _rd._ENDED\n")
     found = set(private_reaches(tmp_path, ("tui", "remote")))
     assert {"tui/state/view.py: from tui.state.logbytes import _LEAD_PREFIX", "tui/state/view.py: lineshapes._LEVELS",
-            "remote/agent.py: _rd._ENDED"} <= found, found
+            "remote/agent/main.py: _rd._ENDED"} <= found, found
 
 
 # ---- no reach into another object's privates ----------------------------------------

@@ -1,6 +1,6 @@
 """One declaration per op and per key (docs/architecture.md, "Adding a key and an op").
 
-The host's ops are declared once, by `@op` on their handlers (remote/wire.py `OPS`); the
+The host's ops are declared once, by `@op` on their handlers (remote/base/wire.py `OPS`); the
 client's reply types name their op (tui/protocol/ops.py `REPLIES`); the dashboard's keys
 are declared once, as `Binding`s with an id and a tooltip (`ACTION_KEYS`), from which the
 footer, `?`, the command palette and the CLI twin are derived. These tests hold the
@@ -15,8 +15,8 @@ from typing import Any
 import click
 import pytest
 
-import remote.agent  # noqa: F401 - imports every module that declares an op
-from remote.wire import OPS
+import remote.agent.main  # noqa: F401 - imports every module that declares an op
+from remote.base.wire import OPS
 from tests.replay import ReplayClient, snapshot
 from tui.cli.main import main as cli
 from tui.protocol.ops import REPLIES, ActionReply
@@ -73,15 +73,15 @@ def test_every_op_handler_is_declared() -> None:
 
 
 def test_the_handler_check_finds_an_undeclared_one(tmp_path: Path) -> None:
-    fileops = (ROOT / "remote" / "fileops.py").read_text(encoding="utf-8")
-    (tmp_path / "remote").mkdir()
-    (tmp_path / "remote" / "fileops.py").write_text(
+    fileops = (ROOT / "remote" / "agent" / "fileops.py").read_text(encoding="utf-8")
+    (tmp_path / "remote" / "agent").mkdir(parents=True)
+    (tmp_path / "remote" / "agent" / "fileops.py").write_text(
         fileops + "\n\ndef op_forgotten(agent, args, rid):\n    return {}\n", encoding="utf-8")
-    assert undeclared_handlers(tmp_path) == ["remote/fileops.py: op_forgotten"]
+    assert undeclared_handlers(tmp_path) == ["remote/agent/fileops.py: op_forgotten"]
 
 
 def test_the_hello_says_the_capabilities_of_the_ops_it_can_run() -> None:
-    from remote.wire import capabilities
+    from remote.base.wire import capabilities
 
     assert set(capabilities(True)) == CAPABILITIES
     # without the run modules, no op that needs them is offered, nor any word they share
@@ -89,12 +89,12 @@ def test_the_hello_says_the_capabilities_of_the_ops_it_can_run() -> None:
 
 
 def test_the_old_hand_kept_lists_are_gone() -> None:
-    import remote.actions
+    import remote.agent.outcomes
     import tui.protocol.ops
-    from remote.agent import Agent
+    from remote.agent.main import Agent
 
     assert not hasattr(Agent, "LONG_OPS") and not hasattr(Agent, "FINISH_ON_EOF")
-    assert not hasattr(remote.actions, "ACTION_OPS")
+    assert not hasattr(remote.agent.outcomes, "ACTION_OPS")
     assert not hasattr(tui.protocol.ops, "__all__")
     assert constrained_typevars(ROOT) == []  # settle's type is bound to ActionReply, not a list
     assert DashboardScreen.DASHBOARD_ACTIONS == tuple(b.action for b in ACTION_KEYS)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import launch, rundir
+from remote.run import launch, rundir
 from tui.cli.report import format_runs
 from tui.protocol.records import RunRecord
 from tui.services.actions import state_of

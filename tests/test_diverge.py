@@ -1,5 +1,5 @@
 """Divergence in any common phrasing, told from its look-alikes (issue 37), by the one fold
-both sides run (remote/diverge.py): the host's pace (with no client) and the client's
+both sides run (remote/run/diverge.py): the host's pace (with no client) and the client's
 analysis (``inspect --json``). Each case is a line as trainers print it; the real
 excerpts with their sources are in the training corpus (tests/test_corpus_training.py).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import diverge, pace
+from remote.run import diverge, pace
 from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.loganalysis.record import default_signatures

@@ -1,5 +1,5 @@
-"""remote/extract_files.py writes each data_{i}.pt itself (the archive laid out by
-remote/extract_zip.py, written with one writev from the host buffers): the files must be
+"""remote/extraction/files.py writes each data_{i}.pt itself (the archive laid out by
+remote/extraction/zip.py, written with one writev from the host buffers): the files must be
 the very bytes plain torch.save writes, and load as speculators loads them."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT / "remote"
 
-from remote import extract_files, extract_zip  # noqa: E402
-from remote.extract_common import Sample  # noqa: E402
+from remote.extraction import files as extract_files  # noqa: E402
+from remote.extraction import zip as extract_zip  # noqa: E402
+from remote.extraction.common import Sample  # noqa: E402
 from tui.transport.bundle import agent_files  # noqa: E402
 
 
@@ -150,31 +151,33 @@ def test_writev_all_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_extract_modules_ship_with_the_agent() -> None:
-    """The client uploads remote/*.py; every sibling module extract.py and its modules
-    import is among those files, so the job runs from the upload directory."""
+    """The client uploads the remote package; every module extract.py and its modules
+    import is among those files, with each package's __init__.py, so the job runs from the
+    upload directory."""
     files = agent_files(REMOTE)
-    local = {p.stem for p in REMOTE.glob("*.py")}
-    seen, todo = set(), ["extract"]
+    seen, todo = set(), ["remote.extract"]
     while todo:
         name = todo.pop()
         seen.add(name)
-        tree = ast.parse(files["remote/%s.py" % name])
-        for node in ast.walk(tree):  # siblings come as `from remote import x` or `from remote.x import y`
-            mods = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) and node.module == "remote"
-                    else [node.module.split(".", 1)[1]] if isinstance(node, ast.ImportFrom)
-                    and (node.module or "").startswith("remote.")
-                    else [])
-            todo += [m for m in mods if m in local and m not in seen]
-    assert {"extract_common", "extract_files", "extract_input", "extract_hf",
-            "extract_vllm", "extract_zip", "preflight"} <= seen
-    assert all(len(files["remote/%s.py" % m].splitlines()) < 500 for m in seen)
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # importing remote.x.y runs remote/__init__, remote/x/__init__
+            assert "/".join(parts[:i]) + "/__init__.py" in files, name
+        tree = ast.parse(files["/".join(parts) + ".py"])
+        for node in ast.walk(tree):  # `from remote.x import y`: y is a module or a name of remote.x
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("remote"):
+                for mod in [node.module] + ["%s.%s" % (node.module, a.name) for a in node.names]:
+                    if mod.replace(".", "/") + ".py" in files and mod not in seen:
+                        todo.append(mod)
+    assert {"remote.extraction." + m for m in ("common", "files", "input", "hf", "vllm", "zip", "preflight")} <= seen
+    assert {m.split(".")[1] for m in seen} <= {"extract", "extraction", "base"}  # the job's rooms only
+    assert all(len(files[m.replace(".", "/") + ".py"].splitlines()) < 500 for m in seen)
 
 
 def test_extract_modules_import_with_the_standard_library_only() -> None:
     """The job's modules load torch, transformers and vLLM only when used: --help,
     --preflight and bad-input errors work on a host Python without them."""
-    code = ("import sys; sys.path.insert(0, %r); from remote import extract, extract_common, extract_files, "
-            "extract_hf, extract_input, extract_vllm, extract_zip; "
+    code = ("import sys; sys.path.insert(0, %r); from remote import extract; "
+            "from remote.extraction import common, files, hf, input, preflight, vllm, zip; "
             "print(sorted({m.split('.')[0] for m in "
             "sys.modules} & {'torch', 'transformers', 'safetensors', 'vllm', 'speculators', "
             "'numpy'}))" % str(ROOT))

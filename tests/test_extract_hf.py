@@ -1,4 +1,4 @@
-"""remote/extract_hf.py hands transformers a ready 4-D attention mask (so that on CUDA
+"""remote/extraction/hf.py hands transformers a ready 4-D attention mask (so that on CUDA
 nothing is read back from the GPU per batch): a padded batch's layer outputs equal each
 sequence's own forward pass, for both attentions that take it (sdpa, eager)."""
 
@@ -13,8 +13,8 @@ from tests import need
 torch = need.module("torch", "pip install 'eagle3-tui[demo]'")
 transformers = need.module("transformers", "pip install 'eagle3-tui[demo]'")
 
-from remote.extract_common import Sample  # noqa: E402
-from remote.extract_hf import HfBackend  # noqa: E402
+from remote.extraction.common import Sample  # noqa: E402
+from remote.extraction.hf import HfBackend  # noqa: E402
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])

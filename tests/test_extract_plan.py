@@ -1,4 +1,4 @@
-"""remote/extract_input.py's batch plan: longest first, and for the hf backend (`fill`)
+"""remote/extraction/input.py's batch plan: longest first, and for the hf backend (`fill`)
 every batch as large in padded tokens as the first, so short sequences come in fuller
 batches; the output keeps the input's numbering whatever the batches (test_extract.py)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remote.extract_common import Sample
-from remote.extract_input import plan_batches
+from remote.extraction.common import Sample
+from remote.extraction.input import plan_batches
 
 
 def _samples(lengths: list[int]) -> list[Sample]:

@@ -59,7 +59,7 @@ class CutOnKill:
     connection, before any reply. The agent is left to finish (as sshd leaves it: its
     stdin closes, it completes the kill and exits). Sessions that start the agent are
     counted (the client's host-Python probe execs the agent in its own session once
-    the agent is uploaded, so a command naming agent.py may be either)."""
+    the agent is uploaded, so a command naming agent/main.py may be either)."""
 
     def __init__(self) -> None:
         self.sessions = 0

@@ -1,4 +1,4 @@
-"""The agent's file operations (remote/fileops.py) on real files and real subprocesses:
+"""The agent's file operations (remote/agent/fileops.py) on real files and real subprocesses:
 the edges of the bounded read and of the fixed-script runner that the patch screen's
 status, compile check and writes stand on."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import fileops
-from remote.wire import BadRequest
+from remote.agent import fileops
+from remote.base.wire import BadRequest
 
 
 def test_file_read_takes_a_file_of_exactly_the_limit_and_refuses_one_byte_more(

@@ -63,7 +63,7 @@ def test_agent_upload_falls_back_to_exec_without_sftp(tmp_path: Path) -> None:
         assert "SFTP unavailable" in link.notice and "Session request failed" in link.notice
         rdir = Path(link.remote_dir or "")
         assert (rdir / ".complete").is_file()
-        for name in ("agent.py", "runner.py", "kill.py"):  # the package keeps its shape
+        for name in ("__init__.py", "agent/main.py", "run/__init__.py", "run/runner.py", "run/kill.py"):  # its shape
             assert (rdir / "remote" / name).read_bytes() == (ROOT / "remote" / name).read_bytes()
         assert not list(rdir.glob("**/.*.tmp-*"))  # atomic writes leave no temp files
 

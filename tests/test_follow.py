@@ -1,4 +1,4 @@
-"""Log following in the real agent (remote/follow.py), inotify and poll: what happens
+"""Log following in the real agent (remote/agent/follow.py), inotify and poll: what happens
 around the stream itself -- an unreadable log, a log that comes and goes, an agent with
 nothing to do. (The stream's bytes, truncation and rotation: tests/test_agent.py.)"""
 
@@ -174,7 +174,7 @@ def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
     """A log of many MiB followed from its start (a relaunch resuming at 0, a client that
     was away): the agent sends it a budget at a time, so a request queued behind it is
     answered after a few MiB, not after the whole backlog."""
-    from remote.follow import PUMP_BUDGET
+    from remote.agent.follow import PUMP_BUDGET
 
     path = tmp_path / "huge.log"
     path.write_bytes(b"0123456789abcdef" * (8 * PUMP_BUDGET // 16))
@@ -227,7 +227,7 @@ def test_a_host_whose_libc_cannot_be_loaded_follows_logs_by_polling(monkeypatch:
     start. Stand-in: ctypes.CDLL made to fail as it does there, in this process."""
     import ctypes
 
-    from remote import follow
+    from remote.agent import follow
 
     def no_libc(name: str, *args: object, **kw: object) -> None:
         raise OSError(f"{name}: cannot open shared object file: No such file or directory")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from remote.gpus import Gpus
+from remote.base.gpus import Gpus
 
 MIB = 2**20
 

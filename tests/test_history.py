@@ -1,5 +1,5 @@
 """History that predicts: the host's earlier loads of the same command set a new run's
-expected load (remote/history.py, kept in the manifest by the shim); `runs show` prints
+expected load (remote/run/history.py, kept in the manifest by the shim); `runs show` prints
 it and the dashboard's progress panel turns it into an ETA, then a comparison.
 
 Real processes: the CLI launches a stand-in job (tests/jobs/history_job.py) twice
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from remote import history
-from remote import timeline as hosttl
+from remote.run import history
+from remote.run import timeline as hosttl
 from tests import checkout
 from tests.test_app import until
 from tui.protocol.records import RunRecord

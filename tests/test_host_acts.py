@@ -1,5 +1,5 @@
 """The host acts on waste with no client connected (issue 37): ``[watch] on_diverge`` and
-``on_idle`` = "kill", run by the restart supervisor (remote/restart.py) from the shim's
+``on_idle`` = "kill", run by the restart supervisor (remote/run/restart.py) from the shim's
 pace, a kill proved as a kill is (the GPUs free), never restarted, and ``runs show``
 telling the GPU-hours spent after the moment the timeline marks.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from remote.restartpolicy import decide
+from remote.run.restartpolicy import decide
 from tests import checkout
 from tui.protocol.records import RunRecord
 from tui.services import timeline

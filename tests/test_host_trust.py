@@ -1,4 +1,4 @@
-"""Trust on the host (remote/trust.py): a runs dir, run dir, launch lock or run record
+"""Trust on the host (remote/base/trust.py): a runs dir, run dir, launch lock or run record
 that another user owns or may write, or that is a symlink, is refused with one line
 naming the path, its owner and its mode -- through the real agent, with real files
 owned by another uid. Another user's planted record never reaches `runs`, `kill` or
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import rundir
-from remote.procfs import CMDLINE_CUT
+from remote.base.procfs import CMDLINE_CUT
+from remote.run import rundir
 from tests.agent_driver import AgentCallError, AgentProc
 from tui.protocol.records import RunRecord
 from tui.services.actions import choose_run
@@ -192,7 +192,7 @@ def test_our_own_runs_pass_and_records_are_written_ours_alone(tmp_path: Path) ->
             result = a.call("runs")
     finally:
         os.umask(old)
-    from remote import trust
+    from remote.base import trust
 
     assert result["warnings"] == [] and result["runs"][0]["state"] == "exited"
     for p in [runs, runs / rec["run_id"], *(runs / rec["run_id"]).iterdir()]:
@@ -255,8 +255,8 @@ async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, 
     if how == "owned-by-nobody":
         _chown_tree(rdir, OTHER_UID)
     elif how == "mode-0777":
-        os.chmod(rdir / "remote" / "agent.py", 0o666)
-        bad = rdir / "remote" / "agent.py"
+        os.chmod(rdir / "remote" / "agent" / "main.py", 0o666)
+        bad = rdir / "remote" / "agent" / "main.py"
     elif how == "planted-file":
         bad = rdir / "remote" / "__pycache__" / "wire.cpython-39.pyc"
         bad.parent.mkdir(exist_ok=True)
@@ -281,7 +281,7 @@ async def test_agent_upload_dir_not_ours_alone_is_refused(sshd, tmp_path: Path, 
 def _shared_gid() -> int:
     """A group that is not our private one and that we may give our files (a group
     write of our own private group is ours: a umask of 002 under user-private groups)."""
-    from remote import trust
+    from remote.base import trust
 
     for gid in ([OTHER_UID] if os.geteuid() == 0 else os.getgroups()):
         if not trust.private_group(gid):
@@ -290,7 +290,7 @@ def _shared_gid() -> int:
 
 
 def test_trust_problem_names_path_owner_and_mode(tmp_path: Path) -> None:
-    from remote import trust
+    from remote.base import trust
 
     p = tmp_path / "f"
     p.write_bytes(b"")

@@ -1,4 +1,4 @@
-"""The host side's one rule for what it opens as the user (remote/trust.py `open_file`),
+"""The host side's one rule for what it opens as the user (remote/base/trust.py `open_file`),
 met where it matters most: a run's `[run] log`, which the shim opens in the run's cwd.
 As root in a directory another user may write, a symlink named like the log made root
 append the run's output to any file (or create one anywhere), a FIFO blocked the shim
@@ -27,8 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import procfs, proctable, restart, rundir, trust
+from remote.agent import proctable
+from remote.base import procfs, trust
+from remote.run import kill as killer
+from remote.run import restart, rundir
 from tests import checkout
 from tests.agent_driver import AgentCallError, AgentProc
 
@@ -230,7 +232,7 @@ def test_a_setuid_program_another_user_starts_with_the_marker_is_not_the_runs(tm
     root's (the effective uid), its real uid is nobody's. Neither the process table nor
     root's kill takes it for the run's (the owner of /proc/PID did)."""
     runs = str(tmp_path / "runs")
-    from remote import runner
+    from remote.run import runner
 
     rec = runner.launch(runs, "svc", [sys.executable, "-c", "import time; time.sleep(60)"], str(tmp_path), {})
     d, sleeper = _setuid_copy(shutil.which("sleep") or "/bin/sleep")

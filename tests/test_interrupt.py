@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.rundir import signal_name
+from remote.run.rundir import signal_name
 from tui.protocol.records import RunRecord
 from tui.services.inspect import inspect_log
 from tui.state.advice import summarize

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote import wire
+from remote.base import wire
 from tests import adversarial
 from tui.state.loganalysis import lineshapes
 

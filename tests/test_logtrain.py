@@ -246,7 +246,7 @@ def test_watch_counts_training_steps_as_progress_and_calls_a_stopped_loop_stalle
 
 
 def test_host_pace_reads_training_steps(tmp_path: Path) -> None:
-    import remote.pace as hostpace
+    import remote.run.pace as hostpace
 
     log = tmp_path / "output.log"
     log.write_text("Step 1 | loss:1.5 lr:2e-05\n")
@@ -362,7 +362,7 @@ def test_a_new_run_never_shows_the_previous_runs_analysis() -> None:
     ("{'train_runtime': 4.9, 'train_steps_per_second': 8.2, 'train_loss': 8.888, 'epoch': 2.0}", None),
 ])
 def test_host_pace_keeps_the_training_loss(tmp_path: Path, text: str, want: object) -> None:
-    import remote.pace as hostpace
+    import remote.run.pace as hostpace
 
     log = tmp_path / "output.log"
     log.write_text("Step 1 | loss:1.5 lr:2e-05\n")
@@ -377,7 +377,7 @@ def test_host_pace_keeps_the_training_loss(tmp_path: Path, text: str, want: obje
 
 
 def test_host_pace_gives_a_loss_the_step_before_it_and_a_new_attempt_none(tmp_path: Path) -> None:
-    import remote.pace as hostpace
+    import remote.run.pace as hostpace
 
     log = tmp_path / "output.log"
     log.write_text(" 40%|████      | 40/100 [00:04<00:06,  9.50it/s]\n{'loss': 1.25, 'epoch': 0.4}\n")

@@ -1,6 +1,6 @@
 """The log viewer screen in Pilot, reading a real temp log through the real local agent.
 
-The client is ``AgentClient(LocalLink())``: ``remote/agent.py`` runs as a subprocess and
+The client is ``AgentClient(LocalLink())``: ``remote/agent/main.py`` runs as a subprocess and
 serves ``read_range``, as it does on a GPU host. Tests poll the screen's state with a
 deadline (``pilot.pause``), never a fixed sleep.
 """

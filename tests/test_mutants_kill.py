@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import procfs, runner
+from remote.base import procfs
+from remote.run import kill as killer
+from remote.run import runner
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
 
@@ -78,3 +80,49 @@ def test_a_run_that_dies_is_ok_with_no_gpu_source(tmp_path: Path) -> None:
     report = killer.kill(runs, rec["run_id"], graces=(0.5, 0.5), gpu_wait=0)
     assert report["ok"] is True and report["remaining"] == [] and report["gpus_free"] is None, report
     assert not _alive(rec["pid"], rec["start_ticks"])
+
+
+def test_a_card_the_run_never_used_hides_none_the_run_still_holds(tmp_path: Path) -> None:
+    """GPU-free proof on a multi-GPU host: a card the run never touched (a stranger's
+    job on it) listed before the card where a process of the run still holds memory
+    after the kill (a driver that frees late, a process the GPU source lists after its
+    end). The kill must still name that card and never say the GPUs are free."""
+    runs = str(tmp_path / "runs")
+    rec = runner.launch(runs, "multi", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
+    stranger = {"pid": 4242424, "mem": 5 * 2**30}
+
+    def cards() -> list[dict]:
+        return [{"index": 0, "processes": [stranger]}, {"index": 1, "processes": []},
+                {"index": 2, "processes": [{"pid": rec["pid"], "mem": 7 * 2**30}]}]
+
+    report = killer.kill(runs, rec["run_id"], graces=(0.5, 0.5), gpu_wait=0.3, gpu_query=cards)
+    assert not _alive(rec["pid"], rec["start_ticks"])
+    assert report["gpus_free"] is False and report["ok"] is False, report
+    assert [(g["index"], g["run_pids"]) for g in report["gpus"]] == [(2, [rec["pid"]])], report
+
+
+def test_a_manifest_of_another_boot_signals_no_one_its_numbers_name_now(tmp_path: Path) -> None:
+    """After a reboot a run's recorded pid, start ticks, session and group may name
+    someone else's processes (pids and ticks restart from zero). A kill of that run
+    finds it by its marker alone and signals none of them, even when every recorded
+    number matches a live process exactly."""
+    runs = tmp_path / "runs"
+    anchor = runner.launch(str(runs), "anchor", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
+    killer.kill(str(runs), anchor["run_id"], graces=(0.5, 0.5), gpu_wait=0)
+    stranger = subprocess.Popen([sys.executable, "-c", SLEEPER], start_new_session=True)
+    try:
+        st = procfs.read_stat(stranger.pid)
+        assert st is not None
+        run_dir = runs / "20250101-000000-boot"
+        run_dir.mkdir(mode=0o700)
+        manifest = {"pid": stranger.pid, "start_ticks": st["start_ticks"], "pgid": st["pgid"],
+                    "sid": st["sid"], "shim_pid": stranger.pid, "shim_start_ticks": st["start_ticks"],
+                    "boot_id": "a-boot-before-this-one", "boot_time": procfs.boot_time() - 86400,
+                    "argv": ["x"], "name": "old"}
+        (run_dir / "manifest.json").write_text(json.dumps(manifest))
+        report = killer.kill(str(runs), run_dir.name, graces=(0.2, 0.2), gpu_wait=0)
+        assert report["stages"] == [], report
+        assert _alive(stranger.pid, st["start_ticks"]) and procfs.read_stat(stranger.pid)["state"] != "T"
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -104,3 +104,13 @@ def test_a_log_chunk_that_is_not_base64_is_an_error_never_garbage_bytes() -> Non
     for bad in ("aGk*Cg==", "aGkK\x1b[2J", "a GkK", "aGk"):
         with pytest.raises(ProtocolError):
             parse_message({"type": "log", "sub": "s", "path": "/x.log", "inode": 1, "offset": 0, "b64": bad})
+
+
+def test_every_string_of_a_host_tree_is_one_line_keys_too() -> None:
+    """A host's JSON reply (a kill report, a launch record, a timeline line) is shown
+    field by field on one line each: a newline in any string of it, at any depth, key or
+    value, is a space, so no host text can forge a line of its own on the screen."""
+    from tui.protocol.hosttext import clean_tree
+
+    tree = {"note\nforged": ["a\nb", {"c": "d\ne\x1b[31m"}, ("f\r\ng",)], "n": 3, "ok": None}
+    assert clean_tree(tree) == {"note forged": ["a b", {"c": "d e"}, ["f g"]], "n": 3, "ok": None}

@@ -160,3 +160,29 @@ def test_kill_progress_goes_to_the_kill_of_its_run_and_nowhere_else() -> None:
     s = apply(s, p.KillProgress(10, "r2", "SIGTERM", (6,), (), 1.0), 4.0)
     assert s.action("k2").progress.stage == "SIGTERM"  # type: ignore[union-attr]
     assert s.action("k1").progress is None and s.action("l1").progress is None  # type: ignore[union-attr]
+
+
+def test_a_process_row_without_an_integer_pid_is_dropped_not_shown() -> None:
+    """Host rows are data: a process whose pid is not a plain integer (a string, null,
+    a boolean, a float) names no process the dashboard could act on (`k` kills by pid):
+    it is left out; the well-formed rows around it are shown. From the host's JSON, through
+    the parser, into the state."""
+    rows: list[object] = [{"pid": "6"}, {"pid": 5, "ppid": 1, "cmdline": ["python", "train.py"]}, {"pid": None},
+                          {"pid": True}, {"pid": 7.0}, "a row that is text", None, {"pid": 8, "cmdline": ["x"]}]
+    snap = p.parse_message({"type": "snapshot", "seq": 0, "time": 1.0, "host": {"hostname": "gpu-box"},
+                            "gpus": [], "processes": rows, "runs": []})
+    state = apply(AppState(), snap, 0.0)
+    assert [proc.pid for proc in state.processes] == [5, 8]
+
+
+def test_after_a_rotation_the_progress_panel_reads_the_new_stream() -> None:
+    """A log rotated (or truncated) under the dashboard: the new file is read from byte 0,
+    so nothing older is awaited; the progress panel's analysis is the new stream's at
+    once, never left waiting for older bytes of a file that is gone."""
+    state = apply(AppState(), _chunk(0, 400), 0.0)
+    for reason in ("rotated", "truncated"):
+        state = apply(state, p.LogReset("log", "/x.log", reason, 2, 0), 0.0)
+        state = apply(state, p.LogData("log", "/x.log", 2, 0, b"Epoch 1: 100%|##| 10/10 [00:01<00:00, loss=0.5]\n"),
+                      0.0)
+        assert not state.log.catching_up, reason
+        assert state.log.shown_analysis is not None and state.log.shown_analysis == state.log.analysis, reason

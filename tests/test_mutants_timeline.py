@@ -1,4 +1,4 @@
-"""The run's timeline (remote/timeline.py) read back as `runs show` and the timeline
+"""The run's timeline (remote/run/timeline.py) read back as `runs show` and the timeline
 screen read it (tui/services/timeline.py), where fresh bugs went unnoticed (issue 41):
 a card set that changes (a run that takes or drops cards, cards renumbered, the run's
 set versus the host's) loses no sample; past each size cap the file stays bounded and
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote import pace as hostpace
-from remote import timeline as hosttl
+from remote.run import pace as hostpace
+from remote.run import timeline as hosttl
 from tui.services import timeline
 
 GIB = 2**30
@@ -262,3 +262,73 @@ def test_a_full_disk_costs_the_timeline_never_the_run(tmp_path: Path) -> None:
     os.close(fd)  # and a descriptor gone under it: close() too says nothing
     rec.close()
     assert rec.fd is None
+
+
+def test_the_restart_supervisors_record_is_one_event_per_change(tmp_path: Path) -> None:
+    """attempts.json is stat'ed each tick; the timeline gets an `attempts` event when it
+    changed, not one per tick while it stays the same (a run waiting 10 minutes to
+    restart would fill the timeline's size cap with copies)."""
+    rec = hosttl.Recorder(str(tmp_path), 1000.0, "r")
+    path = tmp_path / "attempts.json"
+    for t in range(1001, 1006):  # no record yet: nothing
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    path.write_text(json.dumps({"restarts": 1, "attempts": [{"n": 1, "cause": {"id": "nccl-timeout"}}],
+                                "restart_at": 1100.0, "note": "restarting"}))
+    for t in range(1006, 1016):
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    path.write_text(json.dumps({"restarts": 1, "attempts": [{"n": 1}, {"n": 2}], "note": "finished"}))
+    os.utime(path, (2000.0, 2000.0))  # a change the stat sees whatever the clock's grain
+    for t in range(1016, 1020):
+        rec.attempts(float(t), str(tmp_path), hostpace.load_json)
+    rec.close()
+    tl = timeline.parse((tmp_path / hosttl.TIMELINE_FILE).read_bytes())
+    events = [ln for ln in tl.lines if ln.get("e") == "attempts"]
+    assert [(e["n"], e["note"]) for e in events] == [(1, "restarting"), (2, "finished")], events
+
+
+def _timeline_of_size(run_dir: Path, size: int) -> None:
+    """A run's timeline (header, then samples) of exactly `size` bytes, as the job before
+    this one left it (a Slurm run's next job carries it on)."""
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    head = (json.dumps({"v": 1, "t0": 1000.0, "run": "r", "launched_at": None}) + "\n").encode()
+    line = b'{"t":1.0,"s":"step 1"}\n'
+    body = head + line * ((size - len(head)) // len(line) - 1)
+    pad = size - len(body) - len(b'{"t":2.0,"s":""}\n')
+    body += b'{"t":2.0,"s":"' + b"x" * pad + b'"}\n'
+    assert len(body) == size
+    path = run_dir / hosttl.TIMELINE_FILE
+    path.write_bytes(body)
+    os.chmod(path, 0o600)
+
+
+@pytest.mark.parametrize("size", [hosttl.SAMPLE_CAP - 1, hosttl.SAMPLE_CAP, hosttl.MAX_BYTES - 1, hosttl.MAX_BYTES])
+def test_each_cap_holds_from_its_very_byte(tmp_path: Path, size: int) -> None:
+    """A timeline carried on at a cap's exact size: from SAMPLE_CAP bytes no more samples
+    (not even the run's last look), from MAX_BYTES no more lines at all, but the exit
+    event always; one byte below a cap, what it bounds still comes."""
+    run_dir = tmp_path / "run"
+    _timeline_of_size(run_dir, size)
+    rec = hosttl.Recorder(str(run_dir), 2000.0, "r")
+    rec.look(2001.0, None, None, None, None, None, [], offset=4096, last=True)  # the run's last sample
+    rec.event(2002.0, "phase", phase="diverged")
+    rec.event(2003.0, "exit", code=0)
+    rec.close()
+    added = (run_dir / hosttl.TIMELINE_FILE).read_bytes()[size:].decode().splitlines()
+    kinds = [json.loads(ln).get("e", "sample") for ln in added]
+    want = (["sample"] if size < hosttl.SAMPLE_CAP else []) + (["phase"] if size < hosttl.MAX_BYTES else [])
+    assert kinds == want + ["exit"], added
+
+
+def test_a_look_with_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    """A run stuck at one step for hours (a hang, a long evaluation) with no GPU reading:
+    each due sample has nothing new to say and adds no line; the timeline's bytes go to
+    what changed."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    rec = hosttl.Recorder(str(run_dir), 1000.0, "r", sample_s=10.0)
+    for k in range(20):
+        rec.look(1000.0 + 10 * k, "training", "step 7", ["train", 7], None, None, [], offset=512)
+    rec.close()
+    tl = timeline.parse((run_dir / hosttl.TIMELINE_FILE).read_bytes())
+    samples = [ln for ln in tl.lines if "e" not in ln]
+    assert len(samples) == 1 and samples[0].get("s") == "step 7", tl.lines

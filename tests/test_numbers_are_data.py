@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remote import pace as hostpace
-from remote import timeline as hosttl
+from remote.run import pace as hostpace
+from remote.run import timeline as hosttl
 from tests import checkout, replay_fixture
 from tests.test_app import until
 from tui.protocol import hostjson
@@ -233,9 +233,9 @@ def test_a_run_record_with_absurd_numbers_is_read_with_them_left_out() -> None:
 
 
 def test_an_earlier_run_s_absurd_timeline_costs_only_itself_in_the_load_history(tmp_path: Path) -> None:
-    """The host's load history (remote/history.py) reads earlier runs' timelines: one with a
+    """The host's load history (remote/run/history.py) reads earlier runs' timelines: one with a
     400-digit t, or a 100,000-deep line, made it raise and the new run got no history."""
-    from remote import history
+    from remote.run import history
 
     argv = ["python", "extract.py"]
     for i, phase_line in enumerate(['{"t": %s, "e": "phase", "phase": "loaded"}' % BIG, DEEP,

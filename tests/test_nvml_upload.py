@@ -25,9 +25,9 @@ def test_the_agent_upload_carries_the_clients_pynvml() -> None:
 
 def test_an_agent_on_a_python_without_pynvml_uses_the_uploaded_one(tmp_path: Path) -> None:
     for name, data in agent_files(REMOTE).items():  # the directory as the client uploads it
-        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
-    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote import gpus; g = gpus.Gpus(); "
+    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); from remote.base import gpus; g = gpus.Gpus(); "
              "print(json.dumps([g.source, g.error, g.source_detail]))")
     # -S -E: no site-packages and no PYTHONPATH, as a login's python3 without nvidia-ml-py
     no_site = subprocess.run([sys.executable, "-E", "-S", "-c", "import pynvml"], capture_output=True)

@@ -1,4 +1,4 @@
-"""The host keeps each run's pace (remote/pace.py), so a client that never watched the
+"""The host keeps each run's pace (remote/run/pace.py), so a client that never watched the
 run can still say it stalled (tui/state/watch.py ``assess`` / ``seed``).
 
 Real processes write real logs; the clock passed to ``Pace.update`` and ``assess`` is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import pace as hostpace
+from remote.run import pace as hostpace
 from tests import checkout
 from tests.agent_driver import AgentProc
 from tui.protocol.records import RunRecord

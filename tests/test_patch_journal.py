@@ -1,4 +1,4 @@
-"""A patch push is one transaction on the host (remote/journal.py): the real agent over
+"""A patch push is one transaction on the host (remote/agent/journal.py): the real agent over
 LocalLink, the real speculators files, and the agent SIGKILLed at EVERY step of a push
 (its test hook EAGLE3_TUI_TEST_KILL_AT=N). After a restart the status is exactly
 "pristine" or the pushed version, never "edited by hand" (unknown)."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import journal
+from remote.agent import journal
 from tests import checkout, spec_wheel
 from tests.patch_fixtures import GEN, PY, SET, WORKER, pkg, site  # noqa: F401 - fixture
 from tui.services import patches as S
@@ -187,7 +187,7 @@ async def test_agent_killed_between_the_writes_of_a_push_is_never_edited_by_hand
 def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_path: Path) -> None:
     """The second file cannot be written (its folder is gone): the agent puts the first
     back from the journal before it answers, and says so; no journal is left."""
-    from remote.wire import BadRequest
+    from remote.base.wire import BadRequest
 
     first = tmp_path / "a.py"
     first.write_bytes(b"old\n")
@@ -226,7 +226,7 @@ def test_a_file_changed_on_the_host_is_named_with_both_hashes(jdir: Path, tmp_pa
     """A file another hand changed, or removed, since the client read it: the refusal says
     which file and what the host has now against what the client read, so the user can
     tell a colleague's edit from a removed install; nothing is written."""
-    from remote.wire import BadRequest
+    from remote.base.wire import BadRequest
 
     edited, removed, made = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
     edited.write_bytes(b"theirs\n")

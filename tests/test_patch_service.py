@@ -1,4 +1,4 @@
-"""tui/services/patches.py against the REAL agent (remote/agent.py over LocalLink) and a real
+"""tui/services/patches.py against the REAL agent (remote/agent/main.py over LocalLink) and a real
 file tree: a temp site-packages holding the real speculators 0.3.0 wheel, found by the
 host Python (sys.executable) through PYTHONPATH."""
 

@@ -95,7 +95,7 @@ def test_a_removal_that_fails_part_way_is_reported_and_prune_goes_on(tmp_path: P
     """A file in a run dir the user made immutable (chattr +i on a checkpoint to keep):
     the verdict cannot see it, the removal fails on it; prune says so for that run, in
     one line naming the file, removes the other runs and does not stop."""
-    from remote import rundir
+    from remote.run import rundir
 
     runs = tmp_path / "runs"
     runs.mkdir(mode=0o700)

@@ -29,7 +29,7 @@ from tui.transport.bundle import agent_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "real_vllm_driver.py"
-PREFLIGHT = ROOT / "remote" / "preflight.py"
+PREFLIGHT = ROOT / "remote" / "extraction" / "preflight.py"
 GEN = "data_generation/vllm_hidden_states_generator.py"
 NUM_LAYERS, LAYER_IDS = 8, [2, 4, 7]
 SMALL, BIG = batch(5, 1), batch(40, 2)  # BIG: > max_num_seqs (32), two scheduler steps
@@ -166,7 +166,7 @@ def preflight(site: Path, gen_file: Path) -> subprocess.CompletedProcess[str]:
 
 @tier
 def test_preflight_on_real_vllm(site: Path, tmp_path: Path, pset: P.PatchSet) -> None:
-    """remote/preflight.py on the real installed 0.16.0: every failure of the pristine
+    """remote/extraction/preflight.py on the real installed 0.16.0: every failure of the pristine
     files named, one line each; the latest version passes."""
     pristine = spec_wheel.pristine_files()
     root = spec_wheel.speculators_site(tmp_path / "pristine", pristine)
@@ -189,8 +189,8 @@ def test_preflight_on_real_vllm(site: Path, tmp_path: Path, pset: P.PatchSet) ->
 def test_preflight_ships_with_the_agent() -> None:
     """The client uploads the remote package; extract.py's --preflight imports its preflight."""
     files = agent_files(ROOT / "remote")
-    assert "remote/preflight.py" in files and "remote/extract.py" in files
-    assert b"from remote import preflight" in files["remote/extract.py"]
+    assert "remote/extraction/preflight.py" in files and "remote/extract.py" in files
+    assert b"from remote.extraction import preflight" in files["remote/extract.py"]
 
 
 # ------------------------------------------------------------------ the stand-in cannot drift

@@ -13,7 +13,7 @@ from tests import checkout
 
 LEAKY = """
 import sys
-from remote import runner
+from remote.run import runner
 from tests.conftest import _no_run_left_alive  # noqa: F401 - the autouse reaper under test
 
 def test_leaves_its_run(tmp_path):

@@ -3,8 +3,8 @@
 The host's own writers run here: the real agent as a subprocess (its snapshots, `runs`,
 `kill` and `prune` replies) with the stand-in ``nvidia-smi`` of tests/jobs/standin_smi.py
 as its GPU source, NVML through a stand-in ``pynvml`` module in this process (no GPU
-here), a Slurm run's record (remote/slurm.py, with squeue's answer handed in) and a job
-node's view (remote/nodeagent.py). Each record's keys are compared with its `KEYS` (read)
+here), a Slurm run's record (remote/run/slurm.py, with squeue's answer handed in) and a job
+node's view (remote/agent/node.py). Each record's keys are compared with its `KEYS` (read)
 and `UNREAD` (left on purpose): a key the host writes that the client neither reads nor
 names fails, and so does a key the client reads that no writer writes (a typo would
 show N/A forever).
@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 
-from remote import nodeagent, procfs, slurm
-from remote.gpus import Gpus, host_info
+from remote.agent import node as nodeagent
+from remote.base import procfs
+from remote.base.gpus import Gpus, host_info
+from remote.run import slurm
 from tests.agent_driver import AgentCallError, AgentProc
 from tui.protocol import parse_message
 from tui.protocol.ops import KillReport
@@ -48,7 +50,7 @@ MIB = 2**20
 GPU_UNREAD: tuple[str, ...] = ()
 PROC_UNREAD: tuple[str, ...] = ()
 JOB_NODE_UNREAD = ("run_id", "job_id", "how", "hostname")  # the client shows where and why, by node
-NODE = {"node": "remote/nodeagent.py"}  # a job node's GPUs and processes name it (test below)
+NODE = {"node": "remote/agent/node.py"}  # a job node's GPUs and processes name it (test below)
 
 
 def keys(objs: Iterable[Any]) -> set[str]:
@@ -83,7 +85,7 @@ def wait(pred: Any, timeout: float = 30.0) -> Any:
 
 
 class _Nv:
-    """A stand-in pynvml: one card, one process on it (remote/gpus.py's NVML path)."""
+    """A stand-in pynvml: one card, one process on it (remote/base/gpus.py's NVML path)."""
 
     @staticmethod
     def module() -> types.ModuleType:
@@ -183,11 +185,11 @@ def test_the_agents_snapshots_runs_kill_and_prune_write_the_keys_the_client_read
 
         report = a.call("kill", {"run_id": live["run_id"], "graces": [0.5, 0.5], "gpu_wait": 5}, timeout=60)
         assert KillReport.parse(report).gpus_free is True
-        same_keys(keys(report["stages"]), KillStage.KEYS, (), "kill stage", {"job_id": "remote/slurmkill.py"})
-        same_keys(keys(report["gpus"]), GpuFreed.KEYS, (), "kill's GPU", {"node": "remote/slurmkill.py"})
+        same_keys(keys(report["stages"]), KillStage.KEYS, (), "kill stage", {"job_id": "remote/run/slurmkill.py"})
+        same_keys(keys(report["gpus"]), GpuFreed.KEYS, (), "kill's GPU", {"node": "remote/run/slurmkill.py"})
         pruned = a.call("prune", {"keep": 0, "dry_run": True})
         same_keys(keys(pruned["removed"] + pruned["skipped"]), PruneEntry.KEYS, (), "prune",
-                  {"reason": "remote/rundir.py"})  # a kept run's only (one not ours: tests/test_host_trust.py)
+                  {"reason": "remote/run/rundir.py"})  # a kept run's only (one not ours: tests/test_host_trust.py)
     finally:
         adopted.kill()
         adopted.wait()

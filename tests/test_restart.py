@@ -1,5 +1,5 @@
-"""Restarts decided on the host (remote/restartpolicy.py, remote/restart.py): the policy compiled from eagle3.toml
-and the one signature table, the host's matcher against the client's, and real runs
+"""Restarts decided on the host (remote/run/restartpolicy.py, remote/run/restart.py): the policy
+compiled from eagle3.toml and the one signature table, the host's matcher against the client's, and real runs
 launched through the real shim with no client connected until they end."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import launch as launcher
-from remote import rundir
-from remote.restartpolicy import Matcher, decide, delay
+from remote.run import kill as killer
+from remote.run import launch as launcher
+from remote.run import rundir
+from remote.run.restartpolicy import Matcher, decide, delay
 from tests import need
 from tui.services.config import parse_config
 from tui.services.restartpolicy import compile_policy
@@ -224,7 +224,7 @@ def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
         a = step(a, line, i)
     assert a.root_cause is None  # the client's analysis starts afresh there too
     for name in ("restart.py", "restartpolicy.py"):
-        src = (REPO / "remote" / name).read_text()
+        src = (REPO / "remote" / "run" / name).read_text()
         assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines()
                              if ln.startswith(("import ", "from "))}
 
@@ -278,7 +278,7 @@ def _launch(tmp_path: Path, mode: str, toml: str, n: int = 10) -> tuple[str, str
 
 
 def _record(runs: str, run_id: str) -> dict:
-    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.procfs").procfs.boot_time())
+    rec = rundir.record(os.path.join(runs, run_id), __import__("remote.base.procfs").base.procfs.boot_time())
     assert rec is not None
     return rec
 
@@ -536,6 +536,9 @@ def test_a_hung_attempt_is_stopped_with_on_hang_kill(tmp_path: Path, monkeypatch
     assert (rec["state"], rec["restarts"]) == ("exited", 0) and rec["exit_code"] != 0
     assert rec["restart_note"] == "hung: stopped (on_hang = kill)"
     assert (out / "attempts").read_text() == "1"
+    # the log says why, with the hang_s it was judged by (issue 41: a mutant said "for 0 s")
+    assert "attempt 1: hung (no CPU or GPU activity for 1 s after the load): stopping it" in Path(
+        rec["log"]).read_text()
 
 
 def test_a_run_waiting_to_restart_is_neither_stalled_nor_hung() -> None:

@@ -1,4 +1,4 @@
-"""remote/runner.py and remote/kill.py against real processes: launch, survive, list, kill, external runs."""
+"""remote/run/runner.py and remote/run/kill.py against real processes: launch, survive, list, kill, external runs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import procfs, proctable, runner
+from remote.agent import proctable
+from remote.base import procfs
+from remote.run import kill as killer
+from remote.run import runner
 from tests import checkout
 
 REPO = checkout.ROOT
@@ -259,7 +261,7 @@ def test_run_survives_its_launcher_and_records_exit(env):
     """),
     )
     code = (
-        "import json, sys; sys.path.insert(0, %r); from remote import runner; "
+        "import json, sys; sys.path.insert(0, %r); from remote.run import runner; "
         "print(json.dumps(runner.launch(%r, 'job', [sys.executable, %r, %r], %r, {})))"
         % (str(REPO), env.runs, script, str(go), str(env.tmp))
     )
@@ -323,7 +325,7 @@ def test_concurrent_launches_exactly_one_wins(env):
     code = textwrap.dedent("""\
         import json, os, sys, time
         sys.path.insert(0, %r)
-        from remote import runner
+        from remote.run import runner
         open(sys.argv[1] + ".ready", "w").close()
         while not os.path.exists(%r):
             time.sleep(0.001)

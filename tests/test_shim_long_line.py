@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import kill as killer
-from remote import procfs, runner
+from remote.base import procfs
+from remote.run import kill as killer
+from remote.run import runner
 
 LINE = "step 1 " * ((1 << 20) // 7)  # the report's worst shape: "step N" with no loss after it, 1 MB
 

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import pytest
 
-from remote import slurm
+from remote.run import slurm
 from tests import checkout
 from tests.agent_driver import AgentProc
 from tests.slurm import LINES, NODE_SMI, Cluster
@@ -381,7 +381,7 @@ def test_a_node_name_is_never_an_ssh_option(tmp_path: Path) -> None:
     called `-oProxyCommand=…` was an option (only the later `-u` made ssh abort). Now
     `--` ends ssh's options, and a name starting with `-` is refused before anything
     runs, in one line. The real ssh and the real NodeAgent."""
-    from remote import nodeagent
+    from remote.agent import node as nodeagent
 
     argv = nodeagent.command("ssh", "r1", "12", "gpu-node7")
     assert argv[argv.index("gpu-node7") - 1] == "--" and argv.index("--") < argv.index("-u")

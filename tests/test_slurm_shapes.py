@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import slurm
+from remote.run import slurm
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 

@@ -1,4 +1,4 @@
-"""The run's timeline on the host (remote/timeline.py, written by the shim's pace thread)
+"""The run's timeline on the host (remote/run/timeline.py, written by the shim's pace thread)
 and its summary (`eagle3-tui runs show`, tui/services/timeline.py).
 
 Real processes: the CLI launches a real job through the real agent and shim, with no
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from textual.app import App
 
-from remote import pace as hostpace
-from remote import timeline as hosttl
+from remote.run import pace as hostpace
+from remote.run import timeline as hosttl
 from tests import checkout, timeline_fixture
 from tui.protocol.records import RunRecord
 from tui.services import timeline

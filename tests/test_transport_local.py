@@ -1,4 +1,4 @@
-"""AgentClient over LocalLink with the real remote/agent.py, plus target parsing."""
+"""AgentClient over LocalLink with the real remote/agent/main.py, plus target parsing."""
 
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ async def test_missing_python_is_agent_start_failed() -> None:
 
 
 async def test_agent_crash_at_start_is_reported(tmp_path: Path) -> None:
-    (tmp_path / "agent.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "main.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")
     client = AgentClient(LocalLink(agent_dir=tmp_path))
     with pytest.raises(AgentStartFailed, match="exited at start .code 1.: agent: cannot work here"):
         await client.start()
@@ -133,7 +134,8 @@ async def test_an_early_start_is_shared_with_later_callers(tmp_path: Path) -> No
         assert (await client.snapshot()).host.hostname
     finally:
         await client.close()
-    (tmp_path / "agent.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "main.py").write_text("import sys\nsys.exit('agent: cannot work here')\n")
     broken = AgentClient(LocalLink(agent_dir=tmp_path), reconnect=False)
     early = asyncio.ensure_future(broken.start())
     with pytest.raises(AgentStartFailed, match="cannot work here"):

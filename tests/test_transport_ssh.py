@@ -98,17 +98,17 @@ async def test_alias_through_ssh_config_and_upload_once(
     remembered = [n for n in names if n.startswith(".python-")]  # the interpreter found
     assert len(remembered) == 1
     assert sorted(set(names) - set(remembered)) == sorted(
-        [".complete", *agent_files(first.agent_dir)]  # remote/*.py and nvidia-ml-py's pynvml
+        [".complete", *agent_files(first.agent_dir)]  # remote/**/*.py and nvidia-ml-py's pynvml
     )
-    assert "uploaded_pynvml.py" in names and "remote/agent.py" in names  # the package's shape
-    mtime = (remote / "remote" / "agent.py").stat().st_mtime_ns
+    assert "uploaded_pynvml.py" in names and "remote/agent/main.py" in names  # the package's shape
+    mtime = (remote / "remote" / "agent" / "main.py").stat().st_mtime_ns
 
     second = link(sshd, tmp_path, sshd.alias, ssh_config=sshd.ssh_config)
     client = AgentClient(second)
     await client.start()
     await client.close()
     assert second.uploads == 0 and second.remote_dir == first.remote_dir
-    assert (remote / "remote" / "agent.py").stat().st_mtime_ns == mtime
+    assert (remote / "remote" / "agent" / "main.py").stat().st_mtime_ns == mtime
 
     # An interrupted upload (no .complete marker) is redone.
     (remote / ".complete").unlink()
@@ -154,7 +154,7 @@ async def test_warm_start_is_one_exec_and_first_contact_uploads(
     first, warm = channels
     # probe, upload, the upload dir's trust check, agent
     assert len(first) == 4 and "sftp" in first and "EAGLE3-TUI-UNTRUSTED" in first[2]
-    assert len(warm) == 1 and "agent.py" in warm[0] and "python3" in warm[0]
+    assert len(warm) == 1 and "agent/main.py" in warm[0] and "python3" in warm[0]
 
 
 async def test_the_interpreter_found_is_remembered_per_login_path(

@@ -1,7 +1,7 @@
 """Stall and hang detection, notifications, and `eagle3-tui watch` (issue 15).
 
 Real parts: each run is a real process (tests/jobs/watch_job.py) launched through the
-real agent (remote/agent.py over LocalLink), writing a real log that the real parser
+real agent (remote/agent/main.py over LocalLink), writing a real log that the real parser
 folds; its process states come from the agent's /proc sampling. Only the clock is
 fake where minutes must pass: a dilated clock (``Clock``) turns each real second into
 100 so a 2-minute stall floor is crossed in about a second.
@@ -86,7 +86,7 @@ def kinds(state: AppState) -> list[str]:
 
 # --- the rules, one look at a time ----------------------------------------------------------
 # ``observe`` with a fake clock (T0 + seconds) on the real parser's analysis of real log
-# lines; the run records have the shape the agent sends (remote/restart.py's attempts).
+# lines; the run records have the shape the agent sends (remote/run/restart.py's attempts).
 
 T0 = 1_764_460_000.0
 RUN_ID = "20261130-015500-ab12"

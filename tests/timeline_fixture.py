@@ -1,5 +1,5 @@
 """A recorded 8-card timeline for the timeline screen's tests: the host's own Recorder
-(remote/timeline.py) fed a fake clock -- a 2-hour run that loads for 10 minutes, holds
+(remote/run/timeline.py) fed a fake clock -- a 2-hour run that loads for 10 minutes, holds
 four cards while it extracts, slows down in its second hour, and ends. With ``train``
 the run trains instead: its loss falls from 9 towards 1, with a spike at 50 minutes."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from remote import timeline as hosttl
+from remote.run import timeline as hosttl
 from tui.services import timeline
 
 T0 = 1_764_460_000.0

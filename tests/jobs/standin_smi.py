@@ -2,7 +2,7 @@
 """A stand-in ``nvidia-smi`` for the host's idle and kill-proof checks on a machine
 without a GPU (tests/test_host_acts.py): one card, "GPU 0", held by every live process
 that registered its pid in ``$EAGLE3_STANDIN_GPU_DIR`` (a file named for the pid, its
-contents the MiB it holds), at 0 % utilisation. It answers the two queries remote/gpus.py
+contents the MiB it holds), at 0 % utilisation. It answers the two queries remote/base/gpus.py
 asks, in nvidia-smi's csv,noheader,nounits shape; a process that is gone (or a zombie)
 holds nothing, as on a real card once the driver has reclaimed its memory."""
 

@@ -40,7 +40,7 @@ class Hello:
     gpu_error: str | None
     capabilities: tuple[str, ...] = ()
     # what this agent's start did to a patch push another agent left unfinished (one line
-    # each: rolled back, and each file someone else changed since; remote/journal.py)
+    # each: rolled back, and each file someone else changed since; remote/agent/journal.py)
     patch_recovery: tuple[str, ...] = ()
 
 

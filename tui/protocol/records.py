@@ -269,15 +269,15 @@ class RunRecord:
     slurm_state: str | None = None  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT…
     slurm_reason: str | None = None  # why a job waits (Resources, Priority, JobHeldUser…)
     nodes: str | None = None  # the node list Slurm allocated
-    pace: JSONObject | None = field(default=None, compare=False)  # the host's record (remote/pace.py)
-    # a run with a restart policy (remote/restart.py): restarts so far, every attempt's
+    pace: JSONObject | None = field(default=None, compare=False)  # the host's record (remote/run/pace.py)
+    # a run with a restart policy (remote/run/restart.py): restarts so far, every attempt's
     # record, when the pending restart starts (None unless waiting), and the last decision
     restarts: int = 0
     attempts: tuple[JSONObject, ...] = field(default=(), compare=False)
     restart_at: float | None = None
     restart_note: str | None = None
     max_restarts: int | None = None
-    # the host's history (remote/history.py): this argv's last loads there, median; how many
+    # the host's history (remote/run/history.py): this argv's last loads there, median; how many
     expected_load_s: float | None = None
     expected_load_runs: tuple[str, ...] = ()  # the run ids that median is of
     duration: float | None = None  # seconds from start to end (or to now while it runs)

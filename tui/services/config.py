@@ -96,7 +96,7 @@ class RunConfig:
     # the agent on a running job's node: a step inside the job (srun --overlap), ssh to
     # the node, or none (the login node's GPUs and processes stay on screen)
     node_agent: Literal["srun", "ssh", "off"] = _key("srun", '"srun", "ssh" or "off"')
-    # Restarts, decided on the host by the supervisor (remote/restart.py, README "Runs that
+    # Restarts, decided on the host by the supervisor (remote/run/restart.py, README "Runs that
     # keep going"): the n-th restart waits min(restart_delay × 2^(n-1), restart_delay_max).
     restart: Literal["never", "on-failure"] = _key("never", '"never" or "on-failure"')
     max_restarts: Annotated[int, Strict(), Field(ge=0, le=1000)] = _key(
@@ -129,7 +129,7 @@ _WatchSection = make_dataclass(
     [(f.name, Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)],
       field(default=f.default, metadata={"what": "a number >= 0"})) for f in fields(WatchConfig)
      if f.name not in ("on_hang", "on_diverge", "on_idle")]
-    # what the supervisor on the host does to a hung run (remote/restart.py)
+    # what the supervisor on the host does to a hung run (remote/run/restart.py)
     + [("on_hang", Literal["notify", "kill", "restart"],
         field(default="notify", metadata={"what": '"notify", "kill" or "restart"'}))]
     # … to a diverged run, and to one whose GPUs sit idle (a diverged run is never restarted)

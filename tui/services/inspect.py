@@ -72,7 +72,7 @@ def _result(a: LogAnalysis, count: int) -> dict[str, Any]:
     div = a.train.div.to_dict() if a.train is not None else None
     cause = a.root_cause
     return {
-        # a run whose root cause is its divergence (remote/diverge.py) is in phase "diverged"
+        # a run whose root cause is its divergence (remote/run/diverge.py) is in phase "diverged"
         "phase": "diverged" if div is not None and cause is not None and cause.id == div["id"] else a.phase,
         "diverged": div,
         "stage": a.stage,

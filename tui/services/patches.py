@@ -14,7 +14,7 @@ Safety rules:
 - an unknown state (hand edits) is never overwritten without `force`; the refusal
   carries the diff of the host file against pristine;
 - every file is compiled with the host's Python before anything is written; the writes
-  are one agent request (`patch_apply`), one transaction on the host (remote/journal.py):
+  are one agent request (`patch_apply`), one transaction on the host (remote/agent/journal.py):
   every hash is checked first, a journal is written, then the files (each atomic), then
   the journal is removed; a failure, or an agent killed mid-way, is rolled back on the
   host itself (by the next agent in the latter case), never over the link;
@@ -234,7 +234,7 @@ async def _transition(client: AgentApi, pset: P.PatchSet, target: str, python: s
                        f.path + BACKUP_SUFFIX if f.sha == pset.files[f.rel] else None)
              for f in plan.todo]
     if files:
-        # One request, one transaction on the host (remote/journal.py): every file is
+        # One request, one transaction on the host (remote/agent/journal.py): every file is
         # written or none is, whatever happens to the agent or the link. A cancellation
         # (a dismissed screen, Ctrl-C) waits for the reply, so the outcome is known.
         try:

@@ -1,5 +1,5 @@
-"""The restart policy a launch hands to the host's supervisor (remote/restart.py, which
-applies it with remote/restartpolicy.py).
+"""The restart policy a launch hands to the host's supervisor (remote/run/restart.py, which
+applies it with remote/run/restartpolicy.py).
 
 ``compile_policy(cfg)`` turns ``[run] restart …`` and ``[watch] on_hang``, ``on_diverge``,
 ``on_idle`` and ``idle_s`` into one JSON

@@ -1,5 +1,5 @@
 """A run's timeline (``RUN_DIR/timeline.jsonl``, written on the host by the shim's pace
-thread, ``remote/timeline.py`` describes its lines), read on demand through the agent's
+thread, ``remote/run/timeline.py`` describes its lines), read on demand through the agent's
 ``read_range`` and summed up for ``eagle3-tui runs show``.
 
 Every byte is host text: lines that are not a JSON object are skipped and counted,
@@ -264,7 +264,7 @@ def summary(tl: Timeline, run: RunRecord | None = None) -> dict[str, Any]:
         "outcome": _outcome(run, exits[-1] if exits else None),
         "launched_at": launched,
         "load_s": since_launch(load),
-        # the host's history of this argv's loads (remote/history.py), kept in the record at launch
+        # the host's history of this argv's loads (remote/run/history.py), kept in the record at launch
         "expected_load_s": rec.expected_load_s,
         "expected_load_runs": list(rec.expected_load_runs),
         "first_output_s": since_launch(first),
@@ -298,7 +298,7 @@ def _ints(values: Any) -> list[int]:
 
 
 def stopped_by_host(run: RunRecord | None) -> dict[str, Any] | None:
-    """The last attempt's stop decided on the host (remote/restart.py), with its GPU-free
+    """The last attempt's stop decided on the host (remote/run/restart.py), with its GPU-free
     proof: ``{"what": "diverged" | "idle" | "hung", "why", "gpus_free", "gpus", "note"}``."""
     last: JSONObject = run.attempts[-1] if run is not None and run.attempts else {}
     what = last.get("stopped") or ("hung" if last.get("hung") else None)

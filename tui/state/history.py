@@ -1,6 +1,6 @@
 """The load from history: while a run loads, what the host's earlier loads of the same
 command say (the run record's ``expected_load_s``, kept by the shim from
-``remote/history.py``). Pure: the progress panel and ``runs show`` print these words.
+``remote/run/history.py``). Pure: the progress panel and ``runs show`` print these words.
 
 Before the first shard is in, the only estimate is history's: "ETA ~19:40 from last
 run". Once shards come, the run's own bar projects the load (time since the launch +

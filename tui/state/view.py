@@ -257,7 +257,7 @@ def phase(state: AppState, run: RunRecord | None, now: float) -> str | None:
     div = watcher.diverged(run, a) if run is not None else None
     root = getattr(a, "root_cause", None)
     if div is not None and (root is None or root.id == div.get("id")):
-        return "diverged"  # the log's (or the host's pace's) verdict: remote/diverge.py
+        return "diverged"  # the log's (or the host's pace's) verdict: remote/run/diverge.py
     return ph
 
 

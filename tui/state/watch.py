@@ -15,7 +15,7 @@ passes ``now``, so tests drive it with a fake one.
   continuously for ``hang_s`` seconds. A serving engine with no requests looks like
   that on purpose, so serving is never called hung.
 - **diverged**: the log's training loss or grad norm went non-finite for good, or the
-  trainer said so (remote/diverge.py: the client's analysis, or the host's pace with
+  trainer said so (remote/run/diverge.py: the client's analysis, or the host's pace with
   no client watching); told once, as the run's failure.
 - **failed / finished / killed**: a root cause in the log (even while the processes
   linger, as vLLM's often do), or the run's end with its exit code.
@@ -24,7 +24,7 @@ Each event is recorded once in ``events`` (with a sequence number), so a notifie
 ``eagle3-tui watch`` can act on the new ones only.
 
 The pace so far need not have been watched by this client: a live run's record carries
-the host's ``pace`` (remote/pace.py: the supervisor shim's last step, its time and the
+the host's ``pace`` (remote/run/pace.py: the supervisor shim's last step, its time and the
 recent intervals, or an adopted run's log mtime). A watch that meets a run for the first
 time starts from it (``seed``), and ``assess`` judges a run from it alone, which is what
 ``eagle3-tui status --json`` and the runs table show for runs nobody has been watching:
@@ -202,7 +202,7 @@ def observe(
 
 
 def diverged(run: RunRecord, analysis: LogAnalysis | None) -> JSONObject | None:
-    """The run's divergence verdict (remote/diverge.py): the log analysis's, else the
+    """The run's divergence verdict (remote/run/diverge.py): the log analysis's, else the
     host's pace's (read with no client watching), else None."""
     tr = getattr(analysis, "train", None)
     div = getattr(tr, "div", None)
@@ -241,7 +241,7 @@ def attempt_cause(attempt: JSONObject) -> str:
 
 
 def _attempt_events(run: RunRecord) -> list[tuple[str, str, JSONObject]]:
-    """The host's restart decisions (remote/restart.py), one event per ended attempt that
+    """The host's restart decisions (remote/run/restart.py), one event per ended attempt that
     was restarted, and one when it gave up; each carries the attempt."""
     out: list[tuple[str, str, JSONObject]] = []
     for a in getattr(run, "attempts", ()) or ():
@@ -300,7 +300,7 @@ def assess(run: RunRecord, config: WatchConfig | None, now: float, procs: Sequen
 
 def _host_hang(ws: WatchState, pace: JSONObject, now: float) -> WatchState:
     """``ws`` hung when the host saw no CPU (and no GPU, where it can see them) activity
-    for ``hang_s`` after the load (remote/pace.py's ``idle_since``)."""
+    for ``hang_s`` after the load (remote/run/pace.py's ``idle_since``)."""
     since = number(pace.get("idle_since"))
     hang_s = ws.config.hang_s
     if (ws.condition in ("ending", "ended") or since is None or hang_s <= 0

@@ -35,7 +35,7 @@ class WatchConfig:
     hang_s: float = 600.0
     idle_util: float = 5.0  # GPU utilisation (%) that counts as idle
     on_hang: str = "notify"  # "notify" | "kill" | "restart": enforced by the host's supervisor
-    on_diverge: str = "notify"  # "notify" | "kill": a diverged run (remote/diverge.py), by the host
+    on_diverge: str = "notify"  # "notify" | "kill": a diverged run (remote/run/diverge.py), by the host
     on_idle: str = "notify"  # "notify" | "kill": GPUs held but idle, log and CPU quiet, for idle_s
     idle_s: float = 1800.0
 

@@ -102,7 +102,7 @@ class AgentApi:
             backup=backup))
 
     async def patch_apply(self, files: Sequence[PatchFile], target: str) -> PatchApplied:
-        """Write every file or none: one transaction on the host (remote/journal.py)."""
+        """Write every file or none: one transaction on the host (remote/agent/journal.py)."""
         return PatchApplied.parse(await self.request(
             PatchApplied.op, files=[f.args() for f in files], target=target))
 

@@ -37,19 +37,26 @@ def client_pynvml() -> bytes | None:
         return None
 
 
-# The upload keeps the package's shape: `remote/*.py` under the agent directory, so the
-# host imports the siblings as `remote.x`, as the tests and the client do.
+# The upload keeps the package's shape: `remote/**/*.py` under the agent directory, its
+# rooms (`remote/base/`, `remote/run/`, …) with their `__init__.py`, so the host imports
+# them as `remote.run.kill`, as the tests and the client do.
 AGENT_PACKAGE = "remote"
-AGENT_MAIN = f"{AGENT_PACKAGE}/agent.py"  # started as a file, relative to the agent directory
+AGENT_ENTRY = "agent/main.py"  # the agent, started as a file, relative to the package
+AGENT_MAIN = f"{AGENT_PACKAGE}/{AGENT_ENTRY}"  # the same, relative to the agent directory
+
+
+def _sources(agent_dir: Path) -> list[Path]:
+    """The package's `*.py`, its subpackages' included, in a stable order (no `__pycache__`)."""
+    return sorted(p for p in agent_dir.rglob("*.py") if "__pycache__" not in p.relative_to(agent_dir).parts)
 
 
 def agent_files(agent_dir: Path) -> dict[str, bytes]:
-    """Every `*.py` of the agent package by its path in the upload (`remote/agent.py`),
+    """Every `*.py` of the agent package by its path in the upload (`remote/agent/main.py`),
     and nvidia-ml-py's pynvml beside the package (part of the content hash: another
     nvidia-ml-py is another agent version)."""
-    files = {f"{AGENT_PACKAGE}/{p.name}": p.read_bytes() for p in sorted(agent_dir.glob("*.py"))}
+    files = {f"{AGENT_PACKAGE}/{p.relative_to(agent_dir).as_posix()}": p.read_bytes() for p in _sources(agent_dir)}
     if AGENT_MAIN not in files:
-        raise AgentStartFailed(f"no agent.py in {agent_dir}")
+        raise AgentStartFailed(f"no {AGENT_ENTRY} in {agent_dir}")
     nvml = client_pynvml()
     if nvml is not None:
         files[UPLOADED_PYNVML] = nvml
@@ -74,7 +81,7 @@ def agent_bundle(agent_dir: Path) -> tuple[dict[str, bytes], str]:
     """`agent_files` and their `agent_sha`, read and hashed again only when a file of
     the package changed (name, size or mtime): a fleet starts hundreds of agents from
     the same files (nvidia-ml-py's is read once per process, as `client_pynvml` is)."""
-    key = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(agent_dir.glob("*.py")) for st in [f.stat()])
+    key = tuple((str(f), st.st_size, st.st_mtime_ns) for f in _sources(agent_dir) for st in [f.stat()])
     hit = _bundles.get(agent_dir)
     if hit is None or hit[0] != key:
         files = agent_files(agent_dir)

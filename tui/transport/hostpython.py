@@ -102,7 +102,7 @@ def _remember(cache: str, name: str, answer: str) -> str:
 
 
 def start_command(python: str | None, rdir: str, agent_args: list[str]) -> str:
-    """One shell line: find the interpreter; exec `rdir/remote/agent.py` on it if uploaded.
+    """One shell line: find the interpreter; exec `rdir/remote/agent/main.py` on it if uploaded.
 
     Prints `NAME<TAB>VERSION EXECUTABLE` for the remembered interpreter, or for each
     candidate that answered, then either STARTED and the agent's own output, or PROBED.
@@ -188,7 +188,7 @@ os.makedirs(d, 0o700, exist_ok=True)
 for name, (b64, sha) in sorted(files.items()):
     data = base64.b64decode(b64)
     sub, _, base = name.rpartition("/")
-    if hashlib.sha256(data).hexdigest() != sha or "/" in sub or sub in (".", "..") or base[:1] in ("", "."):
+    if hashlib.sha256(data).hexdigest() != sha or any(p[:1] in ("", ".") for p in name.split("/")):
         sys.exit("checksum mismatch for " + name)
     os.makedirs(os.path.join(d, sub), 0o700, exist_ok=True)
     tmp = os.path.join(d, sub, ".%s.tmp-%d" % (base, os.getpid()))

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 from . import hostpython
-from .bundle import agent_files, default_agent_dir
+from .bundle import AGENT_ENTRY, agent_files, default_agent_dir
 from .errors import AgentStartFailed
 from .link import MAX_LINE, AgentStream
 
 
 class LocalLink:
-    """Runs the agent as a child process: `[python, -u, agent.py]`."""
+    """Runs the agent as a child process: `[python, -u, agent/main.py]`."""
 
     def __init__(
         self,
@@ -36,7 +36,7 @@ class LocalLink:
 
     def argv(self) -> list[str]:
         """The agent command line."""
-        argv = [self.python, "-u", str(self.agent_dir / "agent.py")]
+        argv = [self.python, "-u", str(self.agent_dir / AGENT_ENTRY)]
         if self.runs_dir:
             argv += ["--runs-dir", str(self.runs_dir)]
         return argv
@@ -59,7 +59,7 @@ class LocalLink:
 
     async def open(self) -> AgentStream:
         await self.close()
-        agent_files(self.agent_dir)  # fail early, with a clear message, if agent.py is missing
+        agent_files(self.agent_dir)  # fail early, with a clear message, if agent/main.py is missing
         await self._check_python()
         try:
             proc = await asyncio.create_subprocess_exec(

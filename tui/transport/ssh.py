@@ -286,7 +286,7 @@ class SshLink:
         """
         try:
             async with conn.start_sftp_client() as sftp:
-                subdirs = {name.rpartition("/")[0] for name in files}  # "" and "remote"
+                subdirs = {name.rpartition("/")[0] for name in files}  # "", "remote", "remote/run", …
                 for sub in sorted(subdirs):
                     await sftp.makedirs(f"{rdir}/{sub}".rstrip("/"), attrs=asyncssh.SFTPAttrs(permissions=0o700),
                                         exist_ok=True)

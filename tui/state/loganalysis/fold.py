@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from remote import diverge
+from remote.run import diverge
 from tui.state.loganalysis.failures import (
     REQUEST_SOURCE,
     find_failures,
@@ -150,7 +150,7 @@ _LIFECYCLE_WORDS = ("Uvicorn", "startup complete", "throughput", "API server", "
                     "instance can use", "Memory pool end", "Load weight", "fired up", "Processed prompts")
 
 
-# The host's restart supervisor's line that begins attempt 2, 3, … (remote/restartpolicy.py STARTS).
+# The host's restart supervisor's line that begins attempt 2, 3, … (remote/run/restartpolicy.py STARTS).
 _ATTEMPT = re.compile(r"^\[eagle3-tui\] attempt \d+/\d+ starts")
 
 
@@ -162,7 +162,7 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
     ``analysis`` itself when the line changes nothing.
     """
     if line.startswith("[eagle3-tui] attempt "):  # the host's restart supervisor's own line
-        if _ATTEMPT.match(line):  # the run restarted (remote/restart.py): the attempt starts afresh
+        if _ATTEMPT.match(line):  # the run restarted (remote/run/restart.py): the attempt starts afresh
             return LogAnalysis(signatures=analysis.signatures, phase_t=t)
         return analysis  # it quotes causes by title: never a failure of its own
     pre = split_prefix(line)
@@ -178,7 +178,7 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
 
 
 def _diverge(b: Builder, pre: LinePrefix, line: str, line_no: int) -> None:
-    """The divergence check (remote/diverge.py, the one the host's pace runs): its
+    """The divergence check (remote/run/diverge.py, the one the host's pace runs): its
     verdict is a failure of the table's signature of that id, quoting the line where the
     divergence began; a table without that id (the user's choice) leaves it unsaid."""
     tp = b.get("train")

@@ -40,7 +40,7 @@ __all__ = [
 
 # Longest slice of a line any parser looks at: keeps the per-line cost bounded, so a
 # pathological 1 GB line costs the same as a normal one. The host's parsers use the same
-# (remote/wire.py MAX_SCAN). Within it every pattern is linear: no two quantifiers next to
+# (remote/base/wire.py MAX_SCAN). Within it every pattern is linear: no two quantifiers next to
 # each other over the same characters, a number starts where its digit run starts and has
 # a bounded number of digits (a longer one is not a count; int() refuses > 4300 digits),
 # and no ".*" between two words is searched from every occurrence of the first

@@ -44,7 +44,7 @@ __all__ = [
 BUILTIN_PATH = Path(__file__).resolve().parents[2] / "data" / "signatures.toml"
 _KEYS = {"id", "patterns", "title", "explanation", "fix", "wrapper", "generic", "after_load", "serving_fatal",
          "persist", "restart"}
-# What a failure's root cause means for the host's restart policy (remote/restartpolicy.py):
+# What a failure's root cause means for the host's restart policy (remote/run/restartpolicy.py):
 # "transient" restarts, "deterministic" never does, "unclassified" only after progress.
 RESTART_CLASSES = ("transient", "deterministic", "unclassified")
 

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remote import diverge
+from remote.run import diverge
 from tui.state.loganalysis.lineshapes import MAX_SCAN, parse_duration
 from tui.state.loganalysis.trainphases import more_phase
 
@@ -166,7 +166,7 @@ class TrainProgress:
     lines: int = 0  # metric lines seen (a step count for trainers that print no step)
     epochs_done: int | None = None
     bar: tuple[str, int] | None = None  # (description, total) of the main training bar
-    div: diverge.State = diverge.State()  # the divergence check (remote/diverge.py, the host's too)
+    div: diverge.State = diverge.State()  # the divergence check (remote/run/diverge.py, the host's too)
     # an evaluation bar short of its total: (its n, its total, the training step when it began)
     eval_open: tuple[int, int, int] | None = None
     seen: tuple[float, int] | None = None  # (arrival time, step) a rate is measured from
