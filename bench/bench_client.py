@@ -33,7 +33,8 @@ end (500 Hz); the top entries are printed, the raw stacks kept.
 3. steady: 20 lines/s for --steady s;
 4. burst: 2,000 lines/s for --burst s (vLLM-style lines with tqdm redraws); during it `?`
    is pressed every few seconds and the time until the help screen is on the pane is
-   taken, then Escape and the time until it is gone; at its end, how long until the last line is on the pane; then the log viewer
+   taken, then Escape and the time until it is gone; at its end, how long until the last
+   line is on the pane; then the log viewer
    (`L`) must count every line of the file;
 5. RSS at 20 lines/s for --rss-minutes, sampled every 10 s, growth extrapolated per hour;
 6. a training run's log at 20 lines/s for --train s (Hugging Face Trainer-style metrics
@@ -427,7 +428,8 @@ def generated_case(args: argparse.Namespace) -> int:
     log = work / "run.log"
     log.write_text("INFO 12-01 04:00:00 [loader.py:1] Starting to load model /models/bench...\n")
     cfg = work / "eagle3.toml"
-    cfg.write_text(f'[host]\nruns_dir = "{work / "runs"}"\n[run]\nname = "bench"\nlog = "{log}"\nmatch = "no-such-thing-{uuid.uuid4().hex}"\n')
+    cfg.write_text(f'[host]\nruns_dir = "{work / "runs"}"\n[run]\nname = "bench"\nlog = "{log}"\n'
+                   f'match = "no-such-thing-{uuid.uuid4().hex}"\n')
     py = shlex.quote(sys.executable)
     env = f"PYTHONPATH={shlex.quote(str(ROOT))}"
     client_cmd = f"env {env} {py} -m tui.cli --config {shlex.quote(str(cfg))} connect local"
@@ -545,9 +547,11 @@ def generated_case(args: argparse.Namespace) -> int:
     for what, times in (("`?` -> help on the pane", keys), ("Escape -> dashboard back", closes)):
         finite = sorted(k for k in times if k != float("inf"))
         if times:
-            print(f"  key {what}: n={len(times)}, median {fmt(1000 * finite[len(finite) // 2] if finite else None, '{:.0f}')} ms,"
+            print(f"  key {what}: n={len(times)}, "
+                  f"median {fmt(1000 * finite[len(finite) // 2] if finite else None, '{:.0f}')} ms,"
                   f" max {fmt(1000 * max(times), '{:.0f}')} ms")
-    print(f"  pane behind the file at the burst's end: {fmt(behind)} s (until the line written after the burst is shown)")
+    print(f"  pane behind the file at the burst's end: {fmt(behind)} s"
+          " (until the line written after the burst is shown)")
     print(f"  log viewer counts every line ({total:,}): {'yes' if seen_all is not None else 'NO'}")
     if seen_all is None:
         print("  viewer status line: " + next((ln for ln in shown.splitlines() if "lines" in ln), "?").strip())
@@ -716,7 +720,8 @@ def launched_case(args: argparse.Namespace) -> None:
     if profile:
         print(f"\nprofile of the client at 20 extraction lines/s (py-spy, {args.profile:g} s, 100 Hz):\n{profile}")
     if idle_profile:
-        print(f"\nprofile of the client idle, the run alive (py-spy, {args.profile:g} s, {IDLE_RATE} Hz):\n{idle_profile}")
+        print(f"\nprofile of the client idle, the run alive (py-spy, {args.profile:g} s, {IDLE_RATE} Hz):\n"
+              f"{idle_profile}")
 
 
 IDLE_RATE = 500  # Hz: an idle client is on the CPU ~1 % of the time, so 100 Hz gives too few samples

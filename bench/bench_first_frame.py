@@ -102,7 +102,8 @@ def main() -> int:
                                      capture_output=True, text=True, timeout=60, cwd=tree).stdout
                 got = re.findall(r"step (\d+)/", out)
                 now = re.findall(r"[|] (\d+)/", log.read_text().splitlines()[-1])[0]
-                print(f"`tui-shot --wait {args.shot:g}`: step {got[0] if got else 'none'} on the panel (log's last {now})")
+                print(f"`tui-shot --wait {args.shot:g}`: step {got[0] if got else 'none'} on the panel"
+                      f" (log's last {now})")
     finally:
         stop.set()
         writer.join()

@@ -263,7 +263,8 @@ def main() -> None:
         print(f"{max(sizes)} aliases onto {len(servers)} sshd(s) on 127.0.0.1; {args.seconds:g} s per size; "
               f"[host] interval 1 s, the fleet's pace by its size ({paces}); at most {args.limit} connecting at once")
         asyncio.run(measure(1, hosts.aliases, ssh_config, cache, 1.0, args.limit))  # uploads the agent once
-        print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'agent CPU %/host':>16}  {'frames':>6}")
+        print(f"{'hosts':>5}  {'first full frame s':>18}  {'client CPU %':>12}  {'agent CPU %/host':>16}"
+              f"  {'frames':>6}")
         results: dict[int, dict[str, float]] = {}
         for n in sizes:
             r = asyncio.run(measure(n, hosts.aliases, ssh_config, cache, args.seconds, args.limit))

@@ -108,9 +108,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
     args = ap.parse_args()
-    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ") if shutil.which("nvidia-smi") else 0
+    gpus = (subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+            if shutil.which("nvidia-smi") else 0)
     agent = run_agent(args.seconds)
-    rows = [("eagle3-tui agent (1 Hz snapshots)", agent), ("nvidia-smi --query-gpu -l 1", run_nvidia_smi(args.seconds)), ("nvitop --interval 1 (160x50 pty)", run_nvitop(args.seconds))]
+    rows = [("eagle3-tui agent (1 Hz snapshots)", agent),
+            ("nvidia-smi --query-gpu -l 1", run_nvidia_smi(args.seconds)),
+            ("nvitop --interval 1 (160x50 pty)", run_nvitop(args.seconds))]
     print(f"GPUs: {gpus}; {args.seconds:.0f} s per monitor; CPU share of one core\n")
     print("| monitor at 1 Hz | CPU % of one core | × the agent |")
     print("| --- | ---: | ---: |")

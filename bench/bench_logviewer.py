@@ -33,8 +33,10 @@ from tui.views.screens.logviewer import LogViewerScreen
 
 NEEDLE = "FATAL needle-0xC0FFEE: NCCL watchdog timeout"
 _LINES = [
-    b"(VllmWorker rank=0 pid=4242) INFO 11-30 01:55:00 [model_runner.py:1234] blk=@@@@@@@@ step=%04d tokens=8192 ms=31.4\n",
-    b"(VllmWorker rank=1 pid=4243) INFO 11-30 01:55:00 [gpu_model_runner.py:88] blk=@@@@@@@@ step=%04d hidden_states saved\n",
+    b"(VllmWorker rank=0 pid=4242) INFO 11-30 01:55:00 [model_runner.py:1234] blk=@@@@@@@@ step=%04d"
+    b" tokens=8192 ms=31.4\n",
+    b"(VllmWorker rank=1 pid=4243) INFO 11-30 01:55:00 [gpu_model_runner.py:88] blk=@@@@@@@@ step=%04d"
+    b" hidden_states saved\n",
     b"INFO 11-30 01:55:01 [extract.py:210] [extract] blk=@@@@@@@@ batch %04d/9999 seqs=64 tokens=131072\n",
 ]
 _ERROR_LINE = b"ERROR 11-30 01:55:02 [engine.py:77] blk=@@@@@@@@ step=%04d RuntimeError: transient, retrying\n"
@@ -120,7 +122,8 @@ async def bench(path: Path, size: int, mb: int) -> list[tuple[str, str]]:
                     f"{d}0%", t0=t0))
                 await screen.run_action("top")
                 await until(pilot, lambda: screen.window and screen.window[0].start == 0, "the top")
-            rows.append(("random jumps to 10–90% (5×)", f"median {sorted(times)[2] * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"))
+            rows.append(("random jumps to 10–90% (5×)",
+                         f"median {sorted(times)[2] * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"))
             t0 = time.perf_counter()
             await screen.run_action("page(1)")
             dt = await until(pilot, lambda: screen.window and screen.window[0].start > 0, "page down", t0=t0)

@@ -36,7 +36,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 JOB = """import time
 i = 0
 while True:
-    print(f"INFO 12-01 21:00:00 [worker.py:{i % 400}] step {i}: extracted 256 tokens, loss {1 / (i + 1):.5f}", flush=True)
+    print(f"INFO 12-01 21:00:00 [worker.py:{i % 400}] step {i}: extracted 256 tokens, \
+loss {1 / (i + 1):.5f}", flush=True)
     i += 1
     time.sleep(0.05)
 """

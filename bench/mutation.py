@@ -266,7 +266,8 @@ def main() -> int:
             print(f"{module} after: {a['score']}% killed ({a['killed']}/{a['done']}: the earlier "
                   f"kills and {r['killed']} of its {r['done']} survivors)")
         chosen = f" of {r['mutants']} chosen from {r['all']}" if r["mutants"] != r["all"] else ""
-        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed ({r['killed']}/{r['done']} run{chosen}, "
+        print(f"{module}{' with the tests of ' + args.tests_at if args.tests_at else ''}: {r['score']}% killed "
+              f"({r['killed']}/{r['done']} run{chosen}, "
               f"{r['mutants'] - r['done']} not run in the budget) in {r['seconds']} s")
         for s in r["survived"]:
             change = [ln for ln in s["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]

@@ -381,7 +381,8 @@ for i in range(8):
     uuid = "GPU-75dc73da-78d6-3405-d610-419a0819d2%02d" % i
     if arg.startswith("--query-gpu="):
         used, util, power = (71234 + 97 * i, 96 + i % 4, 612.5 + 3 * i) if pid else (2575, 0, 87.86 + i)
-        print("%d, NVIDIA H200, %s, %d, 143771, %d, %d, %.2f, 700.00" % (i, uuid, used, util, 35 + i + (20 if pid else 0), power))
+        print("%d, NVIDIA H200, %s, %d, 143771, %d, %d, %.2f, 700.00" % \
+(i, uuid, used, util, 35 + i + (20 if pid else 0), power))
     elif arg.startswith("--query-compute-apps=") and pid:
         print("%s, %d, %d" % (uuid, pid, 71000 + 97 * i))
 """
@@ -392,7 +393,7 @@ for step in range(1, 41):
     print("{'loss': %.4f, 'grad_norm': 1.2, 'learning_rate': 1e-4, 'epoch': 0.%02d}" % (2.5 - step / 40, step), flush=True)
     print("%3d%%|###       | %d/400 [00:%02d<05:00,  1.31it/s]" % (step // 4, step, step), flush=True)
 time.sleep(600)
-"""
+"""  # noqa: E501 (a raw string: the job's long print line cannot split without changing its text)
 
 FAIL = r"""
 print("Loading checkpoint shards: 100%|##########| 4/4 [00:02<00:00,  1.71it/s]", flush=True)

@@ -45,7 +45,8 @@ def record(run_dir: Path) -> Path:
             say("INFO Model loading took 120.5 GiB and 81.0 seconds")
         if 85 <= tick < 165 and tick % 2 == 1:
             batch += 1
-            say("[extract] batch %d/40 | seqs %d/320 | tokens %d/81920 | 1024.0 tok/s | elapsed 0:01:%02d | eta 0:00:%02d"
+            say("[extract] batch %d/40 | seqs %d/320 | tokens %d/81920 | 1024.0 tok/s"
+                " | elapsed 0:01:%02d | eta 0:00:%02d"
                 % (batch, batch * 8, batch * 2048, batch % 60, 40 - batch))
         if tick == 166:
             say("[extract] done: 320 sequences, 81920 tokens in 0:01:20 (1024.0 tok/s) -> /srv/out")

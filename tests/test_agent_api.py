@@ -49,7 +49,8 @@ async def test_each_method_sends_the_args_the_agent_reads() -> None:
     await w.resolve_module("pkg.mod", "python3")
     await w.py_compile(b"x = 1\n", "/a.py", None)
     await w.launch(LaunchRequest("job", ["python", "x.py"], "~", {"A": "1"}, None, None), "act1")
-    await w.launch(LaunchRequest("job", ["python"], None, {}, {"set": "s"}, "/l", {"kind": "slurm"}, {"restart": "never"}))
+    await w.launch(LaunchRequest("job", ["python"], None, {}, {"set": "s"}, "/l", {"kind": "slurm"},
+                                 {"restart": "never"}))
     seen: list[KillProgress] = []
     await w.kill("r1", (10, 10), 30, "act2", seen.append)
     await w.prune(None, 3, True, {"E": "1"})

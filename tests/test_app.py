@@ -87,7 +87,8 @@ def log_event(data: bytes, offset: int = 0) -> p.LogData:
 
 
 async def test_shard_progress_and_log_tail() -> None:
-    bar = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  37% Completed | 24/64 [07:12<12:01, 18.0s/it]\n"
+    bar = (b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  37% Completed"
+           b" | 24/64 [07:12<12:01, 18.0s/it]\n")
     lines = b"INFO 11-30 02:00:00 [loader.py:1] Starting to load model /m...\n" + bar
     client = ReplayClient([snapshot(2, runs=[RUN]), log_event(lines)])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
@@ -97,11 +98,13 @@ async def test_shard_progress_and_log_tail() -> None:
         progress = str(app.query_one("#progress").render())
         assert "24/64" in progress and "18.0 s/shard" in progress and "ETA 12:01" in progress
         # A later redraw replaces the bar.
-        more = b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed | 25/64 [07:30<11:40, 18.0s/it]\n"
+        more = (b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed"
+                b" | 25/64 [07:30<11:40, 18.0s/it]\n")
         client.push(log_event(more, offset=len(lines)))
         await until(pilot, lambda: "25/64" in str(app.query_one("#progress").render()))
         # The first frame's tail is small; the older part of the analysis comes after it.
-        assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -FIRST_TAIL, "inode": None}) in client.requests
+        assert ("subscribe", {"sub": "log1", "path": "/srv/x.log", "offset": -FIRST_TAIL,
+                              "inode": None}) in client.requests
 
 
 async def test_a_training_log_burst_repaints_the_progress_a_few_times_a_second_and_ends_on_the_newest_step() -> None:
@@ -181,7 +184,9 @@ async def test_the_older_part_of_a_long_log_is_analysed_after_the_first_frame() 
 
 
 async def test_kill_asks_first_and_cancel_is_the_default() -> None:
-    client = ReplayClient([snapshot(2, runs=[RUN])], answers={"kill": {"run_id": RUN["run_id"], "ok": True, "stages": [], "remaining": [], "gpus": [], "gpus_free": True, "elapsed": 1.0}})
+    client = ReplayClient([snapshot(2, runs=[RUN])], answers={"kill": {
+        "run_id": RUN["run_id"], "ok": True, "stages": [], "remaining": [], "gpus": [], "gpus_free": True,
+        "elapsed": 1.0}})
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.dashboard.state.seq == 0)

@@ -142,7 +142,8 @@ def test_ruff_clean() -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
 
 
-@pytest.mark.slow(timeout=600, reason="mypy --no-incremental over tui/ and remote/: 25 s idle, ~90 s on a loaded 2-core machine")
+@pytest.mark.slow(timeout=600,
+                  reason="mypy --no-incremental over tui/ and remote/: 25 s idle, ~90 s on a loaded 2-core machine")
 def test_mypy_clean() -> None:
     # Strict on all of tui/, the defaults plus untyped bodies on remote/ (pyproject.toml [tool.mypy]).
     proc = run([sys.executable, "-m", "mypy", "--no-incremental", "tui", "remote"])
@@ -226,7 +227,8 @@ def test_agent_api_has_one_method_per_agent_op() -> None:
 
     ops = set(OPS)
     methods = {name for name in vars(AgentApi) if not name.startswith("_")} - set(WIRE)
-    assert ops and methods == ops, f"agent ops without a method: {ops - methods}; methods without an op: {methods - ops}"
+    assert ops and methods == ops, (f"agent ops without a method: {ops - methods}; "
+                                    f"methods without an op: {methods - ops}")
 
 
 # ---- private names stay in the module that owns them ------------------------------------
@@ -483,8 +485,10 @@ def split_class_reaches() -> list[str]:
                     and n.value.id == "self" and n.attr.startswith("_") and not n.attr.startswith("__")}
             for name in used:
                 owner = next((o for o in cls.__mro__ if name in vars(o)), None)
-                if owner is not None and owner.__module__.split(".")[0] in PROJECT and owner.__module__ != part.__module__:
-                    found.add(f"{part.__module__}.{part.__qualname__}: self.{name} of {owner.__module__}.{owner.__qualname__}")
+                if (owner is not None and owner.__module__.split(".")[0] in PROJECT
+                        and owner.__module__ != part.__module__):
+                    found.add(f"{part.__module__}.{part.__qualname__}: "
+                              f"self.{name} of {owner.__module__}.{owner.__qualname__}")
     return sorted(found)
 
 

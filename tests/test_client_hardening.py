@@ -158,8 +158,9 @@ def test_watch_kills_a_hanging_hook_when_it_exits(tmp_path: Path) -> None:
     its grace, nothing of the hook is left (it lived on after `watch` exited)."""
     pidfile, go = tmp_path / "child.pid", tmp_path / "go"
     hook = json.dumps([sys.executable, "-c", HOOK, str(pidfile)])
-    job = json.dumps([sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
-                                            "raise SystemExit(3)"])
+    job = json.dumps([sys.executable, "-c",
+                      f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+                      "raise SystemExit(3)"])
     (tmp_path / "eagle3.toml").write_text(
         f'[host]\nruns_dir = "{tmp_path / "runs"}"\ninterval = 0.3\n[run]\nname = "hook"\ncommand = {job}\n'
         f'cwd = "{tmp_path}"\n[notify]\ncommand = {hook}\n')

@@ -64,7 +64,8 @@ async def test_demo_runs_to_the_end_in_the_dashboard(tmp_path: Path) -> None:
     paths, cfg = demo_config(tmp_path, "demo", 0.0)
     app = make_app(services.new_client("local", cfg), cfg, "local", launch=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "finished")
+        await until(pilot, lambda: phase(app) == "finished"
+                    and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "finished")
         progress = str(app.query_one("#progress").render())
         assert "64/64" in progress and "batch" in progress
         run = app.dashboard.state.runs[0]
@@ -79,7 +80,8 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
     whole, cfg_whole = demo_config(tmp_path, "whole", 0.0)
     app = make_app(services.new_client("local", cfg_whole), cfg_whole, "local", launch=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: phase(app) == "finished" and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the uninterrupted run")
+        await until(pilot, lambda: phase(app) == "finished"
+                    and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the uninterrupted run")
 
     paths, cfg = demo_config(tmp_path, "killed", 0.02)
     cfg = replace(cfg, host=replace(cfg.host, runs_dir=str(tmp_path / "runs2")))
@@ -94,5 +96,6 @@ async def test_killed_and_relaunched_from_the_dashboard_matches_an_uninterrupted
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the relaunch confirmation")
         await pilot.press("y")
-        await until(pilot, lambda: len(app.dashboard.state.runs) == 2 and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the relaunched run")
+        await until(pilot, lambda: len(app.dashboard.state.runs) == 2
+                    and any(r.state == "exited" for r in app.dashboard.state.runs), 120, "the relaunched run")
     assert outputs(paths.out) == outputs(whole.out)

@@ -26,7 +26,8 @@ need.module("transformers", "pip install 'eagle3-tui[demo]'")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow(timeout=1200, reason="pip installs speculators' training venv (torch, from PyPI) and trains a drafter on the CPU")
+@pytest.mark.slow(timeout=1200,
+                  reason="pip installs speculators' training venv (torch, from PyPI) and trains a drafter on the CPU")
 def test_demo_train_headless_trains_a_drafter_and_inspect_reads_its_log(tmp_path: Path) -> None:
     demo = tmp_path / "demo"
     res = subprocess.run([sys.executable, "-m", "tui.cli", "demo", "--train", "--headless", "--dir", str(demo)],

@@ -173,7 +173,8 @@ async def test_kill_whose_link_drops_ends_killed_confirmed_after_reconnect(
                    cache_dir=str(tmp_path / "cache"), connect_timeout=5, runs_dir=cfg.host.runs_dir)
     app = make_app(AgentClient(link, backoff=(0.2, 0.5)), cfg, "cutty")
     async with app.run_test(size=(160, 50)) as pilot:
-        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.alive for r in app.dashboard.state.runs), 15, "the run")
+        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.alive for r in app.dashboard.state.runs),
+                    15, "the run")
         await pilot.press("k")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "the confirmation")
         await pilot.press("y")
@@ -193,7 +194,8 @@ async def test_kill_whose_link_drops_ends_killed_confirmed_after_reconnect(
         assert f"run {run['run_id']} killed" in shown[-1], shown
         assert not any("failed" in text for text in shown), shown  # never shown as failed
         assert any("asking the host after reconnect" in text for text in shown), shown
-        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.state == "killed" for r in app.dashboard.state.runs),
+        await until(pilot, lambda: any(r.run_id == run["run_id"] and r.state == "killed"
+                                       for r in app.dashboard.state.runs),
                     10, "the run listed as killed")
     assert not alive(run["pid"])
     assert handler.sessions >= 2

@@ -311,7 +311,8 @@ def test_demo_again_says_it_reuses_the_build_and_whether_the_run_starts_fresh_or
 
 @pytest.mark.parametrize("version, requires, said", [
     ("2.13.0+cpu", "", "torch 2.13.0+cpu (CPU build, 0 MB installed)"),
-    ("2.13.0", 'Requires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == "Linux"\n', "torch 2.13.0, a CUDA build"),
+    ("2.13.0", 'Requires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == "Linux"\n',
+     "torch 2.13.0, a CUDA build"),
 ])
 def test_the_demo_names_the_torch_its_job_runs_on(version: str, requires: str, said: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:

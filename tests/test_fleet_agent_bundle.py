@@ -72,7 +72,8 @@ def test_the_exec_upload_writes_the_package_in_its_shape(tmp_path: Path) -> None
     assert (tmp_path / "agent-x" / "remote" / "run" / "__init__.py").is_file()
 
 
-@pytest.mark.parametrize("name", ["remote/../../escape.py", "remote/./x.py", "remote//x.py", "remote/.hidden/x.py", "/abs.py"])
+@pytest.mark.parametrize("name", ["remote/../../escape.py", "remote/./x.py", "remote//x.py", "remote/.hidden/x.py",
+                                  "/abs.py"])
 def test_the_exec_upload_refuses_a_name_that_leaves_the_tree(tmp_path: Path, name: str) -> None:
     proc = _upload({name: b"x = 1\n"}, tmp_path / "d" / "agent-x")
     assert proc.returncode != 0 and "checksum mismatch for " + name in proc.stderr

@@ -136,7 +136,8 @@ def test_the_median_of_the_last_three_ended_loads_of_the_same_argv_on_this_host(
         "expected_load_s": None, "expected_load_runs": []}
     assert history.expected_load(str(tmp_path / "none"), "x", argv, "box")["expected_load_s"] is None
     (runs / "20261201-090000-0009" / hosttl.TIMELINE_FILE).write_bytes(b"junk\n{\"t\":")  # no header
-    assert history.expected_load(str(runs), "20261201-093000-beef", argv, "box")["expected_load_s"] == 130.0  # 130, 100, 500
+    # 130, 100, 500
+    assert history.expected_load(str(runs), "20261201-093000-beef", argv, "box")["expected_load_s"] == 130.0
 
 
 # ---------------------------------------------------------------- the panel's words
@@ -148,7 +149,8 @@ def _live(expected: float | None, runs: int = 1) -> RunRecord:
 
 
 def _bar(done: int, remaining: float | None, rate: float | None = None) -> ShardProgress:
-    return ShardProgress(desc="Loading safetensors checkpoint shards", worker=None, done=done, total=64, percent=100 * done / 64, elapsed_s=None,
+    return ShardProgress(desc="Loading safetensors checkpoint shards", worker=None, done=done, total=64,
+                         percent=100 * done / 64, elapsed_s=None,
                          remaining_s=remaining, rate_it_s=rate)
 
 

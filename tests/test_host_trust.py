@@ -91,7 +91,8 @@ def test_world_writable_runs_dir_is_refused(tmp_path: Path) -> None:
     runs.mkdir()
     os.chmod(runs, 0o777)
     with _agent(runs) as a:
-        with pytest.raises(AgentCallError, match=r"runs dir .*writable by (group and )?others.*mode 0777 -- run chmod g?o-w "):
+        with pytest.raises(AgentCallError,
+                           match=r"runs dir .*writable by (group and )?others.*mode 0777 -- run chmod g?o-w "):
             a.call("runs")
         with pytest.raises(AgentCallError, match=r"mode 0777"):
             a.call("launch", {"argv": ["true"], "cwd": str(tmp_path)})

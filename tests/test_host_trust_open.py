@@ -35,7 +35,8 @@ from tests import checkout
 from tests.agent_driver import AgentCallError, AgentProc
 
 NO_GPU = {"EAGLE3_TUI_GPU_SOURCE": "none"}
-ROOT_ONLY = pytest.mark.needs_root("trust: logs, cwds, symlinks and processes of another user (chown, setuid to nobody)")
+ROOT_ONLY = pytest.mark.needs_root(
+    "trust: logs, cwds, symlinks and processes of another user (chown, setuid to nobody)")
 NOBODY = 65534
 SECRET = b"root's own line\n"
 
@@ -134,7 +135,8 @@ def test_a_cwd_reached_through_their_symlink_is_refused_and_a_fresh_log_in_their
     old = os.umask(0o002)
     try:
         with AgentProc(env=NO_GPU, args=["--runs-dir", str(runs)]) as a:
-            with pytest.raises(AgentCallError, match=r"refusing log .*proj/output.log: on its path, /.*/theirs/proj is a "
+            with pytest.raises(AgentCallError, match=r"refusing log .*proj/output.log: on its path, "
+                                                     r"/.*/theirs/proj is a "
                                                      r"symlink in a directory that is not yours or root's alone "
                                                      r"\(owner nobody \(uid 65534\), mode 0755\)"):
                 a.call("launch", {"argv": ["true"], "cwd": str(theirs / "proj"), "log": "output.log"})

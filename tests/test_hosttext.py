@@ -80,8 +80,10 @@ def assert_clean_screen(app: EagleApp) -> None:
 # ---- the sanitizer ----------------------------------------------------------------------
 @pytest.mark.parametrize("raw,shown", [
     ("a\x1bcb", "ab"), ("a\x1b#8b", "ab"), ("\x1b7x\x1b8", "x"), ("\x1b=\x1b>ok", "ok"), ("\x1b(Bok", "ok"),
-    ("\x9b2Jok", "ok"), ("\x9d52;c;aGk=\x07ok", "ok"), ("\x9d52;c;aGk=\x1b\\ok", "ok"), ("\x1b]52;c;aGk=\x1b\\ok", "ok"),
-    ("\x1b]0;title\x07ok", "ok"), ("\x1bP1;2|x\x1b\\ok", "ok"), ("\x1b_apc\x9cok", "ok"), ("\x1b[38;2;1;2;3mok\x1b[0m", "ok"),
+    ("\x9b2Jok", "ok"), ("\x9d52;c;aGk=\x07ok", "ok"), ("\x9d52;c;aGk=\x1b\\ok", "ok"),
+    ("\x1b]52;c;aGk=\x1b\\ok", "ok"),
+    ("\x1b]0;title\x07ok", "ok"), ("\x1bP1;2|x\x1b\\ok", "ok"), ("\x1b_apc\x9cok", "ok"),
+    ("\x1b[38;2;1;2;3mok\x1b[0m", "ok"),
     ("a\u202eb\u2066c\u2069", "abc"), ("x\x7fy\x85z\x00", "xyz"), ("tab\there\nnl", "tab\there\nnl"), ("cr\rx", "crx"),
     (b"bad\xffbyte\x1b[31mred", "bad\ufffdbytered"), (b"\xc2\x9b2J\xc2\x9d52;x\x07ok", "ok"), ("\x1b", ""),
 ])
@@ -317,7 +319,8 @@ def test_fuzz_dashboard(dashboards: Any, lines: list[bytes], argv: list[str], ru
     stays up and nothing of it that a terminal acts on reaches the screen."""
     examples["dashboard"] += 1
     seq = examples["dashboard"]  # every app sees rising numbers
-    failure = b"ERROR 11-30 02:00:00 [core.py:1] Worker proc " + proc.replace(" ", "_").encode("utf-8", "surrogatepass") + b" died unexpectedly"
+    failure = (b"ERROR 11-30 02:00:00 [core.py:1] Worker proc "
+               + proc.replace(" ", "_").encode("utf-8", "surrogatepass") + b" died unexpectedly")
     data = b"\n".join([*lines, failure]) + b"\n"
 
     dashboard = dashboards[size]
@@ -327,14 +330,16 @@ def test_fuzz_dashboard(dashboards: Any, lines: list[bytes], argv: list[str], ru
         # the run, its log, the run again: the failure in the log is news (banner, toast)
         client = dashboard.client
         client.push(hostile_snapshot(2 * seq, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, "running"))
-        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq and subscribed(client, app.dashboard.state.log.sub))
+        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq
+                    and subscribed(client, app.dashboard.state.log.sub))
         for event in [
             p.LogData(sub=app.dashboard.state.log.sub, path=LOG, inode=7, offset=offset, data=data),
             hostile_snapshot(2 * seq + 1, f"r{seq}-{run_id}", name, argv, error, note, host, gpu, state),
             p.AgentError(message=clean(error)),  # an agent's error line too
         ]:
             client.push(event)
-        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq + 1 and app.dashboard.state.log.offset >= offset + len(data))
+        await until(pilot, lambda: app.dashboard.state.seq == 2 * seq + 1
+                    and app.dashboard.state.log.offset >= offset + len(data))
         app.screen.query_one(LogPane).flush()  # the pane draws at most twice a second: now
         await pilot.pause()
         assert app.is_running
@@ -397,7 +402,8 @@ def test_fuzz_fleet(fleet: Any, lines: list[bytes], run_id: str, name: str, proc
     """The fleet screen: its rows (run, phase, failures) and the failures' toasts."""
     examples["fleet"] += 1
     seq = examples["fleet"]
-    failure = b"ERROR 11-30 02:00:00 [core.py:1] Worker proc " + proc.replace(" ", "_").encode("utf-8", "surrogatepass") + b" died unexpectedly"
+    failure = (b"ERROR 11-30 02:00:00 [core.py:1] Worker proc "
+               + proc.replace(" ", "_").encode("utf-8", "surrogatepass") + b" died unexpectedly")
     data = b"\n".join([*lines, failure]) + b"\n"
 
     async def step(app: EagleApp, pilot: Any) -> None:
@@ -409,7 +415,8 @@ def test_fuzz_fleet(fleet: Any, lines: list[bytes], run_id: str, name: str, proc
         try:
             await until(pilot, lambda: feed.state.seq == 2 * seq and subscribed(client, feed.state.log.sub))
         except AssertionError:
-            raise AssertionError((feed.state.seq, 2 * seq, feed.state.log.sub, feed.state.log.path, client.requests[-4:]))
+            raise AssertionError((feed.state.seq, 2 * seq, feed.state.log.sub, feed.state.log.path,
+                                  client.requests[-4:]))
         client.push(p.LogData(sub=feed.state.log.sub, path=LOG, inode=7, offset=offset, data=data))
         client.push(hostile_snapshot(2 * seq + 1, rid, name, ["python", proc], proc, name, host, host, state))
         await until(pilot, lambda: feed.state.seq == 2 * seq + 1 and feed.state.log.offset >= offset + len(data))
@@ -445,7 +452,8 @@ def test_fuzz_commands(tmp_path_factory: Any, log: list[bytes], run_id: str, nam
 
     examples["commands"] = examples.get("commands", 0) + 1
     path = tmp_path_factory.mktemp("log") / "x.log"
-    path.write_bytes(b"\n".join([*log, b"ERROR 11-30 02:00:00 [core.py:1] Worker proc " + name.encode("utf-8", "surrogatepass")
+    path.write_bytes(b"\n".join([*log, b"ERROR 11-30 02:00:00 [core.py:1] Worker proc "
+                                 + name.encode("utf-8", "surrogatepass")
                                  + b" died unexpectedly"]).replace(b"\0", b"") + b"\n")
     result = CliRunner().invoke(inspect, [str(path)])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -475,7 +483,8 @@ _RECORD = st.dictionaries(st.sampled_from(["run_id", "state", "patch_state", "ex
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(lines_a=st.lists(_TL_LINE, max_size=8), lines_b=st.lists(_TL_LINE, max_size=4), rec_a=_RECORD, rec_b=_RECORD)
-@example(lines_a=[{"t": 0.5, "e": "phase", "phase": "extracting"}, {"t": 1.0, "m": [["x"], 1]}, {"t": 2.0, "m": [["x"], 5]},
+@example(lines_a=[{"t": 0.5, "e": "phase", "phase": "extracting"}, {"t": 1.0, "m": [["x"], 1]},
+                  {"t": 2.0, "m": [["x"], 5]},
                   {"t": 3.0, "e": "exit", "code": 0}], lines_b=[], rec_a={}, rec_b={"argv": 7, "attempts": 1.5})
 def test_fuzz_runs_show_and_compare(lines_a: list[dict[str, Any]], lines_b: list[dict[str, Any]],
                                     rec_a: dict[str, Any], rec_b: dict[str, Any]) -> None:

@@ -72,7 +72,8 @@ def test_a_users_interrupt_ends_killed_not_failed(tmp_path: Path, sig: int) -> N
     ws = observe(ws, run, a, 9, (), (), 1001.0)
     ws = observe(ws, run, a, 9, (), (), 1002.0)
     assert [e.kind for e in ws.events] == ["killed"]
-    assert ws.events[0].message.startswith(f"interrupted (by {signal_name(sig)})" if run.signal else "interrupted (exit")
+    assert ws.events[0].message.startswith(f"interrupted (by {signal_name(sig)})" if run.signal
+                                           else "interrupted (exit")
 
 
 def test_a_failure_before_the_interrupt_still_fails(tmp_path: Path) -> None:

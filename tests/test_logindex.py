@@ -203,7 +203,8 @@ async def test_invalid_utf8_ansi_and_redraws(tmp_path: Path) -> None:
     doc = small_doc(p)
     await doc.refresh()
     texts = [ln.text for ln in await doc.lines(0, 10)]
-    assert texts == ["ok", "bad \ufffd\ufffd bytes \ufffd", "ERROR colored", "Loading 100%", "café ERROR after multibyte"]
+    assert texts == ["ok", "bad \ufffd\ufffd bytes \ufffd", "ERROR colored", "Loading 100%",
+                     "café ERROR after multibyte"]
     hits = await doc.collect(0, 10, [re.compile("ERROR")])
     assert [(h.line_no, h.text) for h in hits] == [(3, "ERROR colored"), (5, "café ERROR after multibyte")]
     # A redrawn-away segment is not shown, so it does not match.

@@ -170,7 +170,8 @@ def test_linear_time_on_a_huge_line_and_many_short_lines() -> None:
         ("(Worker_TP0 pid=7) ERROR 11-29 12:00:01 [m.py:863]   File \"x\"", "TP0", "ERROR", "m.py:863", '  File "x"'),
         ("(Worker_DP0_TP0_EP0 pid=7) hi", "DP0_TP0_EP0", None, None, "hi"),
         ("(VllmWorkerProcess pid=77) WARNING 01-02 03:04:05 [a/b.py:9] w", "pid=77", "WARNING", "a/b.py:9", "w"),
-        ("(EngineCore_DP0 pid=7) DEBUG 11-29 12:00:01 [v1/engine/core.py:1] d", "EngineCore_DP0", "DEBUG", "v1/engine/core.py:1", "d"),
+        ("(EngineCore_DP0 pid=7) DEBUG 11-29 12:00:01 [v1/engine/core.py:1] d", "EngineCore_DP0", "DEBUG",
+         "v1/engine/core.py:1", "d"),
         ("INFO 11-29 12:00:01 loader.py:123] plain", None, "INFO", "loader.py:123", "plain"),
         ("just text (not a prefix pid=1)", None, None, None, "just text (not a prefix pid=1)"),
     ],
@@ -195,9 +196,11 @@ def test_split_prefix_forms(line: str, worker: str | None, level: str | None, so
          "Multi-thread loading shards", 1, 4, 28.0, 85.0, 1 / 28.49, "rank=1"),
         ("Multi-thread loading pt checkpoint shards:  25% Completed | 1/4 [00:28<01:25, 28.49s/it]",
          "Multi-thread loading pt checkpoint shards", 1, 4, 28.0, 85.0, 1 / 28.49, None),
-        ("(VllmWorkerProcess pid=5) Loading safetensors using Runai Model Streamer:  10% Completed | 100/1000 [00:10<01:30, 10.00it/s]",
+        ("(VllmWorkerProcess pid=5) Loading safetensors using Runai Model Streamer:  10% Completed"
+         " | 100/1000 [00:10<01:30, 10.00it/s]",
          "Loading safetensors using Runai Model Streamer", 100, 1000, 10.0, 90.0, 10.0, "pid=5"),
-        ("(EngineCore_DP0 pid=6) Loading safetensors using Fastsafetensor loader:  50% Completed | 2/4 [00:04<00:04,  2.00s/it]",
+        ("(EngineCore_DP0 pid=6) Loading safetensors using Fastsafetensor loader:  50% Completed"
+         " | 2/4 [00:04<00:04,  2.00s/it]",
          "Loading safetensors using Fastsafetensor loader", 2, 4, 4.0, 4.0, 0.5, "EngineCore_DP0"),
         ("Loading checkpoint shards:  38%|███▊      | 24/64 [00:07<00:12,  3.21it/s]",
          "Loading checkpoint shards", 24, 64, 7.0, 12.0, 3.21, None),
@@ -239,7 +242,8 @@ def test_parse_extract_progress_forms() -> None:
     d = parse_extract_progress(
         "[extract] done: 128 sequences, 32768 tokens in 0:00:21 (1560.2 tok/s) -> /path/index.json")
     assert d is not None
-    assert (d.done, d.seqs, d.tokens, d.elapsed_s, d.tok_s, d.output) == (True, 128, 32768, 21.0, 1560.2, "/path/index.json")
+    assert (d.done, d.seqs, d.tokens, d.elapsed_s, d.tok_s, d.output) == (
+        True, 128, 32768, 21.0, 1560.2, "/path/index.json")
     assert parse_extract_progress("[extract] something else") is None
     assert parse_extract_progress("no marker") is None
 
@@ -299,7 +303,8 @@ def test_generic_traceback_only_when_nothing_specific_matched() -> None:
     )
     a = fold(log)
     assert a.root_cause is not None
-    assert (a.root_cause.id, a.root_cause.line, a.root_cause.line_no) == ("python-traceback", "KeyError: 'layer_ids'", 3)
+    assert (a.root_cause.id, a.root_cause.line, a.root_cause.line_no) == (
+        "python-traceback", "KeyError: 'layer_ids'", 3)
     # an unrelated interleaved line inside a worker traceback does not end it
     log2 = (
         b"(Worker_TP1 pid=2) ERROR 11-29 12:00:01 [m.py:1] Traceback (most recent call last):\r\n"
@@ -357,16 +362,21 @@ REQUIRED_IDS = {
 @pytest.mark.parametrize(
     ("line", "sig_id"),
     [
-        ("TypeError: get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'", "kv-cache-specs-typeerror"),
-        ("TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'", "scheduler-block-size"),
+        ("TypeError: get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'",
+         "kv-cache-specs-typeerror"),
+        ("TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'",
+         "scheduler-block-size"),
         ("AttributeError: 'DeepseekV3Model' object has no attribute 'get_input_embeddings'", "get-input-embeddings"),
-        ("[rank3]:[E1129 12:00:01.000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5)", "nccl-timeout"),
-        ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275", "nccl-error"),
+        ("[rank3]:[E1129 12:00:01.000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout:"
+         " WorkNCCL(SeqNum=5)", "nccl-timeout"),
+        ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275",
+         "nccl-error"),
         ("TimeoutError: RPC call to execute_model timed out.", "rpc-timeout"),
         ("ERROR 11-29 12:00:01 [core.py:1006] EngineCore failed to start.", "engine-core-failed"),
         ("OSError: [Errno 28] No space left on device", "no-space"),
         ("ModuleNotFoundError: No module named 'speculators'", "module-not-found"),
-        ("RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause", "worker-failed-wrapper"),
+        ("RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause",
+         "worker-failed-wrapper"),
         ("[preflight] FAIL sample_tokens: MultiprocExecutor has no sample_tokens", "preflight-failed"),
         ("[extract] error: --model is required (see --help)", "extract-error"),
     ],
@@ -379,7 +389,8 @@ def test_builtin_signatures_match(line: str, sig_id: str) -> None:
 def test_builtin_signatures_have_required_ids_and_title_templates() -> None:
     sigs = load_signatures(user_file=None)
     assert REQUIRED_IDS <= {s.id for s in sigs}
-    a = step(LogAnalysis(), "ERROR 11-29 12:00:01 [m.py:248] Worker proc VllmWorker-3 died unexpectedly, shutting down executor.", 1)
+    a = step(LogAnalysis(), "ERROR 11-29 12:00:01 [m.py:248] Worker proc VllmWorker-3 died unexpectedly,"
+             " shutting down executor.", 1)
     assert a.failures[0].title == "Worker VllmWorker-3 died unexpectedly"
 
 

@@ -22,7 +22,8 @@ def fold(text: str, t0: float | None = None) -> LogAnalysis:
 def test_the_cause_is_the_raised_exception_line_not_the_raise_frame() -> None:
     a = fold((HELDOUT / "vllm6732_v053_nccl_error.log").read_text())
     assert a.root_cause is not None and a.root_cause.id == "nccl-error"
-    assert a.root_cause.line.endswith("RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)")
+    assert a.root_cause.line.endswith(
+        "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)")
     log = (
         'Traceback (most recent call last):\n'
         '  File "w.py", line 9, in _dummy_sampler_run\n'
@@ -69,9 +70,11 @@ def test_engine_death_while_serving_names_the_phase_and_the_time_there() -> None
         "INFO 11-29 10:00:00 [default_loader.py:1] Loading weights took 60.00 seconds\n"
         "(APIServer pid=1) INFO 11-29 10:01:00 [launcher.py:1] Uvicorn running on http://0.0.0.0:8000\n"
         '(APIServer pid=1) INFO:     127.0.0.1:1 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
-        "(APIServer pid=1) ERROR 11-29 12:15:00 [serving_chat.py:9] ValueError: This model's maximum context length is 8192 tokens.\n"
+        "(APIServer pid=1) ERROR 11-29 12:15:00 [serving_chat.py:9] ValueError: This model's maximum context length"
+        " is 8192 tokens.\n"
         "(EngineCore_DP0 pid=2) ERROR 11-29 12:15:30 [core.py:1] EngineCore encountered a fatal error.\n"
-        "(APIServer pid=1) ERROR 11-29 12:15:31 [serving_chat.py:9] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+        "(APIServer pid=1) ERROR 11-29 12:15:31 [serving_chat.py:9] vllm.v1.engine.exceptions.EngineDeadError:"
+        " EngineCore encountered an issue.\n"
     )
     a = fold(log)
     assert a.phase == "failed" and a.failed_in == "serving"
@@ -92,7 +95,8 @@ def test_phase_durations_use_arrival_time_without_log_timestamps() -> None:
 
 def test_stages_after_the_load() -> None:
     a = fold("Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:01<00:00,  1.00it/s]\n"
-             "(Worker_TP0 pid=1) INFO 11-29 10:00:00 [gpu_model_runner.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)\n")
+             "(Worker_TP0 pid=1) INFO 11-29 10:00:00 [gpu_model_runner.py:1] Capturing CUDA graphs"
+             " (mixed prefill-decode, PIECEWISE)\n")
     assert (a.phase, a.stage) == ("loaded", "graph capture")
     b = fold("(Worker_TP0 pid=1) INFO 11-29 10:00:00 [gpu_worker.py:1] Available KV cache memory: 18.83 GiB\n")
     assert (b.phase, b.stage) == ("loaded", "profiling")
@@ -100,9 +104,11 @@ def test_stages_after_the_load() -> None:
 
 def test_the_target_models_bar_is_kept_when_other_loaders_report() -> None:
     a = fold((CORPUS / "vllmascend2667_eagle_drafter_pt.log").read_text())
-    assert a.shard is not None and (a.shard.desc, a.shard.done, a.shard.total) == ("Loading safetensors checkpoint shards", 4, 4)
+    assert a.shard is not None and (a.shard.desc, a.shard.done, a.shard.total) == (
+        "Loading safetensors checkpoint shards", 4, 4)
     assert [(sp.desc, sp.done, sp.total) for sp in a.loads.values()] == [("Loading pt checkpoint shards", 1, 1)]
-    bar = "(Worker_TP0 pid=1) Loading safetensors checkpoint shards: {p}% Completed | {n}/{t} [00:01<00:01,  1.00it/s]\n"
+    bar = ("(Worker_TP0 pid=1) Loading safetensors checkpoint shards: {p}% Completed"
+           " | {n}/{t} [00:01<00:01,  1.00it/s]\n")
     reread = fold(bar.format(p=50, n=1, t=2) + bar.format(p=100, n=2, t=2) + bar.format(p=0, n=0, t=1))
     assert reread.shard is not None and (reread.shard.done, reread.shard.total) == (2, 2)
     assert reread.phase == "loaded" and len(reread.loads) == 1

@@ -157,7 +157,8 @@ async def test_search_next_prev_and_filter(client: AgentClient, log: Path) -> No
         await wait_for(pilot, lambda: screen.match is not None and screen.match.line_no == 1299, "next match")
         # m: only lines matching the pattern
         await pilot.press("m")
-        await wait_for(pilot, lambda: screen.matches_only and screen.window and all(" line 12" in ln.text for ln in screen.window), "the filter")
+        await wait_for(pilot, lambda: screen.matches_only and screen.window
+                       and all(" line 12" in ln.text for ln in screen.window), "the filter")
         assert all(ln.line_no is not None and 1200 <= ln.line_no <= 1299 for ln in screen.window)
         assert "MATCHES" in str(screen.query_one("#lv-status", Static).render())
         await pilot.press("m")

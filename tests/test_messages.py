@@ -141,7 +141,8 @@ async def test_watch_says_once_how_a_finished_run_ended() -> None:
     now = time.time()
     running = dict(RUN, launched_at=now - 16)
     done = dict(running, state="exited", exit_code=0, pid=None, ended_at=now)
-    client = ReplayClient([snapshot(0, runs=[running]), snapshot(0, seq=1, runs=[done]), snapshot(0, seq=2, runs=[done])],
+    client = ReplayClient([snapshot(0, runs=[running]), snapshot(0, seq=1, runs=[done]),
+                           snapshot(0, seq=2, runs=[done])],
                     answers={"runs": {"runs": [running]}})
     out = io.StringIO()
     await client.start()

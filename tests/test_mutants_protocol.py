@@ -79,7 +79,8 @@ def test_every_text_the_parser_hands_on_is_clean(text: str) -> None:
     report = KillReport.parse({"run_id": text, "ok": False, "note": text, "remaining": [5],
                                "stages": [{"signal": text, "at": 1.0, "sent_to": [5]}],
                                "node_proofs": [{"node": text, "error": text}]})
-    _shown_clean([report.run_id, report.note, [asdict(s) for s in report.stages], [asdict(p) for p in report.node_proofs],
+    _shown_clean([report.run_id, report.note, [asdict(s) for s in report.stages],
+                  [asdict(p) for p in report.node_proofs],
                   report.record])
 
     outs = Outcome.parse_all({"outcomes": {"a1": {"state": "done", "ok": False, "error": text}}})

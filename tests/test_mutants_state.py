@@ -182,6 +182,7 @@ def test_after_a_rotation_the_progress_panel_reads_the_new_stream() -> None:
     state = apply(AppState(), _chunk(0, 400), 0.0)
     for reason in ("rotated", "truncated"):
         state = apply(state, p.LogReset("log", "/x.log", reason, 2, 0), 0.0)
-        state = apply(state, p.LogData("log", "/x.log", 2, 0, b"Epoch 1: 100%|##| 10/10 [00:01<00:00, loss=0.5]\n"), 0.0)
+        state = apply(state, p.LogData("log", "/x.log", 2, 0, b"Epoch 1: 100%|##| 10/10 [00:01<00:00, loss=0.5]\n"),
+                      0.0)
         assert not state.log.catching_up, reason
         assert state.log.shown_analysis is not None and state.log.shown_analysis == state.log.analysis, reason

@@ -197,7 +197,8 @@ def test_the_demos_first_line_names_the_torch(tmp_path: Path) -> None:
     proc = cli("demo", "--headless", "--dir", str(tmp_path / "file"), cwd=tmp_path, home=tmp_path)
     assert proc.returncode == 2, proc.stderr
     first = proc.stderr.splitlines()[0]
-    assert re.fullmatch(r"the demo's job runs on torch 2\.13\.0\S*[ ,].*build.*[0-9.]+ (MB|GB) installed.*", first), first
+    assert re.fullmatch(r"the demo's job runs on torch 2\.13\.0\S*[ ,].*build.*[0-9.]+ (MB|GB) installed.*",
+                        first), first
     last = proc.stderr.splitlines()[-1]  # one line, no traceback ("File exists", "Not a directory")
     assert last.startswith(f"eagle3-tui: cannot build the demo in {tmp_path}/file: ") and "Traceback" not in proc.stderr
 

@@ -98,7 +98,8 @@ def test_cli_and_screen_select_the_same_run(host: tuple[list[dict[str, Any]], st
     state = apply(state, CursorMoved(cursor), 0.0)
     screen = view.select_run(state)
     # The CLI: `kill` / `relaunch` with no RUN_ID, or with the id the user sees under the cursor.
-    cli = services.choose_run(cfg, [RunRecord.parse(r) for r in runs], cursor, now=state.snapshot_time)  # the host's clock, as the screen's
+    # the host's clock, as the screen's
+    cli = services.choose_run(cfg, [RunRecord.parse(r) for r in runs], cursor, now=state.snapshot_time)
     assert (screen.run_id if screen else None) == (cli.run_id if cli else None)
     if cursor is None and screen is not None:
         mine = [r for r in runs if r["name"] == "job" and not r["external"]]
@@ -191,7 +192,8 @@ async def test_run_launched_from_the_cli_appears_and_is_followed(tmp_path: Path)
     second: dict[str, Any] = {}
     try:
         async with app.run_test(size=(160, 50)) as pilot:
-            await until(pilot, lambda: any(r.run_id == first["run_id"] and not r.alive for r in app.dashboard.state.runs),
+            await until(pilot, lambda: any(r.run_id == first["run_id"] and not r.alive
+                                           for r in app.dashboard.state.runs),
                         15, "the first run, ended")
             await until(pilot, lambda: app.dashboard.state.log.path == first["log"], 10, "the first run's log")
             res = await asyncio.to_thread(e3, "launch", "local", "--json", cwd=tmp_path)

@@ -132,7 +132,8 @@ EXPECTED = [
     ("v1", "TypeError", "get_kv_cache_config_from_groups() got an unexpected keyword argument 'kv_cache_specs'"),
     ("v2", "RuntimeError", "Worker failed with error ''LlamaModel' object has no attribute 'get_input_embeddings''"),
     ("v3", "RuntimeError", "Boolean value of Tensor with more than one value is ambiguous"),
-    ("v4", "RuntimeError", "Worker failed with error 'State error: sample_tokens() must be called after execute_model() returns None.'"),
+    ("v4", "RuntimeError",
+     "Worker failed with error 'State error: sample_tokens() must be called after execute_model() returns None.'"),
 ]
 
 

@@ -194,7 +194,8 @@ def test_a_write_that_fails_mid_push_is_rolled_back_on_the_host(jdir: Path, tmp_
     gone = tmp_path / "missing-dir" / "b.py"
     files = [{"path": str(first), "data": b"new\n", "expect_sha256": P.sha256(b"old\n"), "backup": None},
              {"path": str(gone), "data": b"x\n", "expect_sha256": None, "backup": None}]
-    with pytest.raises(BadRequest, match=rf"patch push to v9 failed \(FileNotFoundError: \[Errno 2\] .*\); rolled back {first}$"):
+    with pytest.raises(BadRequest,
+                       match=rf"patch push to v9 failed \(FileNotFoundError: \[Errno 2\] .*\); rolled back {first}$"):
         journal.apply(files, "v9")
     assert first.read_bytes() == b"old\n" and not (jdir / "journal.json").exists()
     assert sorted(p.name for p in jdir.iterdir()) == [".lock"]

@@ -103,7 +103,8 @@ async def test_a_replay_plays_to_the_end(tmp_path: Path) -> None:
 
         await until(pilot, lambda: gpus().count("70.0/N/A GiB") == 4)  # extracting on the 4 cards it holds
         assert gpus().count("GiB") == 4, gpus()
-        await until(pilot, lambda: app.dashboard.state.runs and app.dashboard.state.runs[0].state == "exited", timeout=10)
+        await until(pilot, lambda: app.dashboard.state.runs and app.dashboard.state.runs[0].state == "exited",
+                    timeout=10)
         run = app.dashboard.state.runs[0]
         assert run.exit_code == 0 and run.ended_at is not None
         await until(pilot, lambda: "finished" in str(app.query_one(RunProgress).render()), timeout=10)

@@ -1,5 +1,5 @@
-"""Restarts decided on the host (remote/run/restartpolicy.py, remote/run/restart.py): the policy compiled from eagle3.toml
-and the one signature table, the host's matcher against the client's, and real runs
+"""Restarts decided on the host (remote/run/restartpolicy.py, remote/run/restart.py): the policy
+compiled from eagle3.toml and the one signature table, the host's matcher against the client's, and real runs
 launched through the real shim with no client connected until they end."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ FIXTURES = sorted(str(p) for p in (REPO / "tests/fixtures").rglob("*.log"))  # e
 # corpus README lists, and from test_logparse).
 LINES = [
     "TypeError: Scheduler.__init__() missing 1 required positional argument: 'block_size'",
-    "(Worker_TP0 pid=12) ERROR 11-29 12:00:01 [multiproc_executor.py:671] RuntimeError: Worker failed with error 'boom', please check the stack trace above for the root cause",
+    "(Worker_TP0 pid=12) ERROR 11-29 12:00:01 [multiproc_executor.py:671] RuntimeError: Worker failed with error"
+    " 'boom', please check the stack trace above for the root cause",
     "slurmstepd: error: *** JOB 4242 ON node3 CANCELLED AT 2026-12-01T03:12:44 DUE TO PREEMPTION ***",
     "ModuleNotFoundError: No module named 'speculators'",
     "RuntimeError: CUDA error: uncorrectable ECC error encountered",
@@ -41,7 +42,8 @@ LINES = [
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275",
     "(VllmWorker rank=0 pid=81) ERROR 06-01 10:00:00 [multiproc_executor.py:470] WorkerProc failed to start.",
     "TimeoutError: RPC call to execute_model timed out.",
-    "ERROR 07-01 10:00:00 [multiproc_executor.py:140] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+    "ERROR 07-01 10:00:00 [multiproc_executor.py:140] Worker proc VllmWorker-1 died unexpectedly,"
+    " shutting down executor.",
 ]
 POLICY = compile_policy(parse_config('[run]\nrestart = "on-failure"\n'))
 
@@ -95,7 +97,8 @@ DETERMINISTIC = [
     ("cuda-unsupported", "https://github.com/vllm-project/vllm/issues/11485",
      "[rank0]: RuntimeError: CUDA error: no kernel image is available for execution on the device"),
     ("cuda-unsupported", "https://github.com/vllm-project/vllm/issues/14452",
-     "ERROR 07-28 15:07:22 [core.py:632] RuntimeError: CUDA error: no kernel image is available for execution on the device"),
+     "ERROR 07-28 15:07:22 [core.py:632] RuntimeError: CUDA error: no kernel image is available"
+     " for execution on the device"),
     ("cuda-unsupported", "https://github.com/billwuhao/ComfyUI_ACE-Step/issues/10",
      "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedEx(handle, opa, "
      "opb, (int)m, (int)n, (int)k, (void*)&falpha, a, CUDA_R_16BF, (int)lda, stridea, b, CUDA_R_16BF, (int)ldb, "
@@ -153,7 +156,8 @@ def _both(lines: list[str]) -> tuple[str | None, str | None]:
     return (a.root_cause and a.root_cause.id), (host and host["id"])
 
 
-@pytest.mark.parametrize("want,source,line", DETERMINISTIC + TRANSIENT, ids=[f"{w}:{s.rsplit('/', 2)[-2]}" for w, s, _ in DETERMINISTIC + TRANSIENT])
+@pytest.mark.parametrize("want,source,line", DETERMINISTIC + TRANSIENT,
+                         ids=[f"{w}:{s.rsplit('/', 2)[-2]}" for w, s, _ in DETERMINISTIC + TRANSIENT])
 def test_each_real_failure_is_classed_and_decided_alike_on_both_sides(want: str, source: str, line: str) -> None:
     assert _both([line]) == (want, want), source
     cause = Matcher(POLICY).root_cause([line])
@@ -182,7 +186,8 @@ def test_an_info_line_that_mentions_a_retry_never_outranks_the_real_failure() ->
     later OutOfMemoryError an "NCCL timeout": restarted, a wasted load each time. The
     note is not a failure, in any quiet shape; the OOM is the root cause, deterministic."""
     for note in (RETRIED,
-                 "2025-03-21 02:07:08,408 - INFO - trainer - retried after: Watchdog caught collective operation timeout",
+                 "2025-03-21 02:07:08,408 - INFO - trainer - retried after:"
+                 " Watchdog caught collective operation timeout",
                  "WARNING:root:NCCL error in allreduce, retrying (1/3)",
                  "tj5-sc-ai-h800r-dev01:534:1763 [3] NCCL WARN NCCL error: unhandled system error, retrying"):
         assert _both([note, OOM]) == ("cuda-oom", "cuda-oom"), note
@@ -220,7 +225,8 @@ def test_the_host_matcher_is_stdlib_and_starts_afresh_at_an_attempt() -> None:
     assert a.root_cause is None  # the client's analysis starts afresh there too
     for name in ("restart.py", "restartpolicy.py"):
         src = (REPO / "remote" / "run" / name).read_text()
-        assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines() if ln.startswith(("import ", "from "))}
+        assert "tui" not in {ln.split()[1].split(".")[0] for ln in src.splitlines()
+                             if ln.startswith(("import ", "from "))}
 
 
 def test_delay_doubles_up_to_the_cap() -> None:
@@ -245,7 +251,8 @@ def test_decide_rules() -> None:
     assert decide(POLICY, [], end(nccl, killed=True), now) == (False, "killed")
     assert decide(POLICY, [], {"exit_code": 0, "cause": None}, now) == (False, "finished")
     three = [end(nccl, restarted=True, ended_at=now - 5000) for _ in range(3)]
-    assert decide(POLICY, three, end(nccl), now)[1].startswith("gave up: NCCL collective timed out (nccl-timeout) after 3")
+    assert decide(POLICY, three, end(nccl), now)[1].startswith(
+        "gave up: NCCL collective timed out (nccl-timeout) after 3")
     never = dict(POLICY, restart="never")
     assert decide(never, [], end(nccl), now) == (False, "not restarted: restart = never")
     assert decide(dict(never, on_hang="restart"), [], end(None, hung=True), now)[0] is True

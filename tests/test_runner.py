@@ -29,7 +29,8 @@ RUN_SCRIPT = """\
 import multiprocessing as mp, os, signal, sys, time
 
 def say(role):
-    os.write(1, ("ready %s %d" % (role, os.getpid()) + "\\n").encode())  # one write: lines of several processes never interleave
+    os.write(1, ("ready %s %d" % (role, os.getpid()) + "\\n").encode())  # one write: lines of several processes \
+never interleave
 
 def worker(stubborn):
     if stubborn:

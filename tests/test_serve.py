@@ -224,7 +224,8 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         second.wait("step")  # the other session still follows the log
         assert served.proc.poll() is None
         log = served.log()
-        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s \(its app quit\); connected now: #2 127\.0\.0\.1", log), log
+        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s \(its app quit\);"
+                         r" connected now: #2 127\.0\.0\.1", log), log
         # Ctrl+C on the server ends the open session at once, its app process with it.
         apps = descendants(served.proc.pid)
         assert apps

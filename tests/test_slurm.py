@@ -40,7 +40,8 @@ PYTHONPATH = checkout.pythonpath()
 GIB = 1 << 30
 FAKE_SMI = NODE_SMI  # the login node's stand-in GPU: the same script, outside any job
 # A run that ignores SIGTERM (a wedged worker): only plain scancel's SIGKILL ends it.
-STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)\n"
+STUBBORN = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('up', flush=True)\ntime.sleep(600)\n")
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 
 
@@ -286,7 +287,8 @@ def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
     assert gone["slurm_state"] == "CANCELLED" and gone["restart_at"] is None
     time.sleep(2)
     assert (out / "attempts").read_text() == "1"  # nothing started later
-    say("kill while waiting: job %s %s; %s" % (wait["job_id"], gone["slurm_state"], view.kill_verdict(KillReport.parse(report))))
+    say("kill while waiting: job %s %s; %s"
+        % (wait["job_id"], gone["slurm_state"], view.kill_verdict(KillReport.parse(report))))
 
 
 # ---------------------------------------------------------------- the job's node

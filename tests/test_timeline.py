@@ -356,7 +356,8 @@ def test_a_restarted_run_s_timeline_has_its_attempts(tmp_path: Path) -> None:
     # The wait (1 s) spans several pace ticks (0.2 s), so the recorder sees attempts.json
     # while the failed attempt is its last even on a loaded machine.
     run_id, _ = _launch_until_exit(
-        tmp_path, f'name = "tl2"\ncommand = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
+        tmp_path, 'name = "tl2"\n'
+        f'command = {json.dumps([sys.executable, str(tmp_path / "job.py"), str(tmp_path / "n")])}\n'
         'restart = "on-failure"\nrestart_delay = 1\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n', env)
     shown = _e3("runs", "show", "local", run_id, "--json", cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr

@@ -55,7 +55,8 @@ def test_connect_local_in_tmux(tmp_path: Path) -> None:
     cmd = (
         # The pane inherits the test process's environment; COLUMNS/LINES there (set by
         # the test session, 80x24) would override the pane's real size in Textual.
-        f"env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(checkout.pythonpath())} {shlex.quote(sys.executable)} -m tui.cli connect local "
+        f"env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(checkout.pythonpath())}"
+        f" {shlex.quote(sys.executable)} -m tui.cli connect local "
         f"--config {shlex.quote(str(cfg))}; echo $? > {shlex.quote(str(exit_file))}"
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", cmd], check=True)

@@ -342,7 +342,8 @@ async def test_failure_in_the_log_and_the_end_notify_once(tmp_path: Path) -> Non
     state, record = await watch_run(tmp_path, "fail", WatchConfig(), lambda s: s.watch.condition == "ended")
     assert kinds(state) == ["failed"]  # the exit that follows is the same news
     ev = state.watch.events[0]
-    assert ev.detail["cause"] == "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."
+    assert ev.detail["cause"] == (
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests.")
     assert ev.detail["phase"] == "extracting" and ev.detail["id"] == "cuda-oom"
 
 

@@ -9,7 +9,8 @@ node that runs one's job (``how = "ssh"``, pam_slurm_adopt). There it runs the a
 (step.py: main.py's agent with no runner, which samples and answers, and runs nothing) and speaks the
 same JSON lines; the login agent (``Follower``) starts one for each node of the job,
 keeps each one's latest snapshot, shows those nodes' GPUs and the job's processes in
-its own snapshots, and reads the kill's GPU-free proof from each (remote/run/slurmkill.py). The files are the login agent's own (a shared home), run by the same
+its own snapshots, and reads the kill's GPU-free proof from each (remote/run/slurmkill.py).
+The files are the login agent's own (a shared home), run by the same
 Python, as the batch script is. Standard library only; Python 3.9+.
 """
 

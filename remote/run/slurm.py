@@ -102,7 +102,8 @@ def _script(run_dir: str, python: str) -> str:
         "import sys",
         "sys.path.insert(0, %r)" % above,
         "import os",
-        "if os.path.exists(%r):  # killed while this job waited to restart the run" % os.path.join(run_dir, "killed.json"),
+        "if os.path.exists(%r):  # killed while this job waited to restart the run"
+        % os.path.join(run_dir, "killed.json"),
         "    sys.exit(0)",
         "from remote.run import shim",
         "sys.exit(shim.supervise(%r, detach=False))" % run_dir,

@@ -187,6 +187,7 @@ async def _demo_headless(client: AgentClient, cfg: Config, attach: bool,
         runs = await services.list_runs(client, cfg)
         record = next(r for r in runs if r.state == "running" and r.name == cfg.run.name)
     else:
-        record = (await services.launch(client, cfg, await services.patch_state(client, cfg))).run or RunRecord.parse({})
+        record = ((await services.launch(client, cfg, await services.patch_state(client, cfg))).run
+                  or RunRecord.parse({}))
     click.echo(f"launched demo run {record.run_id} (pid {record.pid}), log {record.log}")
     return await follow(client, record.run_id, click.echo, timeout)

@@ -95,7 +95,8 @@ def _wasted(w: Any, secs: Any) -> list[str]:
     if not isinstance(w, dict):
         return []
     why = f": {w['why']}" if w.get("why") else ""
-    return [f"  wasted       {w.get('gpu_hours')} GPU-hours after {w.get('after')} (from {secs(w.get('after_s'))}{why})"]
+    return [f"  wasted       {w.get('gpu_hours')} GPU-hours after {w.get('after')}"
+            f" (from {secs(w.get('after_s'))}{why})"]
 
 
 def _stopped(st: Any) -> list[str]:

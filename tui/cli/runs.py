@@ -166,7 +166,8 @@ def runs_df(obj: Ctx, target: str | None, path: str | None) -> None:
 
     async def body(client: AgentClient) -> str:
         run = None if path else services.choose_run(obj.cfg, await services.list_runs(client, obj.cfg))
-        return (await client.disk_usage(path or (run.cwd if run is not None and run.cwd else obj.cfg.host.runs_dir))).summary()
+        return (await client.disk_usage(
+            path or (run.cwd if run is not None and run.cwd else obj.cfg.host.runs_dir))).summary()
 
     click.echo(run_on_host(obj, target, body))
 

@@ -116,7 +116,8 @@ def print_running(targets: tuple[str, ...]) -> None:
               help="PEM certificate (chain): serve HTTPS.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), metavar="FILE",
               help="PEM private key, when not in --tls-cert.")
-@click.option("--url-host", "url_host_given", metavar="NAME", help="The host name the printed URL names (default: the bound "
+@click.option("--url-host", "url_host_given", metavar="NAME",
+              help="The host name the printed URL names (default: the bound "
               "address; for 0.0.0.0, this machine's name).")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help=f"A fixed token (a file only you can read), so bookmarks survive a restart; "

@@ -107,7 +107,8 @@ def fixed_token(token_file: str | None) -> str | None:
             st = os.stat(token_file)
             text = Path(token_file).read_text().strip()
         except (OSError, UnicodeDecodeError) as exc:
-            raise StateError(f"cannot read --token-file {token_file}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise StateError(f"cannot read --token-file {token_file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
         if st.st_mode & 0o077:
             raise StateError(f"--token-file {token_file} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}): "
                              f"chmod 600 {token_file}")

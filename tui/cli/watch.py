@@ -80,7 +80,8 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
         if current is None:  # gone from the ledger (pruned): it ended unseen
             current = replace(last, state="lost")
         last = current
-        if current.alive or state.watch is not None and state.watch.condition == "ending":  # running, or queued in Slurm
+        # running, or queued in Slurm
+        if current.alive or state.watch is not None and state.watch.condition == "ending":
             continue
         result = ending(current, state.log.analysis)
         code = current.exit_code if current.exit_code is not None else current.signal
@@ -100,7 +101,8 @@ async def follow(client: AgentClient, cfg: Any, run_id: str | None, as_json: boo
 
 @click.command()
 @click.argument("target", required=False)
-@click.option("--run", "run_id", metavar="RUN_ID", help="Run to watch (default: the config's live run, else its newest).")
+@click.option("--run", "run_id", metavar="RUN_ID",
+              help="Run to watch (default: the config's live run, else its newest).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 @click.option("--alert/--no-alert", default=None,
               help="Bell and desktop notification on stderr (default: when stderr is a terminal).")

@@ -40,7 +40,8 @@ a {{ color: #8cf; }}
 <div class="note starting">eagle3-tui: starting the dashboard…</div>
 <div class="note reconnecting"><p>reconnecting…</p></div>
 <div class="note ended"><p>Session ended. <a href="/">Start a new one</a></p></div>
-<div class="note nokey"><p>Open the URL the server printed (it ends in ?token=…); <code>eagle3-tui serve --url</code> prints it again.</p></div>
+<div class="note nokey"><p>Open the URL the server printed (it ends in ?token=…); \
+<code>eagle3-tui serve --url</code> prints it again.</p></div>
 <div id="terminal" class="textual-terminal" data-session-websocket-url="{ws_url}" data-font-size="{font_size}"
  data-key="{key}"></div>
 </body>

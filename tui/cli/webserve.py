@@ -245,10 +245,12 @@ class WebServer:
             session.peer = request.remote or "?"
             log.info("session %d back from %s; connected now: %s", session.number, session.peer, self.describe())
             self._write_sessions()
-            self._spawn(self._redraw(session, number(request.query.get("width"), 80), number(request.query.get("height"), 24)))
+            self._spawn(self._redraw(session, number(request.query.get("width"), 80),
+                                     number(request.query.get("height"), 24)))
             return session
         n = next(self._numbers)
-        session = Session(n, secrets.token_urlsafe(18), request.remote or "?", clean(request.headers.get("User-Agent", "?")),
+        session = Session(n, secrets.token_urlsafe(18), request.remote or "?",
+                          clean(request.headers.get("User-Agent", "?")),
                           time.time(), ws=ws)
         self.sessions[session.id] = session
 

@@ -2,7 +2,8 @@
 
 One JSON object per line. See docs/architecture.md, "Agent protocol", for the
 shapes. A snapshot's payloads become the records of `tui.protocol.records` here, once
-(their text sanitized there); nothing above reads the agent's dicts. The texts that are only ever shown (the hello's, errors, a log
+(their text sanitized there); nothing above reads the agent's dicts. The texts that are
+only ever shown (the hello's, errors, a log
 reset's reason, a kill's stage) pass `hosttext.clean` here; paths and results stay as
 the host sent them, since the client sends them back.
 """
@@ -262,7 +263,8 @@ def parse_line(line: str | bytes) -> Message:
         obj = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         text = line[:80] if isinstance(line, str) else line[:80].decode("utf-8", "replace")
-        raise ProtocolError(f"agent sent a line that is not JSON: {text!r} ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+        raise ProtocolError(f"agent sent a line that is not JSON: {text!r} "
+                            f"({exc.msg if hasattr(exc, 'msg') else exc})") from None
     return parse_message(obj)
 
 

@@ -20,7 +20,8 @@ Bytes are decoded as UTF-8 with ``errors="replace"``; a lone surrogate (bytes th
 not UTF-8, decoded with ``surrogateescape`` on the host: a path with byte 0xFF) becomes
 U+FFFD too, since no UTF-8 encoder takes it (Textual's web driver raised and ended the
 browser session). Text that is already printable (the common case: one character-class
-scan in C) is returned as it is, so a 2,000 lines/s burst pays one regex scan per line. Markup is the other half of the rule and lives in the views:
+scan in C) is returned as it is, so a 2,000 lines/s burst pays one regex scan per line.
+Markup is the other half of the rule and lives in the views:
 host text reaches a widget as ``rich.text.Text`` or with ``markup=False``.
 """
 

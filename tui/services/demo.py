@@ -241,7 +241,8 @@ def build_demo(
         _write_data(paths.data, spec)
         if paths.out.exists():
             if _out_in_use(paths.out):
-                raise DemoError(f"a demo run is still writing to {paths.out}: kill it first (eagle3-tui --config {paths.config} kill)")
+                raise DemoError(f"a demo run is still writing to {paths.out}: kill it first"
+                                f" (eagle3-tui --config {paths.config} kill)")
             shutil.rmtree(paths.out)  # outputs of another model are meaningless now
     if not paths.data.is_file():
         _write_data(paths.data, spec)

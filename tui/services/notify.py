@@ -32,7 +32,8 @@ __all__ = ["HOOK_TIMEOUT", "Notifier", "event_json", "kill_group", "run_hook", "
 
 HOOK_TIMEOUT = 30.0
 ESC, BEL = "\x1b", "\x07"
-NOTIFY_KINDS = frozenset({"diverged", "failed", "finished", "killed", "lost", "stalled", "hung", "restarting", "gave up"})
+NOTIFY_KINDS = frozenset({"diverged", "failed", "finished", "killed", "lost", "stalled", "hung", "restarting",
+                          "gave up"})
 
 
 def _clean(text: str, limit: int = 200) -> str:

@@ -53,7 +53,8 @@ def compile_policy(cfg: Config) -> dict[str, Any] | None:
         "gpu_wait": run.gpu_wait,
         "graces": list(run.graces),
         "signatures": [{"id": s.id, "title": s.title, "class": s.restart or "unclassified",
-                        "wrapper": s.wrapper, "generic": s.generic, "serving_fatal": s.serving_fatal, "persist": s.persist,
+                        "wrapper": s.wrapper, "generic": s.generic, "serving_fatal": s.serving_fatal,
+                        "persist": s.persist,
                         "patterns": [p.pattern for p in s.patterns]} for s in table],
         "lines": {
             "ansi": hosttext.ESCAPES.pattern,

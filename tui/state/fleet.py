@@ -283,7 +283,8 @@ def format_runs(states: dict[str, AppState], now: float) -> str:
         chosen = view.select_run(state)
         for r in view.run_rows(state, now, state.runs):
             mark = "*" if chosen is not None and r.run_id == chosen.run_id else ""
-            table.append((mark, host_text(host), r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch, r.name, r.note))
+            table.append((mark, host_text(host), r.run_id, r.state, str(r.pid), r.duration, r.exit, r.patch,
+                          r.name, r.note))
     if len(table) == 1:
         return "no runs"
     widths = [max(len(line[i]) for line in table) for i in range(len(head))]

@@ -60,7 +60,8 @@ class WatchEvent:
     """Something the user should hear about; ``seq`` orders events of one watch."""
 
     seq: int
-    kind: str  # "diverged" | "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
+    # "diverged" | "failed" | "finished" | "killed" | "stalled" | "hung" | "resumed" | "restarting" | "gave up"
+    kind: str
     run_id: str
     at: float
     message: str

@@ -38,7 +38,8 @@ class Viewer:
     def line(self) -> str:
         since = time.strftime("%H:%M:%S", time.localtime(self.since)) if self.since else "?"
         mode = "read-only" if self.read_only else "full control"
-        return f"#{self.number}  {self.peer}  since {since}  {mode}{'  (reconnecting)' if self.away else ''}  {self.agent}"
+        return (f"#{self.number}  {self.peer}  since {since}  {mode}"
+                f"{'  (reconnecting)' if self.away else ''}  {self.agent}")
 
 
 def served() -> bool:

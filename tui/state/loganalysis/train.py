@@ -59,7 +59,8 @@ _GROUPED = r"\d{1,3}(?:,\d{3}){1,6}(?![\d.]|,\d)"
 # optional quote and "[" each with the blanks after it: no two blank runs side by side)
 # (a key starts where its word starts: trying every letter of a long word cost 60 steps each)
 _KV = re.compile(
-    r"(?<![\w/.\-])(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]|\s)\s*(?:['\"]\s*)?(?:\[\s*)?(?P<val>" + _GROUPED + "|"
+    r"(?<![\w/.\-])(?P<key>[A-Za-z_][\w/.\-]{0,60})['\"]?(?:\s*[:=]|\s)\s*(?:['\"]\s*)?(?:\[\s*)?"
+    r"(?P<val>" + _GROUPED + "|"
     + _NUM + r")(?![\w.])(?:\s*/\s*(?P<of>" + _GROUPED + r"|\d{1,15})\b)?"
 )
 # Cheap first test: a metrics line names a loss, a step, a learning rate or a grad norm.

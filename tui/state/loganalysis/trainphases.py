@@ -1,6 +1,7 @@
 """More of the phase lines trainers print (issue 37), beside ``tui/state/loganalysis/train.py``'s
 ``_PHASE_LINES``: DeepSpeed's, Megatron's and sharded checkpoint saves (saving), and a
-step limit reached (finished); and whether an evaluation bar is still open. Apart so the two tables merge easily; linear (no nested
+step limit reached (finished); and whether an evaluation bar is still open. Apart so the
+two tables merge easily; linear (no nested
 quantifiers), on the caller's capped line, behind a substring test.
 """
 
@@ -13,7 +14,8 @@ __all__ = ["in_evaluation", "more_phase"]
 _MORE_PHASES = re.compile(
     r"(?P<saving>Saving checkpoint shards|Writing checkpoint shards|Checkpoint \S{1,200} is about to be saved"
     r"|zero checkpoint saved|\bsaving checkpoint at iteration|Saving model checkpoint:)"
-    r"|(?P<finished>\[after training is done\]|(?i:training complete)\b|(?i:reached max[_ ]?(?:steps|iters?|iterations))"
+    r"|(?P<finished>\[after training is done\]|(?i:training complete)\b"
+    r"|(?i:reached max[_ ]?(?:steps|iters?|iterations))"
     r"|max_(?:steps|iters?)(?: ?= ?\d{1,12})? reached|(?i:exiting) after \d{1,12} iterations)"
 )
 _MORE_WORDS = ("hards", "about to be saved", "checkpoint saved", "checkpoint at iteration", "checkpoint:",

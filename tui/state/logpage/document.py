@@ -164,7 +164,8 @@ class LogDocument:
                 break
         if pos == start:
             return None
-        return Line(start, pos, clean(bytes(head), pos - start - (1 if head.endswith(b"\n") and pos - start == len(head) else 0)))
+        return Line(start, pos, clean(bytes(head),
+                                      pos - start - (1 if head.endswith(b"\n") and pos - start == len(head) else 0)))
 
     async def lines(self, start: int, n: int) -> list[Line]:
         """Up to ``n`` lines from the line start ``start``."""

@@ -106,7 +106,8 @@ class DashboardActions(_Base):
 
     def action_all_runs(self) -> None:
         self.apply(ShowAll(not self.state.show_all))
-        self.notify("showing every run on the host" if self.state.show_all else f"showing runs of {self.cfg.run.name!r}")
+        self.notify("showing every run on the host" if self.state.show_all
+                    else f"showing runs of {self.cfg.run.name!r}")
 
     def _refuse_if_busy(self) -> bool:
         busy = self.state.busy
@@ -139,7 +140,8 @@ class DashboardActions(_Base):
         if refused(self, "relaunch") or self._refuse_if_busy() or not self._reread_config():
             return
         run = self.selected_run()
-        argv, cwd = (run.argv, run.cwd) if run is not None and not run.external else (self.cfg.run.command, self.cfg.run.cwd)
+        argv, cwd = ((run.argv, run.cwd) if run is not None and not run.external
+                     else (self.cfg.run.command, self.cfg.run.cwd))
         if run is None and not self.cfg.run.command:
             self.notify(f"no run to relaunch and {self.cfg.lacks_command()}", severity="warning", markup=False)
             return
@@ -153,7 +155,8 @@ class DashboardActions(_Base):
                 if yes:
                     self._kill_worker(run.run_id, run)
 
-            self.app.push_screen(ConfirmScreen(f"Kill and relaunch run {run.run_id}?", lines, "Kill + relaunch"), decided)
+            self.app.push_screen(ConfirmScreen(f"Kill and relaunch run {run.run_id}?", lines, "Kill + relaunch"),
+                                 decided)
             return
 
         def go(yes: bool | None) -> None:

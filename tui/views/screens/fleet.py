@@ -195,7 +195,8 @@ class FleetScreen(Screen[None]):
     @staticmethod
     def _cells(row: fleet.HostRow) -> tuple[Any, ...]:
         host, link, gpus, mem, runs, run, fail = fleet.cells(row)
-        return (Text(host), Text(link, style=LINK_STYLE.get(row.link, "")), Text(gpus), Text(mem), Text(runs), Text(run),
+        return (Text(host), Text(link, style=LINK_STYLE.get(row.link, "")), Text(gpus), Text(mem), Text(runs),
+                Text(run),
                 Text(fail, style="bold red" if fail else ""))
 
     def selected_host(self) -> str | None:

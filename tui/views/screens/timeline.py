@@ -35,7 +35,8 @@ def letter(phase: str) -> str:
     return LETTERS.get(phase) or (phase[:1] or "?").upper()
 
 
-def _bin(points: Sequence[tuple[float, float | None]], end: float, bins: int = BINS, before: float = 0.0) -> list[float]:
+def _bin(points: Sequence[tuple[float, float | None]], end: float, bins: int = BINS,
+         before: float = 0.0) -> list[float]:
     """`points` (t, value) on `bins` equal slices of [0, end]: each slice its last value
     (carried forward), `before` before the first."""
     out, i, last = [], 0, before

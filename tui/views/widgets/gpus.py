@@ -108,7 +108,9 @@ class GpuPanel(Static):
                 out.append_text(self._node_line(node.node, gpus, tag_w) + Text("\n"))
                 continue
             if mode != "tagged":
-                out.append_text(Text.assemble((node.node, "bold"), (f" · {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} · {node.via or ''}\n", "dim")))
+                out.append_text(Text.assemble(
+                    (node.node, "bold"),
+                    (f" · {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} · {node.via or ''}\n", "dim")))
             for gpu in gpus:
                 card = self._card(gpu, state.gpu_history.get(gpu.key, ()), width - (tag_w + 1) * (mode == "tagged"),
                                   mode != "cards" or width < 50)

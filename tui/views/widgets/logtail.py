@@ -178,7 +178,8 @@ class TailLog(ScrollView, can_focus=True):
             text.stylize(style)
         if selection is not None and (span := selection.get_span(index)) is not None:
             start, end = span
-            text.stylize(self.screen.get_component_rich_style("screen--selection"), start, len(text) if end == -1 else end)
+            text.stylize(self.screen.get_component_rich_style("screen--selection"), start,
+                         len(text) if end == -1 else end)
         strip = Strip(text.render(self.app.console), cell_len(line))
         if selection is None:
             self._strips[(line, base)] = strip

@@ -54,7 +54,8 @@ def shard_line(sp: Any, width: int, stopped: bool = False, eta: bool = True) -> 
         parts.pop(drop)
     tail = "".join(parts)
     bar_w = max(width - max(len(label), 5) - 1 - len(tail), 5)
-    return Text.assemble((f"{label:<5}", "bold"), " ", bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
+    return Text.assemble((f"{label:<5}", "bold"), " ",
+                         bar(sp.done / sp.total if sp.total else None, bar_w, "cyan"), tail)
 
 
 def _g(x: float | None) -> str:
@@ -162,9 +163,11 @@ class RunProgress(Static):
                 frac = (ex.tokens / ex.tokens_total) if ex.tokens and ex.tokens_total else (ex.batch or 0) / ex.batches
                 tail = (
                     f" batch {num(ex.batch)}/{num(ex.batches)}  seqs {num(ex.seqs)}/{num(ex.seqs_total)}"
-                    f"  {num(ex.tok_s, '{:.0f}')} tok/s  ETA {duration(None if stopped else getattr(ex, 'eta_s', None))}"
+                    f"  {num(ex.tok_s, '{:.0f}')} tok/s"
+                    f"  ETA {duration(None if stopped else getattr(ex, 'eta_s', None))}"
                 )
-                out.append_text(Text.assemble(("extract ", "bold"), bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
+                out.append_text(Text.assemble(("extract ", "bold"),
+                                              bar(frac, max(width - len(tail) - 9, 5), "green"), tail))
             tr = getattr(a, "train", None)
             if tr is not None and (tr.step is not None or tr.loss is not None):
                 out.append("\n")

@@ -280,13 +280,15 @@ class ProcessTable(KeyedTable):
     def _cells(p: ProcReading) -> tuple[Any, ...]:
         cmd = " ".join(p.cmdline) or "N/A"
         return (
-            f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?", num(p.cpu, "{:.0f}"),
+            f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?",
+            num(p.cpu, "{:.0f}"),
             gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
             duration(p.elapsed), ",".join(p.why), p.run_id or "-", cmd[:200],
         )
 
 
-STATE_STYLE = {"running": "bold green", "pending": "cyan", "waiting": "bold yellow", "exited": "", "killed": "yellow", "lost": "red", "failed": "bold red"}
+STATE_STYLE = {"running": "bold green", "pending": "cyan", "waiting": "bold yellow", "exited": "", "killed": "yellow",
+               "lost": "red", "failed": "bold red"}
 
 
 class RunsTable(KeyedTable):
