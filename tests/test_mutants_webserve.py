@@ -1,0 +1,258 @@
+"""`eagle3-tui serve`'s sessions over a real WebSocket to a real server: what a page that
+drops and comes back, or sends what it should not, relies on. Written for the survivors of
+webserve.py's mutation sample (docs/testing.md), each asserting what the user sees, over
+aiohttp's client (the page's own way in) and a TCP proxy that can freeze and cut."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.test_serve import ESCAPES, KEY, Served, serve
+
+ROW = re.compile(rb"\x1b\[(\d+);\d+H")  # a cursor move: the row the app draws on
+
+
+class Tunnel:
+    """A TCP tunnel between the page and the server (an `ssh -L`). `freeze()`: it stops
+    carrying the server's bytes to the page (a laptop asleep: the page reads nothing) while
+    the page's still reach the server; `cut()`: both ends dropped at once, the server's with
+    a reset (the tunnel died)."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.frozen = threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            up = socket.socket()
+            up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a full tunnel stops the server soon
+            up.connect(("127.0.0.1", self.upstream))
+            self.socks += [down, up]
+            threading.Thread(target=self._pump, args=(down, up, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, self.frozen), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, frozen: threading.Event | None) -> None:
+        try:
+            while True:
+                while frozen is not None and frozen.is_set():
+                    time.sleep(0.02)
+                data = src.recv(4096)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def cut(self) -> None:
+        socks, self.socks = self.socks, []
+        for sock in socks:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+                sock.close()
+            except OSError:
+                pass
+        self.frozen.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+def port_of(served: Served) -> int:
+    return int(served.base.rsplit(":", 1)[1].rstrip("/"))
+
+
+class Page:
+    """One WebSocket on a served session, as the page opens it, and what it was sent."""
+
+    def __init__(self, http: aiohttp.ClientSession, served: Served, port: int) -> None:
+        self.http, self.served, self.port = http, served, port
+        self.ws: Any = None
+        self.session = ""
+        self.data = b""
+
+    async def open(self, width: int, height: int, session: str = "") -> str:
+        url = f"ws://127.0.0.1:{self.port}/ws?width={width}&height={height}" + (f"&session={session}" if session
+                                                                                 else "")
+        self.ws = await self.http.ws_connect(url, headers={"Origin": f"http://127.0.0.1:{self.port}"},
+                                             protocols=("eagle3-tui", KEY + self.served.token), autoping=True)
+        first = await self.ws.receive(timeout=20)
+        assert first.type == aiohttp.WSMsgType.TEXT, first
+        kind, self.session = json.loads(first.data)
+        assert kind == "eagle3-session"
+        self.data = b""
+        return self.session
+
+    def text(self) -> str:
+        return ESCAPES.sub("", self.data.decode("utf-8", "replace"))
+
+    async def until(self, done: Any, timeout: float = 20) -> None:
+        """Read until `done(self)` holds; fail, with what came, after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not done(self):
+            left = deadline - time.monotonic()
+            assert left > 0, f"not shown in {timeout} s: {self.text()[-1500:]!r}"
+            try:
+                msg = await self.ws.receive(timeout=min(left, 0.5))
+            except asyncio.TimeoutError:
+                continue
+            assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (msg, self.text()[-800:])
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                self.data += msg.data
+
+    async def alive(self) -> None:
+        """The session answers: a ping gets its pong (not a close)."""
+        await self.ws.send_str(json.dumps(["ping", "are-you-there"]))
+        deadline = time.monotonic() + 20
+        while True:
+            msg = await self.ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (msg, self.text()[-800:])
+            if msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data) == ["pong", "are-you-there"]:
+                return
+
+
+def whole_screen(height: int) -> Any:
+    """The dashboard drawn whole: its panels' titles (drawn only when the screen is painted
+    whole, never by the updates of its numbers) and its bottom row."""
+    def done(page: Page) -> bool:
+        rows = {int(r) for r in ROW.findall(page.data)}
+        return "Runs (" in page.text() and " GPUs " in page.text() and height in rows
+    return done
+
+
+def log_until(served: Served, line: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    while line not in served.log():
+        assert time.monotonic() < deadline, served.log()
+        time.sleep(0.1)
+    return served.log()
+
+
+def test_a_returning_page_gets_the_whole_screen_again_at_its_own_size(tmp_path: Path) -> None:
+    """The tunnel drops; the page comes back to its session at the same size. What the app
+    drew meanwhile never arrived, so the server has it paint the whole screen again (a
+    blank or half-stale page otherwise), and never taller than the page: a row below the
+    page's last would land on its bottom row (xterm clamps the cursor there)."""
+    width, height = 100, 30
+
+    async def check(served: Served) -> None:
+        tunnel = Tunnel(port_of(served))
+        try:
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+                async with http.get(served.url) as r:  # the cookie (every port of the host gets it)
+                    assert r.status == 200
+                page = Page(http, served, tunnel.port)
+                session = await page.open(width, height)
+                await page.until(whole_screen(height))
+                await asyncio.sleep(1.5)  # settled: what follows are updates of numbers only
+                tunnel.cut()
+                await page.ws.close()
+                log_until(served, "session 1 from 127.0.0.1 lost its page")
+                back = Page(http, served, tunnel.port)
+                assert await back.open(width, height, session) == session
+                await back.until(whole_screen(height), timeout=10)
+                await asyncio.sleep(1)  # the repaint is done (the server waits 0.15 s in it)
+                await back.until(lambda p: True)
+                drawn = {int(r) for r in ROW.findall(back.data)}
+                assert max(drawn) == height, sorted(drawn)  # no row the page does not have
+                await back.alive()
+                await back.ws.close()
+        finally:
+            tunnel.close()
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))
+        log = served.log()
+        assert "session 1 back from 127.0.0.1" in log and "session 2 opened" not in log, log
+
+
+def test_a_binary_frame_is_never_taken_for_keys(tmp_path: Path) -> None:
+    """The page sends its keys as text frames. A binary frame (a proxy's garbage, a buggy
+    extension) is dropped, not read as keys: one carrying `q` must not quit the session's
+    app, and the session goes on answering."""
+
+    async def check(served: Served) -> None:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(served.url) as r:
+                assert r.status == 200
+            page = Page(http, served, port_of(served))
+            await page.open(100, 30)
+            await page.until(whole_screen(30))
+            for frame in (b"\xff\x00garbage", json.dumps(["stdin", "q"]).encode(), b'["stdin"'):
+                await page.ws.send_bytes(frame)
+            await page.alive()
+            await asyncio.sleep(3)  # a quitting app takes a moment
+            await page.alive()
+            assert not page.ws.closed
+            await page.ws.close()
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))
+        log_until(served, "session 1 from 127.0.0.1 ended after")
+        assert "(its page closed)" in served.log() and "its app" not in served.log(), served.log()
+
+
+def test_a_page_that_vanishes_mid_send_keeps_its_session_for_the_grace(tmp_path: Path) -> None:
+    """A page asleep (it reads nothing, the server's sends wait on it) whose tunnel then
+    dies: the send in progress fails. The session must stay for its grace period, as for
+    any lost page, and the page that comes back finds it; the page's script is told the
+    same grace, in its unit (ms)."""
+
+    async def check(served: Served) -> None:
+        tunnel = Tunnel(port_of(served))
+        try:
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+                async with http.get(served.url) as r:
+                    assert r.status == 200
+                async with http.get(served.base + "page.js") as r:
+                    script = await r.text()
+                page = Page(http, served, tunnel.port)
+                session = await page.open(100, 30)
+                await page.until(whole_screen(30))
+                tunnel.freeze()
+                for i in range(40):  # the page (still sending) makes the app paint whole screens
+                    size = {"width": 600 + i % 2, "height": 200}
+                    await page.ws.send_str(json.dumps(["resize", size]))
+                    await asyncio.sleep(0.1)
+                tunnel.cut()
+                await page.ws.close()
+                log = log_until(served, "session 1 from 127.0.0.1 lost its page")
+                await asyncio.sleep(2)
+                back = Page(http, served, tunnel.port)
+                assert await back.open(100, 30, session) == session, served.log()
+                await back.until(whole_screen(30), timeout=10)
+                await back.alive()
+                await back.ws.close()
+        finally:
+            tunnel.close()
+        kept = re.search(r"lost its page; kept (\d+) s", log)
+        assert kept, log
+        grace_ms = re.search(r"GRACE_MS = (\d+)", script)
+        assert grace_ms and int(grace_ms[1]) == 1000 * int(kept[1]), (grace_ms, kept[1])
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))
+        assert "session 1 back from 127.0.0.1" in served.log(), served.log()
+        assert "ended" not in served.log().split("lost its page")[1].split("back from")[0], served.log()
