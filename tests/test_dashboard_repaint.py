@@ -71,7 +71,7 @@ async def test_an_unchanged_row_is_not_repainted_and_a_changed_cpu_cell_is() -> 
         await pilot.pause(0.3)
         procs = app.query_one(ProcessTable)
         rows = spy_rows(procs)
-        moved = [dict(pr) for pr in first.processes]
+        moved = [dict(pr) for pr in first.wire["processes"]]
         moved[1]["cpu"] = 12.0
         client.push(snapshot(3, seq=1, runs=[RUN], processes=moved))
         await until(pilot, lambda: app.dashboard.state.seq == 1)
@@ -121,7 +121,8 @@ async def test_a_process_that_comes_or_goes_leaves_the_other_rows_as_they_are() 
         procs = app.query_one(ProcessTable)
         procs.move_cursor(row=2, animate=False)  # on pid 1002
         kept = {rk.value: row for rk, row in procs.rows.items()}
-        later = [dict(first.processes[0]), dict(first.processes[2]), dict(first.processes[2], pid=1003)]
+        sent = first.wire["processes"]  # the agent's objects
+        later = [dict(sent[0]), dict(sent[2]), dict(sent[2], pid=1003)]
         client.push(snapshot(3, seq=1, runs=[RUN], processes=later))
         await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause(0.3)
@@ -146,7 +147,7 @@ async def test_when_processes_outgrow_the_table_its_scrollbar_comes_and_reaches_
         await pilot.pause(0.3)
         procs = app.query_one(ProcessTable)
         assert not procs.show_vertical_scrollbar
-        many = [dict(first.processes[0], pid=2000 + i) for i in range(40)]
+        many = [dict(first.wire["processes"][0], pid=2000 + i) for i in range(40)]
         client.push(snapshot(2, seq=1, runs=[RUN], processes=many))
         await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause(0.5)
@@ -154,7 +155,7 @@ async def test_when_processes_outgrow_the_table_its_scrollbar_comes_and_reaches_
         procs.scroll_end(animate=False, immediate=True)
         await pilot.pause(0.3)
         assert any(ln.strip("│ ").startswith("2039 ") for ln in on_screen(procs))  # the last row can be reached
-        client.push(snapshot(2, seq=2, runs=[RUN], processes=first.processes))
+        client.push(snapshot(2, seq=2, runs=[RUN], processes=first.wire["processes"]))
         await until(pilot, lambda: app.dashboard.state.seq == 2)
         await pilot.pause(0.5)
         assert procs.row_count == 2 and not procs.show_vertical_scrollbar
