@@ -103,7 +103,8 @@ def test_a_catch_all_then_a_divergence_is_named_alike_on_both_sides(first: str) 
     divergence is the cause on both sides (the host's watch stops the run for it; the
     dashboard must not name the earlier line)."""
     assert _both([first, *[NAN] * 4]) == ("training-diverged", "training-diverged")
-    assert _both([first, NAN, NAN]) == ("python-traceback" if "Value" in first else "torchrun-child-failed",) * 2  # no streak yet
+    before_the_streak = "python-traceback" if "Value" in first else "torchrun-child-failed"
+    assert _both([first, NAN, NAN]) == (before_the_streak, before_the_streak)
 
 
 def test_on_idle_waits_for_the_log_to_be_quiet_too(tmp_path: Path) -> None:

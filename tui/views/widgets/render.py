@@ -78,6 +78,15 @@ def remembering(driver_class: type[Driver]) -> type[Driver]:
                 threading.Thread(target=watch_hangup, args=(self.owner, fd), daemon=True,
                                  name="eagle3-hangup").start()
 
+        def run_input_thread(self) -> None:
+            super().run_input_thread()
+            # The input ended while the app was not stopping: a browser session's server is
+            # gone (its pipe closed: `serve` killed or crashed). Left alone, the app would
+            # live on unseen, its SSH link and the host's agent with it.
+            exit_event = getattr(self, "exit_event", None)
+            if exit_event is not None and not exit_event.is_set():
+                end_app(self.owner)
+
     return Remembered
 
 
@@ -95,6 +104,11 @@ def watch_hangup(app: Any, fd: int) -> None:
     poller.register(fd, 0)
     while not any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in poller.poll()):
         pass
+    end_app(app)
+
+
+def end_app(app: Any) -> None:
+    """From a driver's thread: end the app as a hangup would (exit code 129)."""
     try:
         app.call_from_thread(app.exit, None, EXIT_HANGUP)
     except RuntimeError:  # the app had already stopped
