@@ -269,7 +269,7 @@ async def test_a_load_that_stops_is_stalled_after_its_own_pace_and_the_floor(tmp
     # one shard every 0.2 s real = 20 s fake: 5 × 20 s is under the floor, so the floor rules
     assert ev.detail["limit_s"] == pytest.approx(120.0, abs=25.0)
     assert ev.at - ev.detail["last_t"] > ev.detail["limit_s"]
-    assert ev.message.startswith("no progress for 2m (last: shard 4/8 at ")
+    assert re.match(r"no progress for 2m(\d+s)? \(last: shard 4/8 at ", ev.message), ev.message
     assert "stalled" not in kinds(state)[:-1]  # never while the shards were coming
 
 
