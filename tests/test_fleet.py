@@ -79,7 +79,7 @@ def test_link_states_before_and_after_data() -> None:
     assert fleet.host_row("h", AppState(), NOW).link == "connecting"
     row = fleet.host_row("h", AppState(), NOW, error="h: connection refused")
     retrying = fleet.host_row("h", AppState(), NOW, error="h: connection refused", retry_at=NOW + 9.6)
-    assert (retrying.link, retrying.link_text) == ("error", "retry in 10 s: h: connection refused")
+    assert (retrying.link, retrying.link_text) == ("error", "retry in 10s: h: connection refused")
     assert (row.link, row.link_text, row.gpus_total) == ("error", "h: connection refused", None)
     assert fleet.cells(row)[2] == "-"
     st = snap_state([], [])
