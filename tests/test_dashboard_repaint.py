@@ -16,6 +16,7 @@ from textual.geometry import Region
 
 from tests.replay import ReplayClient, resnap, snapshot
 from tests.test_app import CFG, RUN, until
+from tui.state.format import clock
 from tui.views.app import make_app
 from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
 
@@ -47,9 +48,11 @@ def young(procs: list[dict[str, Any]], elapsed: float) -> list[dict[str, Any]]:
     return [dict(pr, elapsed=elapsed) for pr in procs]
 
 
-async def test_a_snapshot_that_moves_the_clocks_repaints_those_cells_and_the_screen_shows_them() -> None:
-    """The ELAPSED cells of two young processes change (100 s -> 101 s): the two rows are
-    rendered again and show 1m41s, the header and the empty rows below are not touched."""
+async def test_young_processes_show_when_they_started_and_their_rows_stay_still() -> None:
+    """The process table shows when each process started (`ps`'s STIME), not its age:
+    two young processes whose age moves 100 s -> 101 s with the next snapshot show the
+    same STARTED, and neither row is rendered again (an age column repainted every young
+    process's line each second)."""
     first = snapshot(2, runs=[RUN])
     client = ReplayClient([resnap(first, processes=young(first.wire["processes"], 100.0))])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
@@ -57,14 +60,14 @@ async def test_a_snapshot_that_moves_the_clocks_repaints_those_cells_and_the_scr
         await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause(0.3)
         procs = app.query_one(ProcessTable)
-        assert sum(" 1m40s " in line for line in on_screen(procs)) == 2
+        started = clock(first.wire["processes"][0]["start_time"], time.time())
+        assert started != "N/A" and sum(f" {started} " in line for line in on_screen(procs)) == 2
         rows = spy_rows(procs)
         client.push(resnap(first, seq=1, processes=young(first.wire["processes"], 101.0)))
         await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause(0.3)
-        shown = on_screen(procs)
-        assert sum(" 1m41s " in line for line in shown) == 2 and not any(" 1m40s " in line for line in shown), shown
-        assert set(rows) == {1, 2}, rows  # the two process rows; not the header (0), not the empty rows
+        assert sum(f" {started} " in line for line in on_screen(procs)) == 2
+        assert rows == [], rows  # nothing in the table moved
 
 
 async def test_an_unchanged_row_is_not_repainted_and_a_changed_cpu_cell_is() -> None:
@@ -115,9 +118,9 @@ async def test_the_run_duration_still_ticks_each_second() -> None:
 
 async def test_an_idle_run_older_than_ten_minutes_repaints_no_line_while_a_young_one_ticks() -> None:
     """Idle, the dashboard's cost is what its 1 Hz snapshots repaint. A run an hour old
-    and its processes show minutes (`60m`), so four snapshots a second apart repaint no
-    line of the process table and only the young run's line of the runs table, whose
-    DURATION shows seconds and moves with each of them."""
+    shows minutes (`60m`) and its processes when they started, so four snapshots a second
+    apart repaint no line of the process table and only the young run's line of the runs
+    table, whose DURATION shows seconds and moves with each of them."""
     now = time.time()
     old = dict(RUN, launched_at=now - 3605)
     new = dict(RUN, run_id="20261130-020000-cd34", launched_at=now - 65)
@@ -139,7 +142,7 @@ async def test_an_idle_run_older_than_ten_minutes_repaints_no_line_while_a_young
             await until(pilot, lambda: app.dashboard.state.seq == seq)
             await pilot.pause(0.2)
             shown.append(next(ln for ln in on_screen(runs) if new["run_id"] in ln))
-        assert proc_rows == [], proc_rows  # 60m, 60m, ...: not one process line again
+        assert proc_rows == [], proc_rows  # not one process line again
         assert set(run_rows) == {1}, run_rows  # the young run's line only, never the old one's (2)
         assert len(run_rows) >= 4 and len(set(shown)) == 4, shown  # 1m9s, 1m10s, ...: each snapshot on screen
         assert all(" 60m " in ln for ln in on_screen(runs) if old["run_id"] in ln)

@@ -5,6 +5,7 @@ Every formatter shows a missing reading (None, or not a number) as N/A, never as
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 NA = "N/A"
@@ -43,6 +44,16 @@ def duration(seconds: Any) -> str:
     if d < 8:
         return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
     return f"{d}d"
+
+
+def clock(ts: Any, now: float) -> str:
+    """When something started, in this machine's local time: `14:03:27` today, `12-05
+    14:03` another day (as `ps` shows STIME). It never moves, so a table column of it
+    never repaints by itself (an age would, each second)."""
+    if not _is_num(ts) or not 0 < ts < 1e11:  # NaN compares false
+        return NA
+    today = time.localtime(now)[:3] == time.localtime(ts)[:3]
+    return time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(ts))
 
 
 def size(n: Any) -> str:

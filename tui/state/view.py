@@ -26,7 +26,7 @@ from tui.protocol.ops import KillReport, LaunchReply
 from tui.protocol.records import RunRecord
 from tui.state import advice as advisor
 from tui.state import watch as watcher
-from tui.state.format import duration, gib, size
+from tui.state.format import clock, duration, gib, size
 from tui.state.model import Action, AppState, PushResult
 
 NO_LOG_NOTE = "no log file: stdout is a pipe/terminal"
@@ -152,10 +152,7 @@ class RunRow:
 
 
 def run_row(run: RunRecord, note: str, now: float) -> RunRow:
-    started = "N/A"
-    if run.launched_at:
-        today = time.localtime(now)[:3] == time.localtime(run.launched_at)[:3]
-        started = time.strftime("%H:%M:%S" if today else "%m-%d %H:%M", time.localtime(run.launched_at))
+    started = clock(run.launched_at, now)
     end = run.ended_at or (now if run.alive else None)
     dur = duration(end - run.launched_at) if end and run.launched_at else "N/A"
     job = slurm_label(run)

@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from tui.protocol.records import ProcReading, RunRecord
-from tui.state.format import duration, gib, num
+from tui.state.format import clock, gib, num
 from tui.state.model import AppState
 from tui.state.view import run_row
 from tui.views.widgets.render import set_title
@@ -261,29 +261,32 @@ def _clip(cell: Any, width: int | None, keep_tail: bool) -> Any:
 class ProcessTable(KeyedTable):
     COLUMNS = (
         ("pid", "PID"), ("ppid", "PPID"), ("user", "USER"), ("s", "S"), ("cpu", "CPU%"),
-        ("rss", "RSS GiB"), ("gpu", "GPU GiB"), ("elapsed", "ELAPSED"), ("why", "WHY"),
+        ("rss", "RSS GiB"), ("gpu", "GPU GiB"), ("started", "STARTED"), ("why", "WHY"),
         ("run", "RUN"), ("cmd", "COMMAND"),
     )
-    # Narrow: PPID, USER, WHY, S, ELAPSED, RSS hide in this order; RUN keeps the id's
-    # unique tail; COMMAND takes the rest. PID, CPU% and GPU GiB always stay.
-    DROP = ("ppid", "user", "why", "s", "elapsed", "rss")
+    # Narrow: PPID, USER, WHY, S, STARTED, RSS hide in this order; RUN keeps the id's
+    # unique tail; COMMAND takes the rest. PID, CPU% and GPU GiB always stay. STARTED, not
+    # an age: an age column moves each second for every young process, and each move
+    # repaints its whole table line (most of an idle dashboard's cost).
+    DROP = ("ppid", "user", "why", "s", "started", "rss")
     SHRINK = {"run": 11}
     FLEX = "cmd"
 
     def show(self, state: AppState) -> None:
         procs = sorted(state.processes, key=lambda p: (p.run_id is None, p.node or "", p.pid))
-        self.sync({f"{p.node}:{p.pid}" if p.node else str(p.pid): self._cells(p) for p in procs})
+        now = time.time()
+        self.sync({f"{p.node}:{p.pid}" if p.node else str(p.pid): self._cells(p, now) for p in procs})
         set_title(self, f"Processes ({len(procs)})" if procs else
                   "Processes (0) · none of a run and none holding GPU memory on this host")
 
     @staticmethod
-    def _cells(p: ProcReading) -> tuple[Any, ...]:
+    def _cells(p: ProcReading, now: float) -> tuple[Any, ...]:
         cmd = " ".join(p.cmdline) or "N/A"
         return (
             f"{p.node}:{p.pid}" if p.node else p.pid, num(p.ppid, "{}"), p.user or "N/A", p.state or "?",
             num(p.cpu, "{:.0f}"),
             gib(p.rss, 2), gib(p.gpu_mem, 1) if p.gpu_mem is not None else "-",
-            duration(p.elapsed), ",".join(p.why), p.run_id or "-", cmd[:200],
+            clock(p.start_time, now), ",".join(p.why), p.run_id or "-", cmd[:200],
         )
 
 
