@@ -67,15 +67,20 @@ def test_a_metrics_line_glued_after_a_bar_fills_only_what_the_bar_lacks() -> Non
 
 def test_the_loss_plot_keeps_every_point_up_to_its_cap_then_thins() -> None:
     """The loss history for the plot holds MAX_LOSSES points whole; one more halves it
-    (every other point), so the plot spans the whole run in bounded memory."""
+    (every other point), so the plot spans the whole run in bounded memory, and its
+    rightmost point is always the loss the panel shows (the newest)."""
     import json
 
     from tui.state.loganalysis.train import MAX_LOSSES
 
-    lines = [json.dumps({"loss": 1.0 + i / 10000, "learning_rate": 0.001}) for i in range(MAX_LOSSES + 1)]
-    assert len(_train(lines[:-1]).losses) == MAX_LOSSES
-    thinned = _train(lines).losses
-    assert len(thinned) == MAX_LOSSES // 2 and thinned[0] == 1.0001  # every other point
+    lines = [json.dumps({"loss": 1.0 + i / 10000, "learning_rate": 0.001}) for i in range(3 * MAX_LOSSES)]
+    assert _train(lines[:MAX_LOSSES]).losses == tuple(1.0 + i / 10000 for i in range(MAX_LOSSES))
+    thinned = _train(lines[: MAX_LOSSES + 1]).losses
+    assert thinned == tuple(1.0 + i / 10000 for i in range(0, MAX_LOSSES + 1, 2))  # every other point
+    for n in (MAX_LOSSES + 2, MAX_LOSSES + 3, 2 * MAX_LOSSES, 3 * MAX_LOSSES):
+        tp = _train(lines[:n])
+        assert len(tp.losses) <= MAX_LOSSES and tp.losses[-1] == tp.loss == 1.0 + (n - 1) / 10000
+        assert tp.losses[0] == 1.0  # the run's start stays on the plot
 
 
 def test_a_line_without_a_learning_rate_keeps_the_one_shown() -> None:

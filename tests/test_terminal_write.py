@@ -63,3 +63,4 @@ def test_a_notification_escape_reaches_the_terminal() -> None:
     code, out = run_app_in_pty(APP)
     assert code == 0, out[-2000:]
     assert MARK in out, out[-2000:]
+

@@ -160,7 +160,8 @@ def test_parse_target(text: str, target: Target) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "root@", "@host", "host:0", "host:x", "-oProxy=x", "a b", "[::1"]
+    "text", ["", "root@", "@host", "host:0", "host:x", "-oProxy=x", "a b", "[::1", "-oProxyCommand=x@host",
+             "ro\x1b[2Jot@host", "ro\tot@host"]
 )
 def test_parse_target_rejects(text: str) -> None:
     with pytest.raises(ConfigError) as info:

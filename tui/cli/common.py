@@ -150,6 +150,8 @@ def run_app(make: Callable[[], Any], client: AgentClient | None = None) -> None:
     app = asyncio.run(main())
     if app.fatal_error:
         fail(app.fatal_error, app.return_code or EXIT_CONNECT)
+    if app.return_code:  # the terminal hung up (129): nobody is there to read a line
+        raise SystemExit(app.return_code)
 
 
 def print_json(obj: Any) -> None:

@@ -31,7 +31,9 @@ def parse_target(s: str) -> Target:
     rest = text
     if "@" in rest:
         user, rest = rest.rsplit("@", 1)
-        if not user or any(c.isspace() for c in user):
+        # No user name starts with '-' (useradd refuses one); a tool given `user@host`
+        # as argv would take it for an option.
+        if not user or user.startswith("-") or any(c.isspace() or not c.isprintable() for c in user):
             raise ConfigError(f"bad user in target {text!r}")
     port_text: str | None = None
     if rest.startswith("["):  # [2001:db8::1]:2222

@@ -180,14 +180,18 @@ def step(analysis: LogAnalysis, line: str, line_no: int, t: float | None = None)
 def _diverge(b: Builder, pre: LinePrefix, line: str, line_no: int) -> None:
     """The divergence check (remote/run/diverge.py, the one the host's pace runs): its
     verdict is a failure of the table's signature of that id, quoting the line where the
-    divergence began; a table without that id (the user's choice) leaves it unsaid."""
+    divergence began; a table without that id (the user's choice) leaves it unsaid. As on
+    the host (remote/run/restartpolicy.py), a divergence after a catch-all or wrapper
+    failure is the cause: the run lived on after that line, and it is the divergence the
+    host's watch acts on; after a specific failure it stays a consequence."""
     tp = b.get("train")
     before = tp.div if tp is not None else _NO_DIV
     after = diverge.fold(before, line, line_no)
     if after is before:
         return
     b.set("train", replace(tp or TrainProgress(), div=after))
-    if after.verdict is not None and b.get("phase") != "failed":
+    root = b.get("root_cause")
+    if after.verdict is not None and (b.get("phase") != "failed" or (root is not None and root.rank > 0)):
         sid, _, first_no, first = after.verdict
         sigs = b.get("signatures") or default_signatures()
         sig = sigs.by_id(sid)

@@ -491,7 +491,7 @@ def merge(tp: TrainProgress | None, tl: TrainLine, line_no: int, line: str) -> T
         if tl.loss is not None:
             ch["loss"] = tl.loss
             losses = tp.losses + (tl.loss,)
-            if len(losses) > MAX_LOSSES:
-                losses = losses[1::2]
+            if len(losses) > MAX_LOSSES:  # every other point, ending on the newest one
+                losses = losses[(len(losses) - 1) % 2 :: 2]
             ch["losses"] = losses
     return replace(tp, **ch) if ch else tp
