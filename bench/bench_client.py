@@ -3,7 +3,7 @@
     python bench/bench_client.py [--case launched|generated|both] [--base CHECKOUT]
                                  [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
                                  [--ssh] [--toolong PATH_TO_tl] [--py-spy PATH] [--serve]
-                                 [--profile S]
+                                 [--profile S] [--aged S]
 
 Two cases, each printed as its own rows.
 
@@ -14,7 +14,9 @@ connect local` follows it in tmux at 160x50, so the runs table, the progress pan
 process table and the log pane are all live; toolong and `tail -F` follow the run's log
 in the same window. Phases: idle (the run alive, quiet), sparse lines (write -> pane),
 20 extraction lines/s, the same under py-spy (its top entries are printed; the CPU figure
-comes from the phase before, unprofiled), 20 training lines/s, idle once the lines stop.
+comes from the phase before, unprofiled), 20 training lines/s, idle once the lines stop,
+then (`--aged S`, 30 by default, 0: none) S s idle once the run is over 10 minutes old:
+the bench waits for that (~6 min), when the run's clocks show minutes, not seconds.
 With `--base CHECKOUT` (e.g. a `git worktree` of main) a second dashboard from that
 checkout follows the same run at the same time: before and after under the same load.
 With `--serve` the same run is also open in a browser: `eagle3-tui serve local` and one
@@ -402,6 +404,9 @@ def main() -> int:
     ap.add_argument("--serve", action="store_true",
                     help="launched case: also the run in a browser (eagle3-tui serve, one headless chromium page)")
     ap.add_argument("--profile", type=float, default=20, help="launched case: seconds of py-spy at 20 lines/s")
+    ap.add_argument("--aged", type=float, default=30,
+                    help="launched case: seconds of idle once the run is over 10 min old (its clocks then show"
+                         " minutes; the bench waits for that moment), last; 0: none")
     ap.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"), help="path of py-spy")
     args = ap.parse_args()
     if not shutil.which("tmux"):
@@ -641,7 +646,8 @@ def launched_case(args: argparse.Namespace) -> None:
                               cwd=ROOT)
     if launched.returncode:
         raise SystemExit(f"eagle3-tui launch failed: {launched.stderr.strip()}")
-    log = Path(json.loads(launched.stdout)["log"])
+    record = json.loads(launched.stdout)
+    log, launched_at = Path(record["log"]), float(record["launched_at"])
     ctl = open(fifo, "w", buffering=1)  # noqa: SIM115 - open for the whole case
 
     def send(cmd: str) -> None:
@@ -655,7 +661,7 @@ def launched_case(args: argparse.Namespace) -> None:
     serve: ServeSession | None = None
     results: dict[str, dict[str, float]] = {}
     sparse: dict[str, list[float]] = {}
-    profile = idle_profile = ""
+    profile = idle_profile = aged_profile = ""
     try:
         for label, tree in trees.items():
             cmd = (f"env PYTHONPATH={shlex.quote(str(tree))} {py} -m tui.cli --config {shlex.quote(str(cfg))}"
@@ -696,6 +702,16 @@ def launched_case(args: argparse.Namespace) -> None:
         results["launched: idle after the lines"] = procs.phase(args.idle)
         if args.py_spy and args.profile:
             idle_profile = py_spy(args.py_spy, dashes["client"].pid, args.profile, work, rate=IDLE_RATE)
+        if args.aged:
+            # A long run spends most of its life older than 10 min: its DURATION and its
+            # processes' ELAPSED show minutes then, and an idle screen repaints once a minute.
+            wait = launched_at + AGED_S - time.time()
+            if wait > 0:
+                print(f"(waiting {wait:.0f} s until the run is {AGED_S:.0f} s old)", flush=True)
+                time.sleep(wait)
+            results["launched: idle, run over 10 min old"] = procs.phase(args.aged)
+            if args.py_spy and args.profile:
+                aged_profile = py_spy(args.py_spy, dashes["client"].pid, args.profile, work, rate=IDLE_RATE)
         bars = re.findall(r"\| (\d+)/20000 \[", log.read_text())
         step = bars[-1] if bars else "?"
         for label, dash in dashes.items():
@@ -722,8 +738,12 @@ def launched_case(args: argparse.Namespace) -> None:
     if idle_profile:
         print(f"\nprofile of the client idle, the run alive (py-spy, {args.profile:g} s, {IDLE_RATE} Hz):\n"
               f"{idle_profile}")
+    if aged_profile:
+        print(f"\nprofile of the client idle, the run over 10 min old (py-spy, {args.profile:g} s, {IDLE_RATE} Hz):\n"
+              f"{aged_profile}")
 
 
+AGED_S = 605.0  # the run's age for the aged idle phase: past the 10 minutes its clocks show seconds for
 IDLE_RATE = 500  # Hz: an idle client is on the CPU ~1 % of the time, so 100 Hz gives too few samples
 
 

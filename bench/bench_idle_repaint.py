@@ -4,9 +4,10 @@
 
 The real dashboard runs headless (Textual's `run_test`, 160x50; the compositor renders
 each frame as in a terminal, nothing is written to one), fed through the tests' replay
-client one snapshot a second: one running run and its two processes, no GPU, their
-ELAPSED/DURATION clocks moving each second. Twice: quiet (the same processes), then with
-churn (every other snapshot has one more process, then not: on the shared build machine
+client one snapshot a second: one running run and its two processes, no GPU. Three
+ways: young (the run and its processes 100 s old: their DURATION/ELAPSED clocks show
+seconds and move each second), old (an hour old: the clocks show minutes), churn (old,
+and every other snapshot has one more process, then not: on the shared build machine
 other sessions' test runs come and go in the launched-run bench's process table about
 once a second). CPU is the process's own (time.process_time) over the steady part, in %
 of one core; with --base, the same from another checkout, one after the other.
@@ -25,15 +26,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def measure(seconds: float, churn: bool) -> float:
+MODES = {"young": 100.0, "old": 3600.0, "churn": 3600.0}  # mode -> the run's age at the start, s
+
+
+async def measure(seconds: float, mode: str) -> float:
     from tests.replay import ReplayClient, snapshot
     from tests.test_app import CFG, RUN
     from tui.views.app import make_app
 
-    run = dict(RUN, launched_at=time.time() - 100)
+    age = MODES[mode]
+    run = dict(RUN, launched_at=time.time() - age)
+    churn = mode == "churn"
 
     def snap(i: int) -> object:
-        procs = list(snapshot(2).processes)
+        procs = [dict(pr, elapsed=age + i) for pr in snapshot(2).wire["processes"]]  # the agent's objects
         if churn and i % 2:
             procs.append(dict(procs[0], pid=5000 + i, run_id="20261130-000000-zzzz"))
         return snapshot(2, seq=i, runs=[run], time=time.time(), processes=procs, gpus=[], gpu_source=None,
@@ -57,22 +63,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--base", type=Path, help="also the dashboard of this checkout, in its own process")
-    ap.add_argument("--one", choices=("quiet", "churn"), help=argparse.SUPPRESS)  # a child's single figure
+    ap.add_argument("--one", choices=tuple(MODES), help=argparse.SUPPRESS)  # a child's single figure
     args = ap.parse_args()
     if args.one:
-        print(f"{asyncio.run(measure(args.seconds, args.one == 'churn')):.2f}")
+        print(f"{asyncio.run(measure(args.seconds, args.one)):.2f}")
         return 0
     trees = {"this checkout": ROOT, **({f"base ({args.base})": args.base.resolve()} if args.base else {})}
     print(f"load {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at start\n")
-    print("| checkout | quiet (% of one core) | churn (% of one core) |\n|---|---:|---:|")
+    print("| checkout | young: clocks in seconds | old: clocks in minutes | old, churn |\n|---|---:|---:|---:|"
+          " (% of one core)")
     for label, tree in trees.items():
         got = []
-        for mode in ("quiet", "churn"):
+        for mode in MODES:
             out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_idle_repaint.py"), "--one", mode,
                                   "--seconds", str(args.seconds)], cwd=tree, capture_output=True, text=True,
                                  env={**os.environ, "PYTHONPATH": str(tree)}, timeout=args.seconds + 120)
             got.append(out.stdout.strip().splitlines()[-1] if out.returncode == 0 else f"failed: {out.stderr[-200:]}")
-        print(f"| {label} | {got[0]} | {got[1]} |")
+        print(f"| {label} | {' | '.join(got)} |")
     print(f"\nload {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end")
     return 0
 

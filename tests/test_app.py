@@ -96,7 +96,7 @@ async def test_shard_progress_and_log_tail() -> None:
         await until(pilot, lambda: app.dashboard.state.log.offset == len(lines))
         await pilot.pause()
         progress = str(app.query_one("#progress").render())
-        assert "24/64" in progress and "18.0 s/shard" in progress and "ETA 12:01" in progress
+        assert "24/64" in progress and "18.0 s/shard" in progress and "ETA 12m" in progress
         # A later redraw replaces the bar.
         more = (b"(Worker_TP0 pid=1234) \rLoading safetensors checkpoint shards:  39% Completed"
                 b" | 25/64 [07:30<11:40, 18.0s/it]\n")

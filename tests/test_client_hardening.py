@@ -188,7 +188,7 @@ def test_a_kill_banner_keeps_the_stale_warning_in_view() -> None:
     state = AppState(link=Link(state="connected", last_data=now - 30),
                      actions=(Action("a1", "kill", "r1", started_at=now - 1),))
     text, kind = view.banner(state, now)
-    assert text is not None and "Killing run r1" in text and "stale for 30 s" in text and kind == ""
+    assert text is not None and "Killing run r1" in text and "stale for 30s" in text and kind == ""
     fresh = AppState(link=Link(state="connected", last_data=now), actions=state.actions)
     text, kind = view.banner(fresh, now)
     assert text == "Killing run r1…" and kind == ""

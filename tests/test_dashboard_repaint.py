@@ -7,13 +7,14 @@ and what the screen then shows."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from rich.text import Text
 from textual.geometry import Region
 
-from tests.replay import ReplayClient, snapshot
+from tests.replay import ReplayClient, resnap, snapshot
 from tests.test_app import CFG, RUN, until
 from tui.views.app import make_app
 from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
@@ -41,22 +42,28 @@ def spy_rows(table: KeyedTable) -> list[int]:
     return seen
 
 
+def young(procs: list[dict[str, Any]], elapsed: float) -> list[dict[str, Any]]:
+    """The agent's process objects, each `elapsed` seconds old."""
+    return [dict(pr, elapsed=elapsed) for pr in procs]
+
+
 async def test_a_snapshot_that_moves_the_clocks_repaints_those_cells_and_the_screen_shows_them() -> None:
-    """The ELAPSED cells of two processes change (1000 s -> 1001 s): the two rows are
-    rendered again and show 16:41, the header and the empty rows below are not touched."""
-    client = ReplayClient([snapshot(2, runs=[RUN])])
+    """The ELAPSED cells of two young processes change (100 s -> 101 s): the two rows are
+    rendered again and show 1m41s, the header and the empty rows below are not touched."""
+    first = snapshot(2, runs=[RUN])
+    client = ReplayClient([resnap(first, processes=young(first.wire["processes"], 100.0))])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.dashboard.state.seq == 0)
         await pilot.pause(0.3)
         procs = app.query_one(ProcessTable)
-        assert sum("16:40" in line for line in on_screen(procs)) == 2
+        assert sum(" 1m40s " in line for line in on_screen(procs)) == 2
         rows = spy_rows(procs)
-        client.push(snapshot(2, seq=1, runs=[RUN]))
+        client.push(resnap(first, seq=1, processes=young(first.wire["processes"], 101.0)))
         await until(pilot, lambda: app.dashboard.state.seq == 1)
         await pilot.pause(0.3)
         shown = on_screen(procs)
-        assert sum("16:41" in line for line in shown) == 2 and not any("16:40" in line for line in shown), shown
+        assert sum(" 1m41s " in line for line in shown) == 2 and not any(" 1m40s " in line for line in shown), shown
         assert set(rows) == {1, 2}, rows  # the two process rows; not the header (0), not the empty rows
 
 
@@ -82,8 +89,8 @@ async def test_an_unchanged_row_is_not_repainted_and_a_changed_cpu_cell_is() -> 
 
 
 async def test_the_run_duration_still_ticks_each_second() -> None:
-    """DURATION shows seconds, so it moves with every 1 Hz snapshot: on screen, not
-    only in the table's data."""
+    """A young run's DURATION shows seconds, so it moves with every 1 Hz snapshot: on
+    screen, not only in the table's data."""
     run = dict(RUN, launched_at=time.time() - 125)
     client = ReplayClient([snapshot(1, runs=[run])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
@@ -92,9 +99,10 @@ async def test_the_run_duration_still_ticks_each_second() -> None:
         await pilot.pause(0.3)
         runs = app.query_one(RunsTable)
 
-        def duration() -> str:
+        def duration() -> int:
             line = next(ln for ln in on_screen(runs) if RUN["run_id"] in ln)
-            return next(w for w in line.split() if w.count(":") == 1)
+            m, s = next(re.fullmatch(r"(\d+)m(\d+)s", w) for w in line.split() if re.fullmatch(r"\d+m\d+s", w)).groups()
+            return 60 * int(m) + int(s)
 
         before = duration()
         for seq in (1, 2):
@@ -102,10 +110,39 @@ async def test_the_run_duration_still_ticks_each_second() -> None:
             client.push(snapshot(1, seq=seq, runs=[run]))
             await until(pilot, lambda: app.dashboard.state.seq == seq)
             await pilot.pause(0.2)
-        after = duration()
-        m0, s0 = map(int, before.split(":"))
-        m1, s1 = map(int, after.split(":"))
-        assert 2 <= (60 * m1 + s1) - (60 * m0 + s0) <= 3, (before, after)
+        assert 2 <= duration() - before <= 3, (before, duration())
+
+
+async def test_an_idle_run_older_than_ten_minutes_repaints_no_line_while_a_young_one_ticks() -> None:
+    """Idle, the dashboard's cost is what its 1 Hz snapshots repaint. A run an hour old
+    and its processes show minutes (`60m`), so four snapshots a second apart repaint no
+    line of the process table and only the young run's line of the runs table, whose
+    DURATION shows seconds and moves with each of them."""
+    now = time.time()
+    old = dict(RUN, launched_at=now - 3605)
+    new = dict(RUN, run_id="20261130-020000-cd34", launched_at=now - 65)
+    first = snapshot(2, runs=[old, new])
+    procs = young(first.wire["processes"], 3605.0)
+    client = ReplayClient([resnap(first, processes=procs)])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(0.3)
+        runs, table = app.query_one(RunsTable), app.query_one(ProcessTable)
+        assert [rk.value for rk in runs.rows] == [new["run_id"], old["run_id"]]
+        run_rows, proc_rows = spy_rows(runs), spy_rows(table)
+        shown = []
+        for seq in range(1, 5):
+            time.sleep(1.0)
+            client.push(resnap(first, seq=seq, time=first.time + seq,
+                               processes=young(first.wire["processes"], 3605.0 + seq)))
+            await until(pilot, lambda: app.dashboard.state.seq == seq)
+            await pilot.pause(0.2)
+            shown.append(next(ln for ln in on_screen(runs) if new["run_id"] in ln))
+        assert proc_rows == [], proc_rows  # 60m, 60m, ...: not one process line again
+        assert set(run_rows) == {1}, run_rows  # the young run's line only, never the old one's (2)
+        assert len(run_rows) >= 4 and len(set(shown)) == 4, shown  # 1m9s, 1m10s, ...: each snapshot on screen
+        assert all(" 60m " in ln for ln in on_screen(runs) if old["run_id"] in ln)
 
 
 async def test_a_process_that_comes_or_goes_leaves_the_other_rows_as_they_are() -> None:

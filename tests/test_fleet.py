@@ -79,7 +79,7 @@ def test_link_states_before_and_after_data() -> None:
     assert fleet.host_row("h", AppState(), NOW).link == "connecting"
     row = fleet.host_row("h", AppState(), NOW, error="h: connection refused")
     retrying = fleet.host_row("h", AppState(), NOW, error="h: connection refused", retry_at=NOW + 9.6)
-    assert (retrying.link, retrying.link_text) == ("error", "retry in 10 s: h: connection refused")
+    assert (retrying.link, retrying.link_text) == ("error", "retry in 10s: h: connection refused")
     assert (row.link, row.link_text, row.gpus_total) == ("error", "h: connection refused", None)
     assert fleet.cells(row)[2] == "-"
     st = snap_state([], [])
@@ -346,16 +346,17 @@ SHOWN = ["a@127.0.0.1:1", "b@127.0.0.1:1", "c@127.0.0.1:1", "d@127.0.0.1:1"]
 _RAW = ("\x1b", "\x9b", "\u202e", "\x07")
 
 
-def test_status_and_runs_over_a_hosts_file_print_hostile_targets_sanitized(tmp_path: Path) -> None:
-    """`status --hosts-file` printed such a target as it is on stdout (the stderr lines
-    were already clean); `[fleet] hosts` and the command line the same. Now every line
-    on both streams is clean, and each row still names its own host."""
+def test_status_and_runs_refuse_hostile_targets_in_one_clean_line(tmp_path: Path) -> None:
+    """A target whose user carries control bytes: no user name has them, so it is refused
+    before anything connects, its bytes escaped, exit 2: a hosts file in one line naming
+    its first bad line; `[fleet] hosts` and the command line in each host's row, the other
+    hosts still asked. (Before, such targets were tried and printed through the sanitizer.)"""
     import subprocess
 
     from tests import checkout
 
     hosts = tmp_path / "hosts"
-    hosts.write_text("".join(t + "\n" for t in HOSTILE_TARGETS), encoding="utf-8")
+    hosts.write_text("".join(t + "\n" for t in ["ok@127.0.0.1:1", *HOSTILE_TARGETS]), encoding="utf-8")
     cfg = tmp_path / "eagle3.toml"
     cfg.write_text("[fleet]\nhosts = [" + ", ".join(json.dumps(t) for t in HOSTILE_TARGETS) + "]\n",
                    encoding="utf-8")  # TOML's \uXXXX escapes, as JSON writes them
@@ -367,12 +368,16 @@ def test_status_and_runs_over_a_hosts_file_print_hostile_targets_sanitized(tmp_p
     for args in (["status", "--hosts-file", str(hosts)], ["status"], ["status", *HOSTILE_TARGETS[:2]],
                  ["runs", "--hosts-file", str(hosts)]):
         r = e3(*args)
-        assert r.returncode in (2, 3), (args, r.stderr)  # refused by ssh (2) or unreachable (3)
+        assert r.returncode == 2, (args, r.stderr)
         for stream in (r.stdout, r.stderr):
             assert not any(c in stream for c in _RAW), (args, stream)
-        if args[0] == "status":
+        if "--hosts-file" not in args:  # `[fleet] hosts`, the command line: each host's row says why
             rows = r.stdout.splitlines()[1:]
             assert [ln.split()[0] for ln in rows] == SHOWN[:len(rows)] and len(rows) >= 2, r.stdout
+            assert all("bad user in target" in ln for ln in rows), r.stdout
+            continue
+        assert r.stdout == "" and len(r.stderr.splitlines()) == 1, (args, r.stdout, r.stderr)  # a hosts file:
+        assert f"{hosts}:2: bad user in target" in r.stderr, r.stderr  # refused at its first bad line
 
 
 def test_the_fleet_tables_show_a_hostile_target_through_the_sanitizer() -> None:
@@ -384,30 +389,14 @@ def test_the_fleet_tables_show_a_hostile_target_through_the_sanitizer() -> None:
     assert runs[1].split()[1] == SHOWN[1]
 
 
-async def test_the_fleet_pane_shows_hostile_targets_sanitized_and_is_never_reset() -> None:
-    """The fleet screen (Textual pilot): the HOST cells, and the toast of a host that
-    could not connect, carry no escape; what the terminal would be sent holds none of
-    the payloads (the pane was reset by ESC c)."""
-    from tests.test_hosttext import assert_clean_screen
+def test_the_fleet_app_refuses_a_hostile_target_in_one_clean_line() -> None:
+    """The fleet screen is built from parsed targets: a hostile one never becomes a
+    client, and the refusal's words carry none of its bytes raw."""
     from tui.services.actions import new_client
-    from tui.views.app import make_fleet_app
-    from tui.views.screens.fleet import FleetScreen
+    from tui.transport.errors import ConfigError
 
     cfg = parse_config("[host]\nconnect_timeout = 5\n")
-    clients = {t: new_client(t, cfg, reconnect=False) for t in HOSTILE_TARGETS}
-    app = make_fleet_app(clients, cfg, limit=4)
-    async with app.run_test(size=(140, 30)) as pilot:
-        screen = app.screen
-        assert isinstance(screen, FleetScreen)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(f.error for f in screen.feeds.values()):
-            await pilot.pause(0.1)
-        assert all(f.error for f in screen.feeds.values())
-        screen._repaint()
-        await pilot.pause(0.2)
-        shown = [str(screen.query_one("DataTable").get_row_at(i)[0]) for i in range(len(HOSTILE_TARGETS))]
-        assert sorted(shown) == SHOWN
-        await pilot.press("enter")  # a host that failed: its error as a toast, host named
-        await pilot.pause(0.5)
-        assert_clean_screen(app)
-        await pilot.press("q")
+    for target in HOSTILE_TARGETS:
+        with pytest.raises(ConfigError) as info:
+            new_client(target, cfg, reconnect=False)
+        assert not any(c in str(info.value) for c in _RAW) and "\n" not in str(info.value)

@@ -325,7 +325,7 @@ def test_reducer_liveness_thresholds() -> None:
     state = apply(AppState(), ConfigRead(services.settings_of(cfg)), 0.0)
     state = apply(state, p.Hello(1, "0.1.0", "0" * 64, "h", "3.10", 1, 0.0, None, None), 100.0)
     assert view.link_text(state, 102.9) == ("connected", "ok")
-    assert view.link_text(state, 103.2) == ("stale for 3 s", "warn")
+    assert view.link_text(state, 103.2) == ("stale for 3s", "warn")
 
 
 # ---- the agent keeps each action's outcome by id -------------------------------------

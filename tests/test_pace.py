@@ -113,7 +113,7 @@ def test_status_of_a_run_nobody_watched_says_stalled(writer: Writer) -> None:
     seen = assess(run, cfg, late)
     assert seen is not None and seen.condition == "stalled"
     clock = time.strftime("%H:%M", time.localtime(T0 + 90))
-    assert seen.describe(late) == f"no progress for 14 min (last: shard 4/8 at {clock})"
+    assert seen.describe(late) == f"no progress for 14m (last: shard 4/8 at {clock})"
     slower = WatchConfig(stall_loading_s=1800.0)  # the same [watch] thresholds as the dashboard
     assert assess(run, slower, late).condition == "ok"  # type: ignore[union-attr]
     assert assess(_run(p.record(), state="exited"), cfg, late) is None
@@ -132,7 +132,7 @@ def test_an_adopted_run_falls_back_to_its_logs_mtime(tmp_path: Path) -> None:
     seen = assess(run, WatchConfig(), grew + 16 * 60)  # no phase known: the starting floor, 15 min
     assert seen is not None and seen.condition == "stalled"
     clock = time.strftime("%H:%M", time.localtime(grew))
-    assert seen.describe(grew + 16 * 60) == f"no progress for 16 min (last: log growth at {clock})"
+    assert seen.describe(grew + 16 * 60) == f"no progress for 16m (last: log growth at {clock})"
     assert hostpace.from_mtime(str(tmp_path / "gone.log")) is None and hostpace.from_mtime(None) is None
 
 
@@ -297,7 +297,7 @@ def test_status_json_says_a_run_stalled_without_anyone_watching(tmp_path: Path) 
         assert seen.get("condition") == "stalled", rec
         assert seen["source"] == "shim" and seen["last_step"] == "shard 4/8"
         clock = time.strftime("%H:%M", time.localtime(seen["last_step_at"]))
-        assert re.fullmatch(rf"no progress for \d+ s \(last: shard 4/8 at {clock}\)", seen["message"]), seen
+        assert re.fullmatch(rf"no progress for \d+s \(last: shard 4/8 at {clock}\)", seen["message"]), seen
         assert rec["pace"]["phase"] == "loading" and len(rec["pace"]["intervals"]) == 3
         text = _e3("status", "local", cwd=tmp_path)  # the table's note says it too
         assert "STALLED: no progress for" in text.stdout, text.stdout
@@ -385,7 +385,7 @@ def test_a_working_gpu_keeps_a_sleeping_run_from_hung(tmp_path: Path) -> None:
     _, seen, pace = _hang_status(tmp_path, "sleep", 6, env=env, then=lambda: util.write_text("0"))
     assert seen.get("condition") == "hung", (seen, pace)
     assert pace["gpu"] == "nvidia-smi"
-    assert re.fullmatch(r"no CPU or GPU activity for \d+ s \(after the load\)", seen["message"]), seen
+    assert re.fullmatch(r"no CPU or GPU activity for \d+s \(after the load\)", seen["message"]), seen
 
 
 def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> None:
@@ -394,7 +394,7 @@ def test_status_json_says_a_sleeping_run_hung_after_its_load(tmp_path: Path) -> 
     _, seen, pace = _hang_status(tmp_path, "sleep", 30)
     assert seen.get("condition") == "hung", (seen, pace)
     assert pace["phase"] == "loaded" and pace["gpu"].startswith("none: ") and pace["idle_since"]
-    assert re.fullmatch(r"no CPU activity for \d+ s \(after the load\)", seen["message"]), seen
+    assert re.fullmatch(r"no CPU activity for \d+s \(after the load\)", seen["message"]), seen
 
 
 def test_a_run_busy_on_its_cpu_costs_no_gpu_query(tmp_path: Path) -> None:
@@ -453,7 +453,7 @@ def test_idle_since_counts_after_the_load_and_gpus_keep_a_run_awake(tmp_path: Pa
     rec = dict(p.record(), idle_since=T0, gpu="nvml")
     seen = assess(_run(rec), WatchConfig(hang_s=600.0), T0 + 720)
     assert seen is not None and seen.condition == "hung"
-    assert seen.describe(T0 + 720) == "no CPU or GPU activity for 12 min (after the load)"
+    assert seen.describe(T0 + 720) == "no CPU or GPU activity for 12m (after the load)"
     assert assess(_run(rec), WatchConfig(hang_s=600.0), T0 + 500).condition == "ok"  # type: ignore[union-attr]
     assert assess(_run(rec), WatchConfig(hang_s=0.0), T0 + 720).condition == "ok"  # type: ignore[union-attr]
     loading = dict(rec, phase="loading")  # a run asleep in its load is not hung

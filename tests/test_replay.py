@@ -79,7 +79,7 @@ async def test_a_replay_mid_run_shows_the_progress_and_the_host_text_as_text(tmp
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: "7/16" in str(app.query_one(RunProgress).render()))
         panel = str(app.query_one(RunProgress).render())
-        assert "Phase loading" in panel and "slower than last time (00:50)" in panel, panel
+        assert "Phase loading" in panel and "slower than last time (50s)" in panel, panel
         assert "GPUs (8, replay)" in str(app.screen.query_one("#gpu-box").border_title)
         await until(pilot, lambda: len(app.query_one(TailLog).lines) >= 10)
         rows = list(app.query_one(TailLog).lines)  # what the pane holds to draw
@@ -133,7 +133,7 @@ def test_replay_in_tmux_at_80x24(tmp_path: Path) -> None:
            f"echo $? > {shlex.quote(str(exit_file))}")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
-        wait_screen(session, ["Phase loading", "/16", "slower than last time (00:50)", "GPUs (8, replay)",
+        wait_screen(session, ["Phase loading", "/16", "slower than last time (50s)", "GPUs (8, replay)",
                               "READ-ONLY"], timeout=30)
         (tmp_path / "screen.txt").write_text(screen(session))
         title = subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_title}"],

@@ -214,6 +214,25 @@ def decide(policy: dict, attempts: list[dict], ended: dict, now: float) -> tuple
 
 
 def span(seconds: float) -> str:
-    """Seconds in words: "10 min", "45 s"."""
-    s = int(seconds)
-    return "%d min" % (s // 60) if s >= 60 and s % 60 == 0 else "%d s" % s
+    """How long, in the client's words (tui/state/format.py `duration`, held equal by
+    tests/test_duration.py): "42s", "1.5s", "5m12s", "37m", "5h12m", "3d4h"."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not -2 < seconds < 100 * 365 * 86400:
+        return "N/A"
+    if 0 < seconds < 10 and seconds != int(seconds):
+        return ("%.1f" % seconds).rstrip("0").rstrip(".") + "s"
+    s = max(0, int(seconds))
+    if s < 60:
+        return "%ds" % s
+    m, h, d = s // 60, s // 3600, s // 86400
+    if m < 10:
+        return "%dm%ds" % (m, s % 60) if s % 60 else "%dm" % m
+    if m < 180:
+        return "%dm" % m
+    if h < 8:
+        return "%dh%dm" % (h, m % 60) if m % 60 else "%dh" % h
+    if h < 48:
+        return "%dh" % h
+    if d < 8:
+        return "%dd%dh" % (d, h % 24) if h % 24 else "%dd" % d
+    return "%dd" % d

@@ -19,7 +19,7 @@ from typing import Any
 from tui.protocol.hosttext import clean
 from tui.protocol.records import GpuReading, RunRecord
 from tui.state import view
-from tui.state.format import gib
+from tui.state.format import duration, gib
 from tui.state.model import AppState
 
 BUSY_UTIL = 5.0  # % utilisation above which a GPU with no listed process counts as busy
@@ -98,7 +98,8 @@ def link_of(state: AppState, now: float, error: str | None = None,
     """(kind, text) of the host's connection; `error` is a failed first connect, tried
     again at `retry_at` (the countdown comes first: a long error is clipped)."""
     if error is not None:
-        return "error", (f"retry in {max(0, round(retry_at - now))} s: {error}" if retry_at is not None else error)
+        wait = duration(max(0, round(retry_at - now))) if retry_at is not None else None
+        return "error", (f"retry in {wait}: {error}" if wait is not None else error)
     link = state.link
     if link.state in ("connecting", "closed") and link.last_data is None:
         return "connecting", "connecting"

@@ -94,7 +94,7 @@ def state_label(run: RunRecord) -> str:
 
 def restart_label(run: RunRecord, now: float) -> str:
     """What the host's restart policy did with a run: '' for a run that never needed it;
-    "waiting to restart in 25 s (restart 2 of 3) — last: NCCL collective timed out at
+    "waiting to restart in 25s (restart 2 of 3) — last: NCCL collective timed out at
     batch 1,203/4,000", "restarted 2× — last: …", or why it was not restarted."""
     tried = [a for a in run.attempts if a.get("ended_at") is not None]
     failed = [a for a in tried if a.get("exit_code") != 0 or a.get("hung")]
@@ -104,8 +104,7 @@ def restart_label(run: RunRecord, now: float) -> str:
     if run.restart_at is not None and run.alive:
         of = f" of {run.max_restarts}" if run.max_restarts is not None else ""
         left = max(0, int(run.restart_at - now))
-        wait = f"{left} s" if left < 60 else duration(left)
-        return f"waiting to restart in {wait} (restart {run.restarts}{of}) — last: {last}"
+        return f"waiting to restart in {duration(left)} (restart {run.restarts}{of}) — last: {last}"
     said = f"restarted {run.restarts}× — last: {last}" if run.restarts else last
     note = run.restart_note or ""
     if not run.alive and note and note not in ("finished", "killed"):
@@ -282,10 +281,10 @@ def link_text(state: AppState, now: float) -> tuple[str, str]:
     age = None if link.last_data is None else max(0.0, now - link.last_data)
     if link.state == "connected":
         if age is not None and age > stale_after(state):
-            return f"stale for {age:.0f} s", "warn"
+            return f"stale for {duration(round(age))}", "warn"
         return "connected", "ok"
     if link.state == "reconnecting":
-        old = f", data {age:.0f} s old" if age is not None else ""
+        old = f", data {duration(round(age))} old" if age is not None else ""
         return f"lost: reconnecting (attempt {link.attempt}){old}", "warn"
     if link.state == "failed":
         return f"lost: {link.error or 'link failed'}", "error"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tui.protocol.jsontypes import JSONObject
+from tui.state.format import duration
 
 __all__ = ["Mark", "WatchConfig", "WatchEvent", "WatchState"]
 
@@ -96,18 +97,13 @@ class WatchState:
         return now - self.last_step_t if self.condition in ("stalled", "hung") and self.last_step_t else None
 
     def describe(self, now: float) -> str | None:
-        """ "no progress for 14 min (last: shard 37/64 at 03:12)" while stalled or hung."""
+        """ "no progress for 14m (last: shard 37/64 at 03:12)" while stalled or hung."""
         if self.condition == "hung" and self.idle_what and self.idle_since is not None:
-            return f"no {self.idle_what} activity for {_span(now - self.idle_since)} (after the load)"
+            return f"no {self.idle_what} activity for {duration(int(now - self.idle_since))} (after the load)"
         if self.condition not in ("stalled", "hung") or self.last_step_t is None:
             return None
-        span = _span(now - self.last_step_t)
+        span = duration(int(now - self.last_step_t))
         clock = time.strftime("%H:%M", time.localtime(self.last_step_t))
         what = ("processes asleep and GPUs idle, " if self.gpus_seen else "processes asleep, ") \
             if self.condition == "hung" else ""
         return f"{what}no progress for {span} (last: {self.last_step or 'start'} at {clock})"
-
-
-def _span(seconds: float) -> str:
-    gap = max(0, int(seconds))
-    return f"{gap // 60} min" if gap >= 60 else f"{gap} s"

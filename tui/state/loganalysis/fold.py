@@ -56,7 +56,6 @@ from tui.state.loganalysis.record import (
     LogAnalysis,
     advance,
     default_signatures,
-    format_span,
     log_seconds,
     signature_errors,
 )
@@ -82,7 +81,6 @@ __all__ = [
     "collapse_cr",
     "default_signatures",
     "finish_lines",
-    "format_span",
     "is_stalled",
     "live_segment",
     "parse_extract_progress",

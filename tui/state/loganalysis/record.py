@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from tui.state.format import duration
 from tui.state.loganalysis.lineshapes import ExtractProgress, ShardProgress
 from tui.state.loganalysis.signatures import Signature, SignatureSet, load_signatures
 from tui.state.loganalysis.train import TrainProgress
@@ -140,18 +141,8 @@ class LogAnalysis:
                 and self.train.step is not None:
             of = f"/{self.train.total}" if self.train.total else ""
             where += f" (step {self.train.step}{of})"
-        after = f" after {format_span(self.failed_after_s)}" if self.failed_after_s is not None else ""
+        after = f" after {duration(int(self.failed_after_s))}" if self.failed_after_s is not None else ""
         return f"died {where}{after}".replace("died  ", "died ").strip()
-
-
-def format_span(seconds: float) -> str:
-    """ "2 h 14 m", "14 m", "42 s"."""
-    s = max(0, int(seconds))
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60} m"
-    if s >= 60:
-        return f"{s // 60} m"
-    return f"{s} s"
 
 
 # The post-load stages a line can show (graph capture, compiling, …), as the screen names them.

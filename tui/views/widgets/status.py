@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.state.format import gib
+from tui.state.format import duration, gib
 from tui.state.model import AppState
 from tui.state.view import link_text
 from tui.views.widgets.render import set_content
@@ -36,7 +36,7 @@ class StatusBar(Static):
         text.append("  ")
         text.append(*dot)
         if age is not None and link.state != "connected":
-            text.append(f", data {age:.0f} s old", style="yellow")
+            text.append(f", data {duration(round(age))} old", style="yellow")
         if link.error and link.state != "connected":
             text.append(f"  {link.error}", style="red")
         host = state.host
