@@ -170,6 +170,22 @@ def test_an_agent_following_a_quiet_log_sleeps_between_wakeups(agent: AgentProc,
     assert wakeups(agent.proc.pid) - before <= 20
 
 
+def test_a_tail_with_no_line_break_in_reach_is_the_bytes_asked_for(agent: AgentProc, tmp_path: Path) -> None:
+    """A tail (a negative offset) starts at the first line break after the cut, so the
+    first line shown is whole; a progress bar that redraws itself with carriage returns
+    writes no line break for a long while, and then the tail is exactly the last bytes
+    asked for: its offset is the size minus the tail, and the bytes are the file's last."""
+    path = tmp_path / "bar.log"
+    bars = b"".join(b"\rtrain %3d%%|%-20s| %d/5000" % (i // 50, b"#" * (i // 250), i) for i in range(5000))
+    path.write_bytes(b"epoch 1\n" + bars)  # > 100 KiB since the last line break
+    content = path.read_bytes()
+    res, stream = subscribe(agent, path, offset=-1000)
+    assert res["offset"] == len(content) - 1000, (res, len(content))
+    stream = LogStream(agent, "log", start=res["offset"], since=0)
+    stream.wait(lambda s: s.end == len(content))
+    assert bytes(stream.data) == content[-1000:]
+
+
 def test_a_huge_backlog_never_holds_up_the_next_request(tmp_path: Path) -> None:
     """A log of many MiB followed from its start (a relaunch resuming at 0, a client that
     was away): the agent sends it a budget at a time, so a request queued behind it is

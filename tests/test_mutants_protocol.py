@@ -114,3 +114,18 @@ def test_every_string_of_a_host_tree_is_one_line_keys_too() -> None:
 
     tree = {"note\nforged": ["a\nb", {"c": "d\ne\x1b[31m"}, ("f\r\ng",)], "n": 3, "ok": None}
     assert clean_tree(tree) == {"note forged": ["a b", {"c": "d e"}, ["f g"]], "n": 3, "ok": None}
+
+
+def test_a_kills_progress_says_the_seconds_the_agent_counted_from_zero() -> None:
+    """The kill's progress lines ("SIGINT: 3 process(es) left, 0.0 s") show the seconds
+    the agent counted since the kill began: its first look may come at 0 s, and a
+    progress without a count (an agent that did not say) is at 0 s too, never a second
+    made up by the client."""
+    def progress(**extra: object) -> KillProgress:
+        msg = parse_line(json.dumps({"type": "kill_progress", "id": 7, "run_id": "20261206-030000-ab12",
+                                     "stage": "SIGINT", "alive": [4242], "gpus": [], **extra}))
+        assert isinstance(msg, KillProgress)
+        return msg
+
+    assert [progress(elapsed=e).elapsed for e in (0, 0.0, 0.25, 12.5)] == [0.0, 0.0, 0.25, 12.5]
+    assert progress().elapsed == 0.0

@@ -17,9 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from tests.test_serve import ESCAPES, KEY, Served, serve
+from tests.test_serve import ESCAPES, KEY, Served, run, serve  # noqa: F401  (run: the fixture)
 
 ROW = re.compile(rb"\x1b\[(\d+);\d+H")  # a cursor move: the row the app draws on
+CANCEL = re.compile(rb"\x1b\[([0-9;]*)m( Cancel \(n\) )")  # the kill confirmation's button, as drawn
 
 
 class Tunnel:
@@ -256,3 +257,56 @@ def test_a_page_that_vanishes_mid_send_keeps_its_session_for_the_grace(tmp_path:
         asyncio.run(check(served))
         assert "session 1 back from 127.0.0.1" in served.log(), served.log()
         assert "ended" not in served.log().split("lost its page")[1].split("back from")[0], served.log()
+
+
+def reverse_video(data: bytes) -> list[bool]:
+    """Each drawing of the confirmation's Cancel button in `data`, in order: True where it
+    is drawn in reverse video (the highlight of the focused button), False where plain."""
+    drawn = []
+    for m in CANCEL.finditer(data):
+        params, plain = m[1].split(b";"), set()
+        i = 0
+        while i < len(params):  # a colour's own numbers (38;2;R;G;B, 48;5;N) are not attributes
+            if params[i] in (b"38", b"48"):
+                i += 5 if params[i + 1 : i + 2] == [b"2"] else 3
+                continue
+            plain.add(params[i])
+            i += 1
+        drawn.append(b"7" in plain)
+    return drawn
+
+
+def test_a_tab_left_and_come_back_to_gets_its_focus_highlight_back(tmp_path: Path, run: dict[str, Any]) -> None:
+    """The page tells the server when its tab loses the focus (`blur`) and gets it back
+    (`focus`); the app then draws its focused widget without, then with, its highlight.
+    Seen here on the kill confirmation, whose Cancel button has the focus (drawn in reverse
+    video): after the tab is left and come back to, the highlight is back (the user sees
+    where Enter goes). A message of a kind the server does not know changes nothing: the
+    button stays plain until the real `focus`."""
+    async def check(served: Served) -> None:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            async with http.get(served.url) as r:
+                assert r.status == 200
+            page = Page(http, served, port_of(served))
+            await page.open(120, 30)
+            await page.until(lambda p: run["run_id"].encode() in p.data, timeout=30)
+            await page.ws.send_str(json.dumps(["stdin", "k"]))
+            await page.until(lambda p: reverse_video(p.data)[-1:] == [True])  # Cancel has the focus
+            for kinds, highlighted in (([["blur"]], False), ([["focus"]], True), ([["blur"]], False)):
+                page.data = b""
+                for kind in kinds:
+                    await page.ws.send_str(json.dumps(kind))
+                await page.until(lambda p, h=highlighted: reverse_video(p.data)[-1:] == [h])
+            page.data = b""
+            for unknown in (["focused"], ["Focus"], ["stdin"], ["resize", "big"], ["ping"], [7]):
+                await page.ws.send_str(json.dumps(unknown))
+            deadline = time.monotonic() + 2  # ignored: no highlight comes back meanwhile
+            await page.until(lambda p: True in reverse_video(p.data) or time.monotonic() > deadline)
+            assert True not in reverse_video(page.data), "an unknown message gave the focus back"
+            await page.ws.send_str(json.dumps(["focus"]))
+            await page.until(lambda p: reverse_video(p.data)[-1:] == [True])
+            await page.alive()
+            await page.ws.close()
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))

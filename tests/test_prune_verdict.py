@@ -113,3 +113,25 @@ def test_a_removal_that_fails_part_way_is_reported_and_prune_goes_on(tmp_path: P
     assert [(r["run_id"], r["reason"]) for r in report["skipped"]] == [
         (kept.name, f"removal failed part-way ({precious}: Operation not permitted)")]
     assert not first.exists() and not last.exists() and precious.read_bytes() == b"weights"
+
+
+def test_a_run_dir_opened_to_others_after_it_was_listed_is_kept_and_prune_goes_on(tmp_path: Path) -> None:
+    """The agent lists a run that ended long ago once, then keeps its record without
+    looking again (every tick lists the runs). A run dir opened to others since (a chmod
+    777 to share a checkpoint) is not ours alone any more: the prune keeps it, saying why,
+    and removes the other runs; it never fails part-way with the others half done."""
+    from tests.agent_driver import AgentProc
+
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    first = _ended_run(runs, "20260101-000000-aaaa")
+    shared = _ended_run(runs, "20260101-000001-bbbb")
+    last = _ended_run(runs, "20260101-000002-cccc")
+    with AgentProc(env={"EAGLE3_TUI_GPU_SOURCE": "none"}, args=["--runs-dir", str(runs)]) as agent:
+        assert len(agent.call("runs")["runs"]) == 3
+        os.chmod(shared, 0o777)
+        report = agent.call("prune", {"keep": 0})
+    assert sorted(r["run_id"] for r in report["removed"]) == [first.name, last.name], report
+    ((run_id, reason),) = [(r["run_id"], r["reason"]) for r in report["skipped"]]
+    assert run_id == shared.name and reason.startswith(f"refusing run dir {shared}: ") and "mode 0777" in reason
+    assert shared.is_dir() and not first.exists() and not last.exists()

@@ -337,6 +337,20 @@ def test_no_kernel_image_is_never_restarted(tmp_path: Path) -> None:
     assert (out / "attempts").read_text() == "1"
 
 
+def test_a_run_whose_attempts_a_sigkill_ends_ends_by_sigkill(tmp_path: Path) -> None:
+    """Every attempt logs an NCCL timeout and is then killed by SIGKILL (a teardown by a
+    signal, as the OOM killer's): restarted until the policy gives up, the run then ends as
+    its last attempt did, by SIGKILL, as a run without restarts would -- not "exit 1", and
+    no traceback of the supervisor in the run's log for the analysis to take as the cause."""
+    runs, run_id, out = _launch(tmp_path, "sigkill", FAST)
+    rec = _ended(runs, run_id)
+    assert (rec["exit_code"], rec["signal"]) == (None, "SIGKILL"), rec
+    assert [a["signal"] for a in rec["attempts"]] == ["SIGKILL"] * len(rec["attempts"]) and rec["restarts"] >= 1, rec
+    assert rec["attempts"][-1]["restarted"] is False
+    log = Path(rec["log"]).read_text()
+    assert "Traceback" not in log and "OSError" not in log, log[-2000:]
+
+
 def test_fail_then_fail_differently_restarts_once_then_stops_at_the_oom(tmp_path: Path) -> None:
     """Attempt 1 dies of an NCCL watchdog timeout (transient: restarted); attempt 2 logs
     an INFO line that a batch was retried after that timeout, then runs out of memory.

@@ -284,6 +284,47 @@ def test_run_survives_its_launcher_and_records_exit(env):
     assert exit_info["exit_code"] == 3 and exit_info["strays_outlived"] is False
 
 
+@pytest.mark.parametrize("subreaper", [True, False], ids=["subreaper", "no-prctl"])
+def test_the_run_ends_when_its_last_orphan_does_with_or_without_a_subreaper(env, monkeypatch, subreaper):
+    """A run's main process exits while a worker it double-forked (re-parented away from
+    it) still works: the run is not over. The shim adopts such orphans (a subreaper) and
+    records the end once the last is gone, naming it among the strays; on a host where it
+    cannot become one (no prctl: a stub that makes ctypes fail, in the shim's interpreter)
+    it finds them by the run marker instead, and ends the same."""
+    stub = env.tmp / "stub"
+    stub.mkdir()
+    if not subreaper:
+        (stub / "sitecustomize.py").write_text(
+            "import ctypes\n\ndef _no(*a, **k):\n    raise OSError('no libc here')\n\nctypes.CDLL = _no\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(stub), os.environ.get("PYTHONPATH", "")]))
+    go = env.tmp / "go"
+    script = env.script("orphan.py", textwrap.dedent("""\
+        import os, sys, time
+        if os.fork() == 0:
+            if os.fork() == 0:
+                print("orphan", os.getpid(), flush=True)
+                while not os.path.exists(sys.argv[1]):
+                    time.sleep(0.02)
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+    """))
+    rec = runner.launch(env.runs, "orphans", [sys.executable, script, str(go)], str(env.tmp), {})
+    orphan = int(wait_for(lambda: Path(rec["log"]).read_text().split()[1:2], what="the orphan")[0])
+    manifest = json.loads(Path(env.runs, rec["run_id"], "manifest.json").read_text())
+    assert manifest["subreaper"] is subreaper
+    wait_for(lambda: not alive(rec["pid"], rec["start_ticks"]), what="the main process to end")
+    time.sleep(1.5)  # the shim's marker scan runs every second
+    (now,) = runner.list_runs(env.runs)
+    assert now["state"] == "running" and alive(orphan), now  # its orphan still works
+    go.touch()
+    done = wait_for(lambda: [r for r in runner.list_runs(env.runs) if r["state"] == "exited"],
+                    what="the run to end after its orphan")
+    assert done[0]["exit_code"] == 0
+    exit_info = json.loads(Path(env.runs, rec["run_id"], "exit.json").read_text())
+    assert exit_info["strays_outlived"] is True and orphan in exit_info["strays"], exit_info
+
+
 def test_run_killed_by_a_signal_records_its_name(env):
     rec = runner.launch(
         env.runs,

@@ -57,3 +57,27 @@ def test_the_prefilter_never_changes_an_answer() -> None:
         for msg in lines:
             a, b = sigs.match(msg, persist=persist), plain.match(msg, persist=persist)
             assert (a and (a[0].id, a[1].span())) == (b and (b[0].id, b[1].span())), msg
+
+
+def test_a_part_a_pattern_may_leave_out_is_never_required_by_the_prefilter() -> None:
+    """A signature of the user's table whose longest literal sits in an optional or
+    repeated-maybe-never part (`?`, `*`, `{0,2}`): a failure line without that part is
+    still that failure. The prefilter may require only what every match contains; a
+    part that must come at least once (`+`, `{2,}`) it may require."""
+    sigs = SignatureSet.build([
+        _sig("nccl", r"(?:fatal error in the distributed training loop: )?NCCL error"),
+        _sig("died", r"worker died(?: while holding the collective communication lock)*"),
+        _sig("ecc", r"(?:uncorrectable ECC error encountered on the device ){0,2}Xid 48"),
+        _sig("retry", r"(?:step retried after a transient fault, ){2,}gave up"),
+    ])
+    plain = dataclasses.replace(sigs, _prefilter=None, _prefilter_persist=None)
+    lines = {"NCCL error in: ProcessGroupNCCL.cpp:1970": "nccl",
+             "fatal error in the distributed training loop: NCCL error": "nccl",
+             "worker died": "died", "worker died while holding the collective communication lock": "died",
+             "NVRM: Xid 48, pid=1": "ecc",
+             "step retried after a transient fault, step retried after a transient fault, gave up": "retry",
+             "step retried after a transient fault, gave up": None, "gave up": None}
+    for line, sid in lines.items():
+        got, want = sigs.match(line), plain.match(line)
+        assert (got and got[0].id) == (want and want[0].id) == sid, line
+    assert sigs._prefilter is not None and not sigs._prefilter.admits("gave up")  # `{2,}` may be required

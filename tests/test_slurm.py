@@ -187,6 +187,23 @@ def test_failed_job_shows_exit_code_and_pending_kill(agent: AgentProc, slurm_clu
     assert wait_for(in_state(agent, never["run_id"], "killed"), 10, "the cancelled job")
 
 
+def test_a_run_a_signal_ended_ends_its_job_with_128_plus_the_signal(agent: AgentProc, slurm_cluster: Cluster,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch job's end is the run's: a run the kernel killed (the OOM killer's SIGKILL)
+    ends its job with 128 + 9, as a shell would say, so Slurm's own record (squeue, sacct,
+    a dependency, the job's mail) tells the kill apart from a plain failure."""
+    rec = launch(agent, "oom", "import os, signal\nprint('up', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n",
+                 gpus=0)
+    done = wait_for(lambda: (lambda r: r if r["state"] != "pending" and r["slurm_state"] not in (
+        "PENDING", "RUNNING", "CONFIGURING", "COMPLETING") else None)(run_of(agent, rec["run_id"])),
+        30, "the killed job to end")
+    assert done["signal"] == "SIGKILL" and done["exit_code"] is None, done  # the run dir's record
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    job = slurm.squeue(fresh=True)[done["job_id"]]
+    assert (job["state"], job["exit_code"], job["signal"]) == ("FAILED", 128 + 9, None), job
+    say("a run SIGKILL ended: its job %s FAILED exit %s" % (done["job_id"], job["exit_code"]))
+
+
 def test_relaunch_resubmits_and_sbatch_errors_are_one_line(agent: AgentProc) -> None:
     rec = launch(agent, "again", "print('once')\n", gpus=0)
     first = wait_for(in_state(agent, rec["run_id"], "exited"), 30, "the job to end")
@@ -273,6 +290,26 @@ def test_a_transient_failure_resubmits_the_job(agent: AgentProc, slurm_cluster: 
     assert "resubmitted" in [e["e"] for e in s["events"]], s["events"]
     say("timeline across jobs %s and %s: %d lines, events %s"
         % (first, wait["job_id"], len(tl.lines), ", ".join(str(e["e"]) for e in s["events"])))
+
+
+def test_an_attempt_a_signal_ended_ends_its_job_so_though_the_run_goes_on(agent: AgentProc, slurm_cluster: Cluster,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attempt a signal ended (an NCCL watchdog timeout, then SIGKILL), restarted as a
+    new job: the job it ran in still ends as the attempt did, with 128 + 9, so Slurm's
+    record of that job (sacct, squeue) says it was killed, not that it failed with some code."""
+    toml = '[run]\nrestart = "on-failure"\nrestart_delay = 600\n'
+    rec, _ = launch_restartable(agent, "killed9", "sigkill", toml)
+    try:
+        wait = wait_for(waiting(agent, rec["run_id"]), 60, "the run to wait for its restart")
+        assert wait["attempts"][0]["signal"] == "SIGKILL" and wait["job_id"] != rec["job_id"], wait
+        monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+        first = wait_for(lambda: (lambda j: j if j["state"] not in ("RUNNING", "COMPLETING") else None)(
+            slurm.squeue(fresh=True)[rec["job_id"]]), 30, "the first job to end")
+        assert (first["state"], first["exit_code"], first["signal"]) == ("FAILED", 128 + 9, None), first
+        say("an attempt SIGKILL ended, restarted as job %s: its job %s FAILED exit %s"
+            % (wait["job_id"], rec["job_id"], first["exit_code"]))
+    finally:
+        agent.call("kill", {"run_id": rec["run_id"], "graces": [1, 1]}, timeout=60)
 
 
 def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:

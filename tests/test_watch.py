@@ -235,6 +235,46 @@ def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() 
     assert [e.kind for e in ws.events] == ["failed"] and ws.events[0].detail["id"] == "cuda-oom"
 
 
+def test_a_run_whose_log_shows_its_failure_is_told_failed_once_and_never_stalled() -> None:
+    """A run whose log already shows why it failed, while its processes take their time
+    to go (a worker's traceback, then minutes of teardown): the failure is the news, told
+    at once; the quiet log that follows is no stall to wake anyone for a second time."""
+    lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
+             '  File "/app/extract.py", line 12, in <module>',
+             "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
+    analysis = fold.LogAnalysis()
+    for no, line in enumerate(lines, 1):
+        analysis = fold.step(analysis, line, no)
+    ws = WatchState()
+    for t in (0, 5, 600, 3600, 4 * 3600):
+        ws = observe(ws, record(), analysis, 4, (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["failed"] and ws.events[0].detail["id"] == "cuda-oom", ws.events
+    assert ws.condition == "ok", ws
+
+
+def test_an_extraction_that_goes_on_after_a_logged_failure_is_told_when_it_stalls() -> None:
+    """A failure in the log (told once) that the extraction survives: its batches go on,
+    so it is watched again, and when they stop for longer than the extracting floor it is
+    told stalled, as any extraction (a stuck run is news even after an earlier error)."""
+    def batch(i: int) -> str:
+        return (f"[extract] batch {i}/10 | seqs {8 * i}/80 | tokens {256 * i}/2560 | 1000.0 tok/s"
+                f" | elapsed 0:00:0{i} | eta 0:00:01")
+
+    log = [(0, "INFO Model loading took 3.1 GiB and 40.2 seconds"), (10, batch(1)),
+           (20, "Traceback (most recent call last):"), (20, '  File "/app/extract.py", line 12, in <module>'),
+           (20, "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."),
+           (30, batch(2)), (40, batch(3))]
+    analysis, ws = fold.LogAnalysis(), WatchState()
+    for no, (t, line) in enumerate(log, 1):
+        analysis = fold.step(analysis, line, no)
+        ws = observe(ws, record(), analysis, no, (), (), T0 + t, (line,))
+    assert ws.phase == "extracting" and [e.kind for e in ws.events] == ["failed"], ws
+    for t in (100, 3600):  # nothing new in the log
+        ws = observe(ws, record(), analysis, len(log), (), (), T0 + t)
+    assert [e.kind for e in ws.events] == ["failed", "stalled"] and ws.condition == "stalled", ws.events
+    assert ws.events[1].detail["last"] == "batch 3/10" and ws.events[1].at == T0 + 3600
+
+
 @pytest.mark.parametrize(("phase", "idle_since", "condition"),
                          [("training", T0, "hung"), ("training", None, "ok"), ("saving", T0, "ok"),
                           ("loading", T0, "ok")])

@@ -356,7 +356,8 @@ class Supervisor:
         if self.stop_sig is not None and code == 0:
             code = -self.stop_sig
         if code < 0:  # end as the attempt did: the shim records the same signal
-            signal.signal(-code, signal.SIG_DFL)
+            if -code not in (signal.SIGKILL, signal.SIGSTOP):  # no handler to reset (EINVAL)
+                signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
             time.sleep(1.0)
             return 128 - code

@@ -7,6 +7,8 @@ the extractor's batch lines, and fails the way its mode says.
     transient1  attempt 1 dies that way, attempt 2 finishes
     module      dies at once: ModuleNotFoundError (deterministic)
     always      every attempt dies at once with an NCCL watchdog timeout
+    sigkill     every attempt logs an NCCL watchdog timeout, then is killed by SIGKILL (the
+                watchdog's teardown by a signal, not an exit code)
     hang1       attempt 1 writes 2 samples, then sleeps for ever (hung after the load)
     unknown     every attempt writes 1 new sample and dies with an unclassified error
     stuck       attempt 1 writes 1 sample; every attempt dies unclassified at its next one
@@ -53,6 +55,12 @@ if mode == "module":
     import speculators_not_installed  # noqa: F401
 if mode == "always":
     nccl_timeout()
+if mode == "sigkill":
+    import signal
+
+    say("[rank0]:[E1201 03:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.")
+    os.kill(os.getpid(), signal.SIGKILL)
 if mode == "stray" and attempt == 1:
     if os.fork() == 0:
         if os.fork() == 0:

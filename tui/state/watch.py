@@ -192,7 +192,9 @@ def observe(
         if ws.condition != "hung":
             ws = replace(ws, condition="hung")
             events.append(("hung", ws.describe(now) or "hung", {"idle_s": idle_s, "phase": phase}))
-    elif root is None and ws.condition == "ok" and ws.last_step_t is not None:
+    elif ws.condition == "ok" and ws.last_step_t is not None:
+        # (a run whose log ends in its failure is in phase "failed", which never stalls; an
+        # extraction that went on after one is watched again: its stall is news)
         limit = _stall_limit(ws, phase)
         if limit is not None and now - ws.last_step_t > limit:
             ws = replace(ws, condition="stalled")
