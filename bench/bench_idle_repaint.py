@@ -5,8 +5,9 @@
 The real dashboard runs headless (Textual's `run_test`, 160x50; the compositor renders
 each frame as in a terminal, nothing is written to one), fed through the tests' replay
 client one snapshot a second: one running run and its two processes, no GPU. Three
-ways: young (the run and its processes 100 s old: their DURATION/ELAPSED clocks show
-seconds and move each second), old (an hour old: the clocks show minutes), churn (old,
+ways: young (the run 100 s old: its DURATION shows seconds and moves each second; the
+processes show when they started, which never moves), old (an hour old: the clock shows
+minutes), churn (old,
 and every other snapshot has one more process, then not: on the shared build machine
 other sessions' test runs come and go in the launched-run bench's process table about
 once a second). CPU is the process's own (time.process_time) over the steady part, in %
