@@ -12,8 +12,9 @@ import socket
 import struct
 import threading
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 
@@ -79,6 +80,16 @@ class Tunnel:
     def close(self) -> None:
         self.listener.close()
         self.cut()
+
+
+@asynccontextmanager
+async def with_cookie(served: Served) -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client holding the session cookie, as the page's browser has it after
+    loading the token URL (the cookie goes to every port of the host)."""
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.get(served.url) as r:
+            assert r.status == 200
+        yield http
 
 
 def port_of(served: Served) -> int:
@@ -161,9 +172,7 @@ def test_a_returning_page_gets_the_whole_screen_again_at_its_own_size(tmp_path: 
     async def check(served: Served) -> None:
         tunnel = Tunnel(port_of(served))
         try:
-            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-                async with http.get(served.url) as r:  # the cookie (every port of the host gets it)
-                    assert r.status == 200
+            async with with_cookie(served) as http:
                 page = Page(http, served, tunnel.port)
                 session = await page.open(width, height)
                 await page.until(whole_screen(height))
@@ -195,9 +204,7 @@ def test_a_binary_frame_is_never_taken_for_keys(tmp_path: Path) -> None:
     app, and the session goes on answering."""
 
     async def check(served: Served) -> None:
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-            async with http.get(served.url) as r:
-                assert r.status == 200
+        async with with_cookie(served) as http:
             page = Page(http, served, port_of(served))
             await page.open(100, 30)
             await page.until(whole_screen(30))
@@ -224,9 +231,7 @@ def test_a_page_that_vanishes_mid_send_keeps_its_session_for_the_grace(tmp_path:
     async def check(served: Served) -> None:
         tunnel = Tunnel(port_of(served))
         try:
-            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-                async with http.get(served.url) as r:
-                    assert r.status == 200
+            async with with_cookie(served) as http:
                 async with http.get(served.base + "page.js") as r:
                     script = await r.text()
                 page = Page(http, served, tunnel.port)
@@ -284,9 +289,7 @@ def test_a_tab_left_and_come_back_to_gets_its_focus_highlight_back(tmp_path: Pat
     where Enter goes). A message of a kind the server does not know changes nothing: the
     button stays plain until the real `focus`."""
     async def check(served: Served) -> None:
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-            async with http.get(served.url) as r:
-                assert r.status == 200
+        async with with_cookie(served) as http:
             page = Page(http, served, port_of(served))
             await page.open(120, 30)
             await page.until(lambda p: run["run_id"].encode() in p.data, timeout=30)

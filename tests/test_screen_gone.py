@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from tests import checkout
-from tests.test_mutants_webserve import Page, port_of, whole_screen
-from tests.test_serve import serve
+from tests.test_mutants_webserve import Page, port_of, whole_screen, with_cookie
+from tests.test_serve import Served, serve
 
 EXIT_HANGUP = 129  # as a shell reports a process that SIGHUP ended
 
@@ -96,16 +94,14 @@ def test_a_browser_sessions_app_ends_when_its_server_is_killed(tmp_path: Path) -
     sessions, and their pipes close. Each session's app ends within seconds; before, it
     lived on, idle and unseen, holding its link to the host."""
 
-    async def open_session(port: int, token_url: str, served: object) -> None:
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
-            async with http.get(token_url) as r:
-                assert r.status == 200
-            page = Page(http, served, port)  # type: ignore[arg-type]
+    async def open_session(served: Served) -> None:
+        async with with_cookie(served) as http:
+            page = Page(http, served, port_of(served))
             await page.open(100, 30)
             await page.until(whole_screen(30))
 
     with serve(tmp_path) as served:
-        asyncio.run(open_session(port_of(served), served.url, served))
+        asyncio.run(open_session(served))
         apps = [pid for pid in descendants(served.proc.pid)
                 if b"\0connect\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert apps, "no session app found under the server"

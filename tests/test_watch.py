@@ -212,16 +212,22 @@ def test_hung_counts_from_when_all_fell_asleep_and_ends_when_it_wakes() -> None:
     assert ws.events[0].message.startswith("processes asleep and GPUs idle, no progress for 5m ")
 
 
-def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() -> None:
-    """A run with a restart policy (its record lists attempts) whose log shows a root
-    cause is not "failed" while it runs: the host may restart it. Its end says failed,
-    with the log's cause."""
+def oom_after_load() -> fold.LogAnalysis:
+    """The analysis of a log whose extraction died of a CUDA OOM after the load."""
     lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
              '  File "/app/extract.py", line 12, in <module>',
              "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
     analysis = fold.LogAnalysis()
     for no, line in enumerate(lines, 1):
         analysis = fold.step(analysis, line, no)
+    return analysis
+
+
+def test_a_failure_in_the_log_under_a_restart_policy_waits_for_the_hosts_word() -> None:
+    """A run with a restart policy (its record lists attempts) whose log shows a root
+    cause is not "failed" while it runs: the host may restart it. Its end says failed,
+    with the log's cause."""
+    analysis = oom_after_load()
     assert analysis.root_cause is not None and analysis.root_cause.id == "cuda-oom"
     attempt = {"n": 1, "started_at": T0}
     ws = WatchState()
@@ -239,12 +245,7 @@ def test_a_run_whose_log_shows_its_failure_is_told_failed_once_and_never_stalled
     """A run whose log already shows why it failed, while its processes take their time
     to go (a worker's traceback, then minutes of teardown): the failure is the news, told
     at once; the quiet log that follows is no stall to wake anyone for a second time."""
-    lines = ["INFO Model loading took 3.1 GiB and 40.2 seconds", "Traceback (most recent call last):",
-             '  File "/app/extract.py", line 12, in <module>',
-             "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."]
-    analysis = fold.LogAnalysis()
-    for no, line in enumerate(lines, 1):
-        analysis = fold.step(analysis, line, no)
+    analysis = oom_after_load()
     ws = WatchState()
     for t in (0, 5, 600, 3600, 4 * 3600):
         ws = observe(ws, record(), analysis, 4, (), (), T0 + t)
