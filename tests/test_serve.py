@@ -745,3 +745,34 @@ def test_open_gives_the_browser_a_private_file_never_the_url(tmp_path: Path) -> 
         assert oct(page.stat().st_mode & 0o777) == "0o600"
         assert f'content="0;url={served.url}"' in page.read_text()
     assert not page.exists()
+
+
+def test_a_loopback_name_serves_without_tls_and_a_refusal_names_the_port_asked(tmp_path: Path) -> None:
+    """`--bind localhost` is this machine only (as 127.0.0.1 is): served without TLS. A
+    public address without TLS is refused in one line whose `ssh -L` hint uses the port
+    the user asked for, not the default."""
+    with serve(tmp_path, "--bind", "localhost", url_shape=r"http://localhost:\d+/\?token=[\w-]{40,}") as served:
+        async def fetch() -> int:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(served.url) as r:
+                    return r.status
+        assert asyncio.run(fetch()) == 200
+    res = e3("serve", "local", "--bind", "0.0.0.0", "--port", "9123", cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "ssh -L 9123:127.0.0.1:9123" in res.stderr, res.stderr
+
+
+def test_the_pages_font_size_is_bounded_and_a_bad_one_is_the_default(tmp_path: Path) -> None:
+    """`?fontsize=N` (a phone's page) is kept within 6..40; a value that is no number
+    gives the page at the default size, never an error page."""
+    async def sizes(served: Served) -> list[tuple[int, str]]:
+        got = []
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            for asked in ("abc", "1000", "2", "12", ""):
+                async with http.get(f"{served.url}&fontsize={asked}") as r:
+                    page = await r.text()
+                    got.append((r.status, re.search(r'data-font-size="([^"]*)"', page).group(1)))  # type: ignore[union-attr]
+        return got
+
+    with serve(tmp_path) as served:
+        assert asyncio.run(sizes(served)) == [(200, "16"), (200, "40"), (200, "6"), (200, "12"), (200, "16")]
