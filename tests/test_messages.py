@@ -67,7 +67,7 @@ async def test_a_finished_run_is_one_toast_that_says_how_it_ended() -> None:
         await until(pilot, lambda: any("finished" in t for t in toasts(app)))
         await pilot.pause(0.5)
         said = [t for t in toasts(app) if "finished" in t]
-        assert said == [f"run {RUN['run_id']} finished\nexit 0 after 00:16"], toasts(app)
+        assert said == [f"run {RUN['run_id']} finished\nexit 0 after 16s"], toasts(app)
 
 
 async def test_the_status_bar_names_the_gpu_source() -> None:
@@ -149,7 +149,7 @@ async def test_watch_says_once_how_a_finished_run_ended() -> None:
     code = await follow(client, NO_COMMAND, None, False, Notifier(), out)  # type: ignore[arg-type]
     lines = out.getvalue().splitlines()
     assert code == 0
-    assert len(lines) == 1 and lines[0].endswith(f"run {RUN['run_id']} finished: exit 0 after 00:16"), lines
+    assert len(lines) == 1 and lines[0].endswith(f"run {RUN['run_id']} finished: exit 0 after 16s"), lines
 
 
 @pytest.mark.parametrize("command", [False, True])
