@@ -61,8 +61,10 @@ def remembering(driver_class: type[Driver]) -> type[Driver]:
 
     Textual writes to the terminal through its driver and keeps the one it built private;
     an app's ``get_driver_class`` (public) returns this instead, so `terminal_write`
-    reaches the same writer without Textual's internals. Headless runs (tests) build
-    their own driver, not this one, and keep ``app.terminal`` unset."""
+    reaches the same writer without Textual's internals. The driver also ends the app
+    when its screen is gone: a terminal that hangs up (`watch_hangup`), a browser
+    session's input that ends (`run_input_thread`). Headless runs (tests) build their
+    own driver, not this one, and keep ``app.terminal`` unset."""
 
     class Remembered(driver_class):  # type: ignore[misc,valid-type]
         def __init__(self, app: Any, **kw: Any) -> None:
