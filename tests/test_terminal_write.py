@@ -1,5 +1,5 @@
 """A notification's escapes reach the real terminal through Textual's own writer, found by
-public API (`EagleApp.get_driver_class`, tui/views/widgets/render.py `remembering`), not
+public API (`EagleApp.get_driver_class`, tui/views/driver.py `remembering`), not
 through the driver Textual keeps private. Run in a pseudo-terminal: a headless app has
 no terminal to write to."""
 

@@ -22,11 +22,11 @@ from tui.protocol.hosttext import clean
 from tui.services.config import Config
 from tui.services.hostfeed import HostFeed
 from tui.transport import AgentClient
+from tui.views.driver import remembering
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.dashboard_actions import ACTION_KEYS
 from tui.views.screens.help import HelpScreen
 from tui.views.served import SessionsScreen, follow_sessions, served
-from tui.views.widgets.render import remembering
 
 FREEZE_AFTER_S = 2.0  # after the first frames, the heap that lives as long as the app
 

@@ -1,0 +1,153 @@
+"""The app's terminal input (tui/views/driver.py): keys reach the app, a lone Escape
+too (after its delay), `q` ends the app at once, and while no key comes no thread of
+the app wakes. Textual's own input loop woke ten times a second for good: a third of
+an idle dashboard's cost. The real driver on a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests import checkout
+from tests.test_mutants_webserve import Page, port_of, whole_screen, with_cookie
+from tests.test_screen_gone import descendants
+from tests.test_serve import Served, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = """
+import sys
+from textual.screen import Screen
+from textual.widgets import Static
+from tui.views.app import EagleApp
+
+OUT = open(sys.argv[1], "a", buffering=1)
+
+class Keys(Screen):
+    BINDINGS = []
+
+    def compose(self):
+        yield Static("keys")
+
+    def on_mount(self):
+        OUT.write("ready\\n")
+
+    def on_key(self, event):
+        OUT.write(f"key {event.key} {event.character!r}\\n")
+        if event.key == "x":
+            self.app.exit()
+
+EagleApp(Keys()).run()
+"""
+
+
+def wakeups(pid: int) -> dict[str, int]:
+    """Voluntary context switches of each of the process's threads."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        out[task.name] = int(next(line.split()[1] for line in status.splitlines()
+                                  if line.startswith("voluntary_ctxt_switches")))
+    return out
+
+
+def wait_for(path: Path, text: str, seconds: float) -> float | None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        if text in path.read_text():
+            return time.monotonic() - t0
+        time.sleep(0.01)
+    return None
+
+
+def test_keys_reach_the_app_and_an_idle_app_sleeps(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", APP, str(keys)], cwd=ROOT, stdin=slave, stdout=slave,
+                            stderr=slave, env=checkout.env(TERM="xterm"), start_new_session=True)
+    os.close(slave)
+    os.set_blocking(master, False)
+
+    def drain() -> None:
+        try:
+            while os.read(master, 65536):
+                pass
+        except OSError:
+            pass
+
+    try:
+        t0 = time.monotonic()
+        while "ready" not in keys.read_text() and time.monotonic() - t0 < 60 and proc.poll() is None:
+            drain()
+            time.sleep(0.05)
+        assert "ready" in keys.read_text(), "the app never mounted"
+        time.sleep(1.0)
+        drain()
+        before = wakeups(proc.pid)
+        time.sleep(3.0)
+        after = wakeups(proc.pid)
+        woke = {tid: after[tid] - before.get(tid, 0) for tid in after}
+        assert max(woke.values()) <= 6, f"threads woke while no key came, in 3 s: {woke}"
+
+        os.write(master, b"a")
+        assert wait_for(keys, "key a", 5) is not None, keys.read_text()
+        os.write(master, b"\x1b")  # a lone Escape: sent once its delay (ESCDELAY, 0.1 s) passed
+        assert wait_for(keys, "key escape", 2) is not None, keys.read_text()
+        os.write(master, b"\x1b[A")  # a whole sequence is one key, not Escape then text
+        assert wait_for(keys, "key up", 2) is not None, keys.read_text()
+        assert keys.read_text().count("key escape") == 1, keys.read_text()
+        os.write(master, "é".encode()[:1])  # a character split across two reads
+        time.sleep(0.3)
+        os.write(master, "é".encode()[1:])
+        assert wait_for(keys, "'é'", 2) is not None, keys.read_text()
+
+        os.write(master, b"x")
+        t0 = time.monotonic()
+        while proc.poll() is None and time.monotonic() - t0 < 10:
+            drain()
+            time.sleep(0.02)
+        assert proc.poll() == 0, "the app did not end after its exit: its input thread kept it"
+        assert time.monotonic() - t0 < 3
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_a_browser_sessions_input_sleeps_too_and_a_lone_escape_gets_through(tmp_path: Path) -> None:
+    """A browser session's app reads the server's pipe (Textual's web driver): no thread
+    of it wakes ten times a second while no key comes, and a lone Escape (closing the help
+    screen) still arrives once its delay passed."""
+
+    async def check(served: Served) -> None:
+        async with with_cookie(served) as http:
+            page = Page(http, served, port_of(served))
+            await page.open(100, 30)
+            await page.until(whole_screen(30))
+            app = next(pid for pid in descendants(served.proc.pid)
+                       if b"\0connect\0" in Path(f"/proc/{pid}/cmdline").read_bytes())
+            await asyncio.sleep(1.0)
+            before = wakeups(app)
+            await asyncio.sleep(3.0)
+            after = wakeups(app)
+            woke = {tid: after[tid] - before.get(tid, 0) for tid in after}
+            others = {tid: n for tid, n in woke.items() if tid != str(app)}  # the main thread takes 1 Hz snapshots
+            assert max(others.values()) <= 3, f"threads woke while no key came, in 3 s: {woke}"
+            await page.ws.send_str(json.dumps(["stdin", "?"]))
+            await page.until(lambda p: "watches one run" in p.text())
+            page.data = b""
+            await page.ws.send_str(json.dumps(["stdin", "\x1b"]))
+            await page.until(lambda p: "Kill run" in p.text())  # the dashboard's footer: the help is gone
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))

@@ -1,0 +1,163 @@
+"""The terminal (and browser-session) driver the app runs with: Textual's own, made to
+
+- hand itself to its app as ``app.terminal`` (notification escapes go through its writer);
+- end the app when its screen is gone: a terminal that hung up, a browser session whose
+  server is gone (before: a core spinning on the dead terminal, or an app alive unseen);
+- sleep while no key comes. Textual's input loops `select()` with a 0.1 s timeout, ten
+  wake-ups a second for good, so that a lone Escape gets through after its delay
+  (`ESCDELAY`): 0.10-0.17 % of a core, a third of an idle dashboard's cost. Here the
+  reader blocks until input comes, and times out only while a lone Escape waits.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from textual.driver import Driver
+
+EXIT_HANGUP = 129  # what a shell reports for a process ended by SIGHUP (128 + 1)
+READ_SIZE = 4096
+
+
+class Waker:
+    """A pipe that wakes a thread blocked in `select()` on its read end. Kept for the
+    driver's life: closing it while another thread may still write could send that
+    byte into whatever file reuses the number."""
+
+    def __init__(self) -> None:
+        self.fd, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"\0")
+        except BlockingIOError:  # the pipe is full: it will wake the reader anyway
+            pass
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+class WakingEvent(threading.Event):
+    """The driver's `exit_event`: setting it also wakes the input thread."""
+
+    def __init__(self, waker: Waker) -> None:
+        super().__init__()
+        self.waker = waker
+
+    def set(self) -> None:
+        super().set()
+        self.waker.wake()
+
+
+def quiet_reads(fd: int, waker: Waker, stopped: Callable[[], bool], delay: float) -> Iterator[bytes]:
+    """The bytes `fd` gives as they come, and ``b""`` when the key parser should tick:
+    once, `delay` after the last bytes (a lone Escape is sent after that long). Blocks
+    while nothing comes. Ends at end of file or a read error (EIO: a terminal that hung
+    up), and when `stopped()` is true after a wake."""
+    due: float | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        selector.register(waker.fd, selectors.EVENT_READ)
+        while not stopped():
+            ready = selector.select(None if due is None else max(due - time.monotonic(), 0.0))
+            for key, _ in ready:
+                if key.fd == waker.fd:
+                    waker.drain()
+                    continue
+                try:
+                    data = os.read(fd, READ_SIZE)
+                except OSError:
+                    return
+                if not data:
+                    return
+                due = time.monotonic() + delay + 0.01  # a little past the parser's own deadline
+                yield data
+            if due is not None and time.monotonic() >= due:
+                due = None
+                yield b""
+
+
+class QuietReader:
+    """A browser session's input (the server's pipe on stdin), read as Textual's
+    `InputReader` reads it, without its ten wake-ups a second."""
+
+    def __init__(self, fd: int, delay: float) -> None:
+        self._fd, self._delay = fd, delay
+        self._waker, self._closed = Waker(), threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._waker.wake()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return quiet_reads(self._fd, self._waker, self._closed.is_set, self._delay)
+
+
+def remembering(driver_class: type[Driver]) -> type[Driver]:
+    """``driver_class`` (Textual's terminal or web driver) with the three changes the
+    module docstring lists. Headless runs (tests) build their own driver, not this one,
+    and keep ``app.terminal`` unset."""
+    from textual import constants
+    from textual.drivers.linux_driver import LinuxDriver
+
+    terminal = issubclass(driver_class, LinuxDriver)
+
+    class Remembered(driver_class):  # type: ignore[misc,valid-type]
+        def __init__(self, app: Any, **kw: Any) -> None:
+            super().__init__(app, **kw)
+            app.terminal = self
+            self.owner = app
+            if terminal:
+                self.exit_event = WakingEvent(Waker())
+            elif hasattr(self, "_input_reader"):  # the web driver: stdin is the server's pipe
+                self._input_reader = QuietReader(sys.__stdin__.fileno() if sys.__stdin__ else 0,
+                                                 constants.ESCAPE_DELAY)
+
+        def run_input_thread(self) -> None:
+            if terminal:
+                self._read_terminal()
+            else:
+                super().run_input_thread()
+            # The input ended while the app was not stopping: its terminal hung up (SIGHUP
+            # does not reach an app started through `su`/`sudo`/`nohup`), or a browser
+            # session's server is gone (`serve` killed or crashed). Left alone, the app
+            # would live on unseen, its SSH link and the host's agent with it.
+            if not self.exit_event.is_set():
+                end_app(self.owner)
+
+        def _read_terminal(self) -> None:
+            """Textual's terminal input loop, reading through `quiet_reads`."""
+            from codecs import getincrementaldecoder
+
+            from textual._xterm_parser import XTermParser
+
+            parser = XTermParser(self._debug)
+            decode = getincrementaldecoder("utf-8")(errors="replace").decode
+            for data in quiet_reads(self.fileno, self.exit_event.waker, self.exit_event.is_set,
+                                    constants.ESCAPE_DELAY):
+                text = decode(data)
+                if text:  # (empty: a character's first bytes; feeding "" would end the parser)
+                    for event in parser.feed(text):
+                        self.process_message(event)
+                for event in parser.tick():
+                    self.process_message(event)
+
+    return Remembered
+
+
+def end_app(app: Any) -> None:
+    """From a driver's thread: end the app as a hangup would (exit code 129)."""
+    try:
+        app.call_from_thread(app.exit, None, EXIT_HANGUP)
+    except RuntimeError:  # the app had already stopped
+        pass
