@@ -662,6 +662,7 @@ def launched_case(args: argparse.Namespace) -> None:
     results: dict[str, dict[str, float]] = {}
     sparse: dict[str, list[float]] = {}
     profile = idle_profile = aged_profile = ""
+    rss: RssSampler | None = None
     try:
         for label, tree in trees.items():
             cmd = (f"env PYTHONPATH={shlex.quote(str(tree))} {py} -m tui.cli --config {shlex.quote(str(cfg))}"
@@ -681,6 +682,7 @@ def launched_case(args: argparse.Namespace) -> None:
         if args.serve:
             serve = served(cfg, work, procs)
         tail = peers(args, log, sessions, procs)
+        rss = RssSampler(procs, list(trees))
         print(f"\nmachine: {os.cpu_count()} cores, load {load()} (1/5/15 min) at start; pids {procs.pids}")
         for label in trees:  # which checkout each dashboard runs: its agent's path says
             agent_pid = procs.pids.get(f"agent{label[6:]}")
@@ -733,6 +735,8 @@ def launched_case(args: argparse.Namespace) -> None:
             fig[SERVED[0]] = fig["serve"] + fig["serve session"]
     print_table(results, procs.loads, order)
     print_sparse(sparse, args.sparse)
+    if rss is not None:
+        rss.report("the launched case, every phase")
     if profile:
         print(f"\nprofile of the client at 20 extraction lines/s (py-spy, {args.profile:g} s, 100 Hz):\n{profile}")
     if idle_profile:
@@ -823,6 +827,41 @@ def _slope(pts: list[tuple[float, float]]) -> float:
     my = sum(v for _, v in pts) / n
     den = sum((t - mx) ** 2 for t, _ in pts)
     return sum((t - mx) * (v - my) for t, v in pts) / den if den else 0.0
+
+
+class RssSampler:
+    """RSS of the measured processes every `every` s in a thread, for a whole case."""
+
+    def __init__(self, procs: Procs, labels: list[str], every: float = 10.0) -> None:
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(procs, labels, every), daemon=True)
+        self._thread.start()
+
+    def _loop(self, procs: Procs, labels: list[str], every: float) -> None:
+        while True:
+            got = {}
+            for label in labels:
+                with contextlib.suppress(OSError, KeyError):
+                    got[label] = rss_mb(procs.pids[label])
+            self.samples.append((time.monotonic(), got))
+            if self._stop.wait(every):
+                return
+
+    def report(self, what: str) -> None:
+        self._stop.set()
+        self._thread.join()
+        if len(self.samples) < 2:
+            return
+        minutes = (self.samples[-1][0] - self.samples[0][0]) / 60
+        print(f"\nRSS over {what} ({minutes:.1f} min, every 10 s), MB: first, peak, last, growth per hour"
+              " by least squares over the second half (past the start-up)\n")
+        print("| process | first | peak | last | MB/hour |\n|---|---:|---:|---:|---:|")
+        for label in self.samples[-1][1]:
+            pts = [(t, got[label]) for t, got in self.samples if label in got]
+            late = pts[len(pts) // 2:]
+            slope = _slope(late) * 3600 if len(late) >= 2 else 0.0
+            print(f"| {label} | {pts[0][1]:.1f} | {max(v for _, v in pts):.1f} | {pts[-1][1]:.1f} | {slope:+.1f} |")
 
 
 def ssh_idle(cfg: Path, seconds: float, py: str, env: str, p: Procs) -> dict[str, float]:
