@@ -424,6 +424,11 @@ LIBRARY_PRIVATE_OVERRIDES_ALLOWED: dict[str, str] = {
         "DataTable keys its cell cache by a counter every update_cell bumps, so a 1 Hz tick rendered "
         "every cell again (most of an idle dashboard's CPU); Textual 8.2 has no public hook for a cache "
         "keyed by what a cell shows"),
+    "tui.views.driver.NarrowCompositor._get_renders": (
+        "Textual renders, for a partial update, every widget whose clip meets the box around the "
+        "dirty regions (a panel's clip is the whole screen): a moved clock cell rendered every panel "
+        "again. The override only narrows which widgets Textual's own generator renders; "
+        "tests/test_dashboard_repaint.py compares the bytes with Textual's"),
 }
 
 
