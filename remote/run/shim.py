@@ -106,7 +106,7 @@ def reserve_exit(run_dir: str) -> int | None:
 def _into_reserve(run_dir: str, reserve: int, record: dict, name: str) -> None:
     """Write `record` (under RESERVE_BYTES) over the reserved blocks in place, no new
     block needed, then rename the reserve to `name` (a rename needs no data block; if it
-    fails, the record stays in ``exit.reserve``, which `rundir.record` reads too)."""
+    fails, an exit record stays in ``exit.reserve``, which `rundir.record` reads too)."""
     data = json.dumps(record, sort_keys=True).encode()
     os.pwrite(reserve, data.ljust(RESERVE_BYTES - 1) + b"\n", 0)
     os.fsync(reserve)
@@ -143,21 +143,15 @@ def write_failure(run_dir: str, reserve: int | None, message: str) -> None:
     run as failed with it); into the reserve as `write_exit` does when the disk has no
     room for it. Never raises: this is the last word of a detached process."""
     try:
-        try:
-            rundir.write_error(run_dir, message)
-        except OSError:
-            if reserve is not None:  # 600 characters: escaped, still under RESERVE_BYTES
-                _into_reserve(run_dir, reserve, {"error": message[:600], "at": time.time()}, "error.json")
-                return
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
+        rundir.write_error(run_dir, message)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
     except OSError:
-        pass
-    finally:
-        if reserve is not None:
+        if reserve is not None:  # 600 characters: JSON-escaped, still under RESERVE_BYTES
             with contextlib.suppress(OSError):
-                os.close(reserve)
+                _into_reserve(run_dir, reserve, {"error": message[:600], "at": time.time()}, "error.json")
+    if reserve is not None:
+        os.close(reserve)
 
 
 def _stop_unrecorded(child: subprocess.Popen, run_id: str) -> None:
