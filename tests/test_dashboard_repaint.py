@@ -12,12 +12,15 @@ import time
 from typing import Any
 
 from rich.text import Text
+from textual._compositor import Compositor
 from textual.geometry import Region
 
 from tests.replay import ReplayClient, resnap, snapshot
-from tests.test_app import CFG, RUN, until
+from tests.test_app import CFG, RUN, log_event, until
 from tui.state.format import clock
 from tui.views.app import make_app
+from tui.views.driver import NarrowCompositor
+from tui.views.widgets.logtail import LogPane
 from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
 
 
@@ -201,3 +204,70 @@ async def test_when_processes_outgrow_the_table_its_scrollbar_comes_and_reaches_
         assert procs.row_count == 2 and not procs.show_vertical_scrollbar
         shown = on_screen(procs)
         assert sum(ln.strip("│ ").startswith(("1000 ", "1001 ")) for ln in shown) == 2, shown
+
+
+async def test_a_partial_update_renders_only_what_is_under_it_and_sends_what_textual_would(
+        monkeypatch: Any) -> None:
+    """The dashboard's compositor (tui/views/driver.py NarrowCompositor) renders, for a
+    partial update, only the widgets under the regions updated; Textual's renders every
+    widget whose clip meets the box around them, and a panel's clip is the whole screen.
+    Every partial update of a busy session (young clocks, a CPU% cell, processes that
+    come and go, log lines, the help screen over it all and gone again) is rendered both
+    ways, and the terminal would get the same bytes; an update of the runs table's clock
+    alone renders neither the log pane nor the process table."""
+    compared: list[Any] = []
+    differ: list[Any] = []
+    rendered: list[str] = []  # what our pass rendered of the log pane and process table
+    ours = NarrowCompositor.render_partial_update
+
+    def both(self: NarrowCompositor) -> Any:
+        regions = set(self._dirty_regions)
+        update = ours(self)
+        self._dirty_regions.update(regions)
+        kept = len(rendered)
+        textual = Compositor.render_partial_update(self)  # unfiltered: not inside ours
+        del rendered[kept:]
+        if update is not None:
+            compared.append(sorted(regions))
+            console = app.console
+            if update.render_segments(console) != textual.render_segments(console):
+                differ.append(sorted(regions))
+        return update
+
+    monkeypatch.setattr(NarrowCompositor, "render_partial_update", both)
+    run = dict(RUN, launched_at=time.time() - 65)
+    first = snapshot(3, runs=[run])
+    sent = first.wire["processes"]
+    client = ReplayClient([first])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(1.0)  # the start-up's last repaints (the footer, the log's scrollbar) done
+        for widget in (app.query_one(LogPane), app.query_one(ProcessTable)):
+            render_lines = widget.render_lines
+            widget.render_lines = (  # type: ignore[method-assign]
+                lambda crop, w=widget, r=render_lines: rendered.append(type(w).__name__) or r(crop))
+        time.sleep(1.05)  # the run's clock moves; nothing else does
+        client.push(resnap(first, seq=1))
+        await until(pilot, lambda: app.dashboard.state.seq == 1)
+        await pilot.pause(0.3)
+        assert compared and rendered == [], (rendered, compared[-3:])
+        offset, seq = 0, 1
+        for step in range(6):
+            seq += 1
+            moved = [dict(pr) for pr in sent]
+            moved[step % 3]["cpu"] = 10.0 + step
+            procs = moved if step % 2 else [*moved, dict(sent[0], pid=1100 + step)]
+            line = f"INFO step {step}: a line of the run's log\n".encode()
+            client.push(resnap(first, seq=seq, processes=procs))
+            client.push(log_event(line, offset))
+            offset += len(line)
+            await until(pilot, lambda: app.dashboard.state.seq == seq)
+            await pilot.pause(0.3)
+            if step == 2:
+                await pilot.press("question_mark")
+                await pilot.pause(0.3)
+                await pilot.press("escape")
+                await pilot.pause(0.3)
+        assert len(compared) >= 8, compared
+        assert differ == [], f"{len(differ)} of {len(compared)} updates differ: {differ[:3]}"

@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
-import struct
-import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,67 +16,10 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from tests.test_serve import ESCAPES, KEY, Served, run, serve  # noqa: F401  (run: the fixture)
+from tests.tunnel import Tunnel
 
 ROW = re.compile(rb"\x1b\[(\d+);\d+H")  # a cursor move: the row the app draws on
 CANCEL = re.compile(rb"\x1b\[([0-9;]*)m( Cancel \(n\) )")  # the kill confirmation's button, as drawn
-
-
-class Tunnel:
-    """A TCP tunnel between the page and the server (an `ssh -L`). `freeze()`: it stops
-    carrying the server's bytes to the page (a laptop asleep: the page reads nothing) while
-    the page's still reach the server; `cut()`: both ends dropped at once, the server's with
-    a reset (the tunnel died)."""
-
-    def __init__(self, upstream: int) -> None:
-        self.upstream = upstream
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.frozen = threading.Event()
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.listener.accept()
-            except OSError:
-                return
-            up = socket.socket()
-            up.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a full tunnel stops the server soon
-            up.connect(("127.0.0.1", self.upstream))
-            self.socks += [down, up]
-            threading.Thread(target=self._pump, args=(down, up, None), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, down, self.frozen), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, frozen: threading.Event | None) -> None:
-        try:
-            while True:
-                while frozen is not None and frozen.is_set():
-                    time.sleep(0.02)
-                data = src.recv(4096)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def freeze(self) -> None:
-        self.frozen.set()
-
-    def cut(self) -> None:
-        socks, self.socks = self.socks, []
-        for sock in socks:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
-                sock.close()
-            except OSError:
-                pass
-        self.frozen.clear()
-
-    def close(self) -> None:
-        self.listener.close()
-        self.cut()
 
 
 @asynccontextmanager

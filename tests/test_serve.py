@@ -26,6 +26,7 @@ import pytest
 from yarl import URL
 
 from tests.patch_fixtures import client, site  # noqa: F401  (the real agent and a site-packages)
+from tests.tunnel import Tunnel
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -465,83 +466,22 @@ def test_a_target_that_is_an_option_is_refused_up_front(tmp_path: Path, args: tu
 
 # ---- issue 40: a URL you can get back, sessions that survive a blip, sessions on demand ----
 
-class Proxy:
-    """A TCP proxy (a tunnel that can blip): `cut()` drops every connection through it at
-    once, as a sleeping laptop or a dying `ssh -L` does; new connections still pass."""
-
-    def __init__(self, upstream: int) -> None:
-        import socket
-        import threading
-
-        self.upstream = upstream
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.pairs: list[tuple[Any, Any]] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                down, _ = self.listener.accept()
-            except OSError:
-                return
-            up = socket.create_connection(("127.0.0.1", self.upstream))
-            with self.lock:
-                self.pairs.append((down, up))
-            for a, b in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: Any, dst: Any) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        import socket
-
-        with self.lock:
-            pairs, self.pairs = self.pairs, []
-        for pair in pairs:
-            for sock in pair:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                    sock.close()
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.listener.close()
-        self.cut()
-
-
 def test_a_cut_websocket_comes_back_to_the_same_session(tmp_path: Path, run: dict[str, Any]) -> None:
     """The tunnel drops every connection: the page says "reconnecting…", dials again, and is
     back on the same session (its app kept by the server) within 5 s, on the same view (the
     log viewer opened before the cut), without a new session."""
     with serve(tmp_path) as served, browser(1280, 800) as context:
-        proxy = Proxy(int(served.base.rsplit(":", 1)[1].rstrip("/")))
+        tunnel = Tunnel(int(served.base.rsplit(":", 1)[1].rstrip("/")))
         try:
             screen = Screen(context.new_page())
-            screen.open(served.url.replace(served.base, f"http://127.0.0.1:{proxy.port}/"))
+            screen.open(served.url.replace(served.base, f"http://127.0.0.1:{tunnel.port}/"))
             screen.wait(run["run_id"])
             screen.page.keyboard.press("L")  # the log viewer: the view to come back to
             screen.wait("Root cause")
             screen.page.wait_for_timeout(500)
             screen.text = ""
             t0 = time.monotonic()
-            proxy.cut()
+            tunnel.cut()
             screen.page.wait_for_selector("body.-reconnecting", state="attached", timeout=5_000)
             screen.page.wait_for_selector("body:not(.-reconnecting)", state="attached", timeout=5_000)
             screen.wait("Root cause", timeout=5 - (time.monotonic() - t0))  # the whole view, drawn again
@@ -558,7 +498,7 @@ def test_a_cut_websocket_comes_back_to_the_same_session(tmp_path: Path, run: dic
             assert "session 1 back from 127.0.0.1" in log and "session 2 opened" not in log, log
             print(f"back on the same session {back_s:.2f} s after the cut")
         finally:
-            proxy.close()
+            tunnel.close()
 
 
 def test_serve_url_opens_the_dashboard_and_a_fixed_token_survives_a_restart(tmp_path: Path,

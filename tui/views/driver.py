@@ -1,4 +1,5 @@
-"""The terminal (and browser-session) driver the app runs with: Textual's own, made to
+"""The terminal (and browser-session) driver the app runs with, and the compositor its
+screens paint with. The driver is Textual's own, made to
 
 - hand itself to its app as ``app.terminal`` (notification escapes go through its writer);
 - end the app when its screen is gone: a terminal that hung up, a browser session whose
@@ -16,10 +17,17 @@ import selectors
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from codecs import getincrementaldecoder
+from typing import Any, Callable, Iterable, Iterator
 
-if TYPE_CHECKING:
-    from textual.driver import Driver
+from textual import constants
+from textual._compositor import Compositor
+from textual._xterm_parser import XTermParser
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 
 EXIT_HANGUP = 129  # what a shell reports for a process ended by SIGHUP (128 + 1)
 READ_SIZE = 4096
@@ -107,9 +115,6 @@ def remembering(driver_class: type[Driver]) -> type[Driver]:
     """``driver_class`` (Textual's terminal or web driver) with the three changes the
     module docstring lists. Headless runs (tests) build their own driver, not this one,
     and keep ``app.terminal`` unset."""
-    from textual import constants
-    from textual.drivers.linux_driver import LinuxDriver
-
     terminal = issubclass(driver_class, LinuxDriver)
 
     class Remembered(driver_class):  # type: ignore[misc,valid-type]
@@ -137,10 +142,6 @@ def remembering(driver_class: type[Driver]) -> type[Driver]:
 
         def _read_terminal(self) -> None:
             """Textual's terminal input loop, reading through `quiet_reads`."""
-            from codecs import getincrementaldecoder
-
-            from textual._xterm_parser import XTermParser
-
             parser = XTermParser(self._debug)
             decode = getincrementaldecoder("utf-8")(errors="replace").decode
             for data in quiet_reads(self.fileno, self.exit_event.waker, self.exit_event.is_set,
@@ -161,3 +162,40 @@ def end_app(app: Any) -> None:
         app.call_from_thread(app.exit, None, EXIT_HANGUP)
     except RuntimeError:  # the app had already stopped
         pass
+
+
+
+class NarrowCompositor(Compositor):
+    """Textual's compositor, rendering for a partial update only the widgets whose
+    visible part meets one of the regions updated. Textual's renders every widget whose
+    clip meets the box around them all, and a top-level panel's clip is the whole screen:
+    a clock cell and a CPU% cell that moved rendered every panel's lines again. The
+    widgets left out draw nothing inside the regions, so the terminal gets the same bytes
+    (tests/test_dashboard_repaint.py compares the two). A screen takes it as its
+    `_compositor`, in its `__init__`."""
+
+    _updating: list[Region] | None = None  # the regions of the partial update being rendered
+    _only: list[Region] | None = None  # while its widgets are rendered: those regions
+
+    def render_partial_update(self) -> Any:
+        self._updating = list(self._dirty_regions)
+        try:
+            return super().render_partial_update()
+        finally:
+            self._updating = None
+
+    def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        self._only = self._updating  # read by visible_widgets as Textual's generator starts
+        try:
+            yield from super()._get_renders(crop)
+        finally:
+            self._only = None
+
+    @property
+    def visible_widgets(self) -> dict[Widget, tuple[Region, Region]]:
+        shown = super().visible_widgets
+        only = self._only
+        if not only:
+            return shown
+        return {w: (region, clip) for w, (region, clip) in shown.items()
+                if any(r.overlaps(region.intersection(clip)) for r in only)}

@@ -35,6 +35,7 @@ from tui.state.loganalysis import fold
 from tui.state.model import AppState
 from tui.transport import AgentRequestError, TransportError
 from tui.transport import ConfigError as TransportConfigError
+from tui.views.driver import NarrowCompositor
 from tui.views.readonly import ModeFooter
 from tui.views.screens.dashboard_actions import ACTION_KEYS, DashboardActions
 from tui.views.widgets.gpus import GpuPanel
@@ -62,6 +63,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
     def __init__(self, feed: HostFeed, *, launch: bool = False, attached: bool = False) -> None:
         """`attached`: the feed runs already (the fleet's); else this screen starts it."""
         super().__init__()
+        self._compositor = NarrowCompositor()  # a moved cell renders only what is under it
         self.feed = feed
         self.attached = attached
         self._launch_on_connect = launch

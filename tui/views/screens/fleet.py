@@ -38,6 +38,7 @@ from tui.protocol.hosttext import clean
 from tui.services.hostfeed import RETRY_S, HostFeed
 from tui.state import fleet
 from tui.state.events import Event
+from tui.views.driver import NarrowCompositor
 from tui.views.readonly import ModeFooter
 from tui.views.widgets.render import set_content, terminal_write
 from tui.views.widgets.tables import KeyedTable
@@ -76,6 +77,7 @@ class FleetScreen(Screen[None]):
         """`host_interval`: the snapshot interval of the host opened from the fleet (the
         dashboard's), None to keep the fleet's."""
         super().__init__()
+        self._compositor = NarrowCompositor()  # a moved cell renders only what is under it
         self.feeds = feeds
         self.limit = limit
         self.host_interval = host_interval
