@@ -1,13 +1,16 @@
 """Nothing lost on a full disk: the shim's exit record survives ENOSPC (its space is
 reserved at launch), keeps the exit code and says "no space left on device in DIR",
-and the client says "disk full", not "lost". A real full filesystem: a 1 MiB tmpfs
-mounted in the test (needs root: CI runs as root) filled while the job runs."""
+and the client says "disk full", not "lost". A launch onto a full disk says so in one
+line, and a run that started is stopped or recorded, never left running unlisted. A
+real full filesystem: a 1 MiB tmpfs mounted in the test (root, or root of a user
+namespace: tests/run runs these so for a normal user), filled to exact pages."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from remote.base import procfs
 from remote.run import launch, rundir
 from tui.cli.report import format_runs
 from tui.protocol.records import RunRecord
@@ -39,7 +43,10 @@ sys.exit(3)
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)], check=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode:  # root without CAP_SYS_ADMIN (a container): say so, not an error
+        pytest.skip(f"cannot mount a tmpfs here: {(done.stderr.strip() or str(done.returncode)).splitlines()[0]}")
     try:
         yield mnt
     finally:
@@ -137,3 +144,144 @@ def test_a_run_lost_on_a_nearly_full_disk_says_disk_full(small_fs: Path) -> None
     os.truncate(filler, 0)  # room again: the same run is plainly lost
     (rec,) = rundir.list_runs(str(runs))
     assert rec["state"] == "lost" and rec["disk_full"] is False
+
+
+# ---- a launch onto a full disk: one clear line, a failed record, nothing left running
+
+SLEEPER = "import time; time.sleep(60)"  # writes nothing: the pages below are the records'
+PAGE = 4096  # tmpfs counts its space in pages: each record below takes one
+
+
+def _leave_free(fs: Path, pages: int) -> None:
+    """Fill `fs`, then free exactly `pages` pages of it."""
+    _fill(fs)
+    filler = fs / "filler"
+    used = -(-filler.stat().st_size // PAGE)
+    os.truncate(filler, (used - pages) * PAGE)
+    st = os.statvfs(fs)
+    assert st.f_bavail * st.f_frsize == pages * PAGE, (st.f_bavail, st.f_frsize)
+
+
+def _marked(run_id: str) -> list[int]:
+    """Live processes carrying the run's marker."""
+    return [p for p in procfs.list_pids() if procfs.run_marker(p, rundir.RUN_ENV) == run_id
+            and (procfs.read_stat(p) or {}).get("state") not in (None, "Z", "X")]
+
+
+@pytest.mark.parametrize(("pages", "record"), [(0, "launch.json"), (1, rundir.EXIT_RESERVE)])
+def test_a_launch_with_no_room_for_its_records_fails_in_one_line_before_anything_starts(
+        small_fs: Path, tmp_path: Path, pages: int, record: str) -> None:
+    """No room for the request (0 pages), or for the exit record's reserve after it (1
+    page): the launch says so in one line, naming the file, and nothing is started or
+    left behind (no run dir: there is no run)."""
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    _leave_free(small_fs, pages)
+    with pytest.raises(rundir.RunnerError) as err:
+        launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
+    assert re.fullmatch(rf"cannot launch: no space left on device writing {runs}/[\w.-]+/{re.escape(record)}",
+                        str(err.value)), err.value
+    assert sorted(os.listdir(runs)) == [".launch.lock"]
+    assert rundir.list_runs(str(runs)) == []
+
+
+def test_a_run_whose_manifest_finds_no_room_is_stopped_and_listed_failed_with_why(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Room for the request and the reserve, none for the manifest (the disk filled as
+    the shim started the command): the shim stops the command and reaps it (no process
+    of the run is left running unrecorded), and writes why into the reserve, as
+    error.json; the launch reports it, and `runs` and the dashboard list the run failed
+    with that reason."""
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    _leave_free(small_fs, 2)
+    with pytest.raises(rundir.RunnerError) as err:
+        launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
+    (run_id,) = [n for n in os.listdir(runs) if not n.startswith(".")]
+    try:
+        why = f"no space left on device writing {runs / run_id / 'manifest.json'}; its command was stopped"
+        assert str(err.value) == f"run {run_id} did not start: {why}"
+        (rec,) = rundir.list_runs(str(runs))
+        assert rec["state"] == "failed" and rec["error"] == why, rec
+        assert not (runs / run_id / rundir.EXIT_RESERVE).exists()  # it became error.json
+        deadline = time.monotonic() + 10  # the shim exits once its record is written
+        while _marked(run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _marked(run_id) == []
+        state = state_of(_cfg(tmp_path), [RunRecord.parse(rec)])
+        (row,) = view.run_rows(state, time.time(), state.runs)
+        assert row.state == "failed" and row.note == f"did not start: {why}"
+        assert why in format_runs(state)
+    finally:
+        for pid in _marked(run_id):  # the old shim left its command running: end it here
+            os.kill(pid, 9)
+
+
+PACED = """\
+import os, sys, time
+for n, go in enumerate(sys.argv[1:]):
+    print("line", n, flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.02)
+"""
+
+
+def test_the_pace_thread_outlives_a_full_disk(small_fs: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """pace.json cannot be written while the disk is full; once there is room again it
+    is (the pace thread kept going, it did not end at the first ENOSPC)."""
+    monkeypatch.setenv("EAGLE3_TUI_PACE_S", "0.1")
+    monkeypatch.setenv("EAGLE3_TUI_GPU_SOURCE", "none")
+    runs, go = small_fs / "runs", [tmp_path / f"go{i}" for i in range(3)]
+    rec = launch.launch(str(runs), "paced", [sys.executable, "-c", PACED, *map(str, go)], str(tmp_path), {},
+                        log=str(tmp_path / "out.log"))  # the log has room: only the records lack it
+    pace_json = runs / rec["run_id"] / "pace.json"
+
+    def lines(want: int, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = (rundir.read_json(str(pace_json)) or {}).get("lines")
+            if got == want:
+                break
+            time.sleep(0.05)
+        return got
+
+    assert lines(1) == 1
+    _fill(small_fs)
+    go[0].touch()  # a second line, on a full disk: pace.json stays as it was
+    assert lines(2, timeout=1.0) == 1
+    (small_fs / "filler").unlink()
+    go[1].touch()  # room again, and a third line
+    assert lines(3) == 3
+    go[2].touch()
+    assert _wait_ended(runs, rec["run_id"])["exit_code"] == 0
+
+
+def test_why_a_run_could_not_start_is_kept_on_a_full_disk(small_fs: Path, tmp_path: Path) -> None:
+    """The command cannot start (its log is a FIFO: refused) and the disk has no room for
+    error.json: the reason goes into the reserve the launch made, so the launch and
+    `runs` still say why."""
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    os.mkfifo(tmp_path / "fifo")
+    _leave_free(small_fs, 2)
+    with pytest.raises(rundir.RunnerError, match="did not start: refusing log .*fifo"):
+        launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {},
+                      log=str(tmp_path / "fifo"))
+    (rec,) = rundir.list_runs(str(runs))
+    assert rec["state"] == "failed" and rec["error"].startswith("refusing log "), rec
+
+
+def test_no_inode_left_for_the_run_dir_is_one_line(small_fs: Path, tmp_path: Path) -> None:
+    """No room for the run dir itself (no inode left: mkdir's ENOSPC): one line too."""
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    (runs / ".launch.lock").touch(mode=0o600)
+    subprocess.run(["mount", "-o", "remount,nr_inodes=16", str(small_fs)], check=True)
+    with pytest.raises(OSError) as full:
+        for n in range(16):
+            (small_fs / f"inode{n}").touch()
+    assert full.value.errno == errno.ENOSPC
+    with pytest.raises(rundir.RunnerError) as err:
+        launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
+    assert re.fullmatch(rf"cannot launch: no space left on device making {runs}/[\w.-]+", str(err.value)), err.value

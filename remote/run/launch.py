@@ -1,9 +1,11 @@
 """Launch a run on the host: allocate its run directory, write the request, start the
-supervisor shim (``shim.py``) detached, and wait for its manifest.
-Standard library only; Python 3.9+."""
+supervisor shim (``shim.py``) detached, and wait for its manifest. No room for the
+request or the exit record's reserve (a full disk, a quota) fails the launch in one line
+before anything starts. Standard library only; Python 3.9+."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -61,7 +63,17 @@ def launch(
         }
         if restart is not None:
             request["restart"] = restart
-        atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
+        where = os.path.join(run_dir, "launch.json")
+        try:  # the request and the exit record's space: no room for them (ENOSPC, EDQUOT), no run
+            atomicfile.write_json(where, request)
+            where = os.path.join(run_dir, rundir.EXIT_RESERVE)
+            os.close(rundir.make_reserve(run_dir))
+        except OSError as e:
+            with contextlib.suppress(OSError):  # nothing started: no run dir is left either
+                os.unlink(os.path.join(run_dir, "launch.json"))
+            with contextlib.suppress(OSError):
+                os.rmdir(run_dir)
+            raise RunnerError("cannot launch: %s" % rundir.write_failed(e, where)) from None
         shim_env = dict(os.environ)
         shim_env[RUN_ENV] = run_id  # marks the shim too, so snapshots attribute it
         try:
@@ -79,7 +91,8 @@ def launch(
             # leaves no zombie in a long-lived agent.
             first.wait(timeout=LAUNCH_WAIT)
         except (OSError, subprocess.TimeoutExpired) as e:
-            rundir.write_error(run_dir, "cannot start the supervisor: %s" % e)
+            with contextlib.suppress(OSError):  # a full disk: the line below still says why
+                rundir.write_error(run_dir, "cannot start the supervisor: %s" % e)
             raise RunnerError("cannot start the supervisor: %s" % e) from None
         deadline = time.monotonic() + LAUNCH_WAIT
         while time.monotonic() < deadline:
@@ -90,7 +103,8 @@ def launch(
                 raise RunnerError("run %s did not start: %s" % (run_id, started["error"]))
             time.sleep(0.02)
         # Listed as failed from now on; a manifest written late still wins over this.
-        rundir.write_error(run_dir, "the supervisor wrote no manifest within %gs" % LAUNCH_WAIT)
+        with contextlib.suppress(OSError):
+            rundir.write_error(run_dir, "the supervisor wrote no manifest within %gs" % LAUNCH_WAIT)
         raise RunnerError(
             "run %s: the supervisor wrote no manifest within %gs" % (run_id, LAUNCH_WAIT)
         )

@@ -334,9 +334,14 @@ def load(run_dir: str) -> Optional[Dict[str, Any]]:
     return rec if isinstance(rec, dict) else None
 
 
-def save(run_dir: str, record: Dict[str, Any]) -> None:
-    """Atomically replace ``RUN_DIR/pace.json``."""
-    atomicfile.write_json(os.path.join(run_dir, PACE_FILE), record, indent=None)
+def save(run_dir: str, record: Dict[str, Any]) -> bool:
+    """Atomically replace ``RUN_DIR/pace.json``; False when the disk had no room (ENOSPC,
+    EDQUOT): the pace thread tries again on its next tick, never stops for it."""
+    try:
+        atomicfile.write_json(os.path.join(run_dir, PACE_FILE), record, indent=None)
+    except OSError:
+        return False
+    return True
 
 
 def from_mtime(log: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -420,7 +425,7 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
         pace = Pace(log, load(run_dir))
         if pace.step_at is None:
             pace.step_at = time.time()  # the run's start is where "no progress since" counts from
-        save(run_dir, pace.record())
+        unsaved = not save(run_dir, pace.record())
         source = _gpu_source() if pgid else None
         while True:
             ended = stop.wait(tick)
@@ -441,8 +446,8 @@ def follow(run_dir: str, log: str, stop: threading.Event, tick: float = TICK_S,
                 changed = pace.sample(now, cpu, busy, gpu, held) or changed
             elif pgid:
                 changed = pace.sample(now, None, None, None) or changed
-            if changed:
-                save(run_dir, pace.record())
+            if changed or unsaved:
+                unsaved = not save(run_dir, pace.record())
             if recorder is not None:
                 _record(recorder, run_dir, pace, now, found, pids, ended)
             if ended:

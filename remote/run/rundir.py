@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterator
 from remote.base import atomicfile, procfs, trust
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
-EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved by the shim at launch
+EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved at launch (make_reserve)
+RESERVE_BYTES = 4096
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -164,6 +165,8 @@ def new_run_dir(runs_dir: str) -> tuple[str, str]:
             return run_id, path
         except FileExistsError:
             continue
+        except OSError as e:  # ENOSPC, EDQUOT: one line, as for the records (`write_failed`)
+            raise RunnerError("cannot launch: %s" % write_failed(e, path, "making")) from None
     raise RunnerError("cannot allocate a run directory in %s" % runs_dir)
 
 
@@ -195,6 +198,29 @@ def failed_record(run_dir: str) -> dict | None:
     rec.update(run_id=os.path.basename(run_dir), state="failed", error=text, exit_code=None,
                signal=None, ended_at=at, duration=None, external=False)
     return rec
+
+
+def write_failed(e: OSError, path: str, doing: str = "writing") -> str:
+    """One line for a record that could not be written: "no space left on device writing PATH"."""
+    return "%s %s %s" % (os.strerror(e.errno).lower() if e.errno else str(e), doing, path)
+
+
+def make_reserve(run_dir: str) -> int:
+    """Reserve the exit record's space: EXIT_RESERVE, RESERVE_BYTES of blanks, written
+    and fsynced while the disk still has room; an fd on it. The launch makes it before
+    the shim starts (OSError: no room, no run) and the shim writes its end there, or why
+    it could not start, when the disk is full then (shim.py, `write_exit`)."""
+    path = os.path.join(run_dir, EXIT_RESERVE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, b" " * (RESERVE_BYTES - 1) + b"\n")
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return fd
 
 
 def write_error(run_dir: str, message: str) -> None:

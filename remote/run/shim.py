@@ -29,7 +29,7 @@ from remote.run import history, pace, restart, rundir, timeline
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
-RESERVE_BYTES = 4096  # the exit record's space, reserved at launch (write_exit)
+RESERVE_BYTES = rundir.RESERVE_BYTES  # the exit record's space, reserved at launch (write_exit)
 UMASK_ENV = "EAGLE3_TUI_UMASK"  # the login's umask; the agent itself runs under 022
 
 
@@ -85,30 +85,40 @@ def _forward(group: list[int], num: int) -> None:
 
 
 def reserve_exit(run_dir: str) -> int | None:
-    """Reserve the exit record's space at launch: ``exit.reserve``, RESERVE_BYTES of
-    blanks, written and fsynced while the disk still has room (an fd kept open; None
-    when even that fails). `write_exit` overwrites it in place when the disk is full."""
-    path = os.path.join(run_dir, rundir.EXIT_RESERVE)
+    """An fd on the exit record's reserved space (``exit.reserve``): the one the launch
+    made (rundir.make_reserve), else (a Slurm job's shim) a new one; None when there is
+    none to be had. `write_exit` and `write_failure` overwrite it in place on a full disk."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError:
+        fd = trust.open_file(os.path.join(run_dir, rundir.EXIT_RESERVE), os.O_RDWR, "exit reserve")
+    except FileNotFoundError:
+        try:
+            return rundir.make_reserve(run_dir)
+        except OSError:
+            return None
+    except (OSError, trust.Untrusted):
         return None
-    try:
-        os.write(fd, b" " * (RESERVE_BYTES - 1) + b"\n")
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return None
-    return fd
+    if os.fstat(fd).st_size == RESERVE_BYTES:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _into_reserve(run_dir: str, reserve: int, record: dict, name: str) -> None:
+    """Write `record` (under RESERVE_BYTES) over the reserved blocks in place, no new
+    block needed, then rename the reserve to `name` (a rename needs no data block; if it
+    fails, an exit record stays in ``exit.reserve``, which `rundir.record` reads too)."""
+    data = json.dumps(record, sort_keys=True).encode()
+    os.pwrite(reserve, data.ljust(RESERVE_BYTES - 1) + b"\n", 0)
+    os.fsync(reserve)
+    with contextlib.suppress(OSError):
+        os.rename(os.path.join(run_dir, rundir.EXIT_RESERVE), os.path.join(run_dir, name))
 
 
 def write_exit(run_dir: str, reserve: int | None, record: dict) -> None:
     """Write ``exit.json``; when that fails (ENOSPC, EDQUOT, any OSError) the record, with
     ``write_error`` ("no space left on device in RUN_DIR") and ``disk_full``, goes into the reserved blocks of
-    ``exit.reserve`` (overwritten in place: no new block is needed), which is then renamed
-    to ``exit.json`` (``rundir.record`` reads either). The exit code is never lost."""
+    ``exit.reserve`` (`_into_reserve`), renamed to ``exit.json`` (``rundir.record`` reads
+    either). The exit code is never lost."""
     path = os.path.join(run_dir, "exit.json")
     try:
         atomicfile.write_json(path, record)
@@ -118,19 +128,48 @@ def write_exit(run_dir: str, reserve: int | None, record: dict) -> None:
         why = os.strerror(e.errno).lower() if e.errno else str(e)
         record = dict(record, write_error="%s in %s" % (why, run_dir),
                       disk_full=e.errno in (errno.ENOSPC, errno.EDQUOT))
-        data = json.dumps(record, sort_keys=True).encode()
-        while len(data) >= RESERVE_BYTES and record["strays"]:
+        while len(json.dumps(record, sort_keys=True)) >= RESERVE_BYTES and record["strays"]:
             record["strays"] = record["strays"][: len(record["strays"]) // 2]  # the pids can go
-            data = json.dumps(record, sort_keys=True).encode()
-        os.pwrite(reserve, data.ljust(RESERVE_BYTES - 1) + b"\n", 0)
-        os.fsync(reserve)
-        with contextlib.suppress(OSError):  # a rename needs no data block; if not, it stays
-            os.rename(os.path.join(run_dir, rundir.EXIT_RESERVE), path)
+        _into_reserve(run_dir, reserve, record, "exit.json")
     else:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
     if reserve is not None:
         os.close(reserve)
+
+
+def write_failure(run_dir: str, reserve: int | None, message: str) -> None:
+    """``error.json``: why the run did not start (the launch reports it, `runs` lists the
+    run as failed with it); into the reserve as `write_exit` does when the disk has no
+    room for it. Never raises: this is the last word of a detached process."""
+    try:
+        rundir.write_error(run_dir, message)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
+    except OSError:
+        if reserve is not None:  # 600 characters: JSON-escaped, still under RESERVE_BYTES
+            with contextlib.suppress(OSError):
+                _into_reserve(run_dir, reserve, {"error": message[:600], "at": time.time()}, "error.json")
+    if reserve is not None:
+        os.close(reserve)
+
+
+def _stop_unrecorded(child: subprocess.Popen, run_id: str) -> None:
+    """SIGKILL a run just started whose manifest could not be written (its process
+    group and anything carrying its marker), and reap it and every orphan of it: no
+    process of the run is left running without a record."""
+    with contextlib.suppress(OSError):
+        os.killpg(child.pid, signal.SIGKILL)
+    for pid in _marked_pids(run_id, os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
 
 
 def supervise(run_dir: str, detach: bool = True) -> int:
@@ -142,6 +181,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
             os._exit(0)  # first stage: let launch() reap us; the child carries on
         os.setsid()  # the shim leads its own session
     run_dir = os.path.abspath(run_dir)
+    reserve = reserve_exit(run_dir)  # before the run can fill the disk
     try:
         req = rundir.read_json(os.path.join(run_dir, "launch.json"))
         if not isinstance(req, dict):
@@ -182,7 +222,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         os.close(log_fd)
         group.append(child.pid)
     except Exception as e:  # top level of a detached process: report, never vanish
-        rundir.write_error(run_dir, str(e) or type(e).__name__)
+        write_failure(run_dir, reserve, str(e) or type(e).__name__)
         return 1
     btime = procfs.boot_time()
     # The child is not reaped yet, so its stat is readable even if it already exited.
@@ -214,8 +254,13 @@ def supervise(run_dir: str, detach: bool = True) -> int:
         manifest.update(history.expected_load(os.path.dirname(run_dir), run_id, req["argv"], manifest["host"]))
     except Exception:  # noqa: BLE001 - no history is an answer
         manifest.update(expected_load_s=None, expected_load_runs=[])
-    reserve = reserve_exit(run_dir)  # before the run can fill the disk
-    atomicfile.write_json(os.path.join(run_dir, "manifest.json"), manifest)
+    path = os.path.join(run_dir, "manifest.json")
+    try:
+        atomicfile.write_json(path, manifest)
+    except OSError as e:  # no room for the record (ENOSPC, EDQUOT): no run goes on unrecorded
+        _stop_unrecorded(child, run_id)
+        write_failure(run_dir, reserve, "%s; its command was stopped" % rundir.write_failed(e, path))
+        return 1
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
     recorder = None if os.environ.get("EAGLE3_TUI_TIMELINE") == "0" else timeline.Recorder(
