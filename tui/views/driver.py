@@ -164,7 +164,6 @@ def end_app(app: Any) -> None:
         pass
 
 
-
 class NarrowCompositor(Compositor):
     """Textual's compositor, rendering for a partial update only the widgets whose
     visible part meets one of the regions updated. Textual's renders every widget whose
