@@ -151,3 +151,45 @@ def test_a_browser_sessions_input_sleeps_too_and_a_lone_escape_gets_through(tmp_
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
+
+
+def test_a_lone_escape_gets_through_when_the_input_thread_was_slow_to_parse() -> None:
+    """The Escape's delay counts from when the parser took the byte, not from the read:
+    an input thread that lost the core (a loaded machine, the GIL held by a repaint)
+    between its read and the parse still sends the Escape once its delay passed, not at
+    the next key. The real loop (`_read_terminal`, `quiet_reads`) and Textual's parser on
+    a pipe; the key before the Escape takes 30 ms to hand on, as a descheduled thread does."""
+    import threading
+
+    from textual.drivers.linux_driver import LinuxDriver
+
+    from tui.views.driver import Waker, WakingEvent, remembering
+
+    cls = remembering(LinuxDriver)
+    driver = cls.__new__(cls)  # no app, no terminal, no signal handlers: only the loop
+    r, w = os.pipe()
+    driver.fileno, driver._debug = r, False
+    driver.exit_event = WakingEvent(Waker())
+    keys: list[str] = []
+    escape = threading.Event()
+
+    def process_message(event: object) -> None:
+        keys.append(getattr(event, "key", ""))
+        if keys[-1] == "x":
+            time.sleep(0.03)
+        if keys[-1] == "escape":
+            escape.set()
+
+    driver.process_message = process_message
+    reader = threading.Thread(target=driver._read_terminal, daemon=True)
+    reader.start()
+    try:
+        os.write(w, b"x\x1b")
+        assert escape.wait(2.0), f"the lone Escape waited for the next key: {keys}"
+        assert keys == ["x", "escape"]
+    finally:
+        driver.exit_event.set()
+        reader.join(5.0)
+        os.close(r)
+        os.close(w)
+    assert not reader.is_alive()

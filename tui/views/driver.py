@@ -88,8 +88,12 @@ def quiet_reads(fd: int, waker: Waker, stopped: Callable[[], bool], delay: float
                     return
                 if not data:
                     return
-                due = time.monotonic() + delay + 0.01  # a little past the parser's own deadline
                 yield data
+                # Counted from now, once the consumer has parsed `data`: the parser's deadline
+                # counts from its feed, which a thread slow off the read (a loaded core, the
+                # GIL) makes later than the read. Counted from the read, the one tick could
+                # come before it, and a lone Escape would wait for the next key.
+                due = time.monotonic() + delay + 0.01
             if due is not None and time.monotonic() >= due:
                 due = None
                 yield b""
