@@ -285,3 +285,20 @@ def test_no_inode_left_for_the_run_dir_is_one_line(small_fs: Path, tmp_path: Pat
     with pytest.raises(rundir.RunnerError) as err:
         launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
     assert re.fullmatch(rf"cannot launch: no space left on device making {runs}/[\w.-]+", str(err.value)), err.value
+
+
+def test_a_failure_left_in_the_reserve_is_still_listed(tmp_path: Path) -> None:
+    """The disk had room for neither error.json nor the reserve's rename: the reason stays
+    in the reserve's blocks, and `runs` still lists the run failed with it. A reserve of
+    blanks (a launch still starting) lists nothing."""
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o700)
+    run_id, run_dir = rundir.new_run_dir(str(runs))
+    (Path(run_dir) / "launch.json").write_text(json.dumps({"name": "full", "argv": ["python3"]}))
+    os.close(rundir.make_reserve(run_dir))
+    assert rundir.list_runs(str(runs)) == []
+    why = "no space left on device writing manifest.json; its command was stopped"
+    record = json.dumps({"error": why, "at": time.time()}).encode()
+    (Path(run_dir) / rundir.EXIT_RESERVE).write_bytes(record.ljust(rundir.RESERVE_BYTES - 1) + b"\n")
+    (rec,) = rundir.list_runs(str(runs))
+    assert rec["run_id"] == run_id and rec["state"] == "failed" and rec["error"] == why, rec

@@ -181,11 +181,16 @@ def request_record(req: dict) -> dict:
 
 def failed_record(run_dir: str) -> dict | None:
     """The record of a run that never started (error.json, no manifest): the request
-    from launch.json, state ``failed`` and the error; None when there is no error.json."""
+    from launch.json, state ``failed`` and the error; None when there is no error.json.
+    On a full disk the shim writes the error into the exit record's reserve and renames
+    it error.json; a rename that failed too leaves it in the reserve, read from there."""
     err_path = os.path.join(run_dir, "error.json")
     err = read_json(err_path)
     if not isinstance(err, dict):
-        return None  # a launch in progress, or junk: not a run yet
+        err_path = os.path.join(run_dir, EXIT_RESERVE)
+        err = read_json(err_path)  # blanks while the run is young: None
+        if not isinstance(err, dict) or "error" not in err:
+            return None  # a launch in progress, or junk: not a run yet
     req = read_json(os.path.join(run_dir, "launch.json"))
     rec = request_record(req if isinstance(req, dict) else {})
     at = err.get("at")

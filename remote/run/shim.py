@@ -154,15 +154,18 @@ def write_failure(run_dir: str, reserve: int | None, message: str) -> None:
         os.close(reserve)
 
 
-def _stop_unrecorded(child: subprocess.Popen, run_id: str) -> None:
-    """SIGKILL a run just started whose manifest could not be written (its process
-    group and anything carrying its marker), and reap it and every orphan of it: no
-    process of the run is left running without a record."""
+def _kill_unrecorded(child: subprocess.Popen, run_id: str) -> None:
+    """SIGKILL a run just started whose manifest could not be written: its process group
+    and anything carrying its marker. No process of the run goes on without a record."""
     with contextlib.suppress(OSError):
         os.killpg(child.pid, signal.SIGKILL)
     for pid in _marked_pids(run_id, os.getpid()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _reap(child: subprocess.Popen) -> None:
+    """Wait for the child and every orphan the shim adopted."""
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -258,8 +261,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     try:
         atomicfile.write_json(path, manifest)
     except OSError as e:  # no room for the record (ENOSPC, EDQUOT): no run goes on unrecorded
-        _stop_unrecorded(child, run_id)
+        _kill_unrecorded(child, run_id)
         write_failure(run_dir, reserve, "%s; its command was stopped" % rundir.write_failed(e, path))
+        _reap(child)  # after the record: a process that escaped the kill cannot hold it back
         return 1
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)

@@ -84,7 +84,9 @@ def quiet_reads(fd: int, waker: Waker, stopped: Callable[[], bool], delay: float
                     continue
                 try:
                     data = os.read(fd, READ_SIZE)
-                except OSError:
+                except BlockingIOError:  # another reader took the bytes (O_NONBLOCK left on the tty)
+                    continue
+                except OSError:  # EIO: the terminal hung up
                     return
                 if not data:
                     return
@@ -161,11 +163,10 @@ def remembering(driver_class: type[Driver]) -> type[Driver]:
 
 
 def end_app(app: Any) -> None:
-    """From a driver's thread: end the app as a hangup would (exit code 129)."""
-    try:
-        app.call_from_thread(app.exit, None, EXIT_HANGUP)
-    except RuntimeError:  # the app had already stopped
-        pass
+    """From a driver's thread: end the app as a hangup would (exit code 129). Posted, not
+    waited for (`call_later` is thread-safe; `call_from_thread` would wait): the app's
+    loop may be in `disable_input` right now, joining this very thread."""
+    app.call_later(app.exit, None, EXIT_HANGUP)
 
 
 class NarrowCompositor(Compositor):
