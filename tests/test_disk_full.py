@@ -246,14 +246,17 @@ def test_the_pace_thread_outlives_a_full_disk(small_fs: Path, tmp_path: Path,
             time.sleep(0.05)
         return got
 
-    assert lines(1) == 1
-    _fill(small_fs)
-    go[0].touch()  # a second line, on a full disk: pace.json stays as it was
-    assert lines(2, timeout=1.0) == 1
-    (small_fs / "filler").unlink()
-    go[1].touch()  # room again, and a third line
-    assert lines(3) == 3
-    go[2].touch()
+    try:
+        assert lines(1) == 1
+        _fill(small_fs)
+        go[0].touch()  # a second line, on a full disk: pace.json stays as it was
+        assert lines(2, timeout=1.0) == 1
+        (small_fs / "filler").unlink()
+        go[1].touch()  # room again, and a third line
+        assert lines(3) == 3
+    finally:  # the job ends whatever failed above: no process left waiting for a go file
+        for g in go:
+            g.touch()
     assert _wait_ended(runs, rec["run_id"])["exit_code"] == 0
 
 
