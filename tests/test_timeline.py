@@ -100,7 +100,9 @@ def test_a_run_nobody_watched_leaves_a_timeline_that_matches_what_happened(tmp_p
     # before the run held a card the timeline kept all 8 (idle), then its 4
     assert s["peak_mem_gib"] == {str(i): 40.0 if i < 4 else 0.0 for i in range(8)}
     (extract,) = [t for t in s["throughput"] if t["phase"] == "extracting"]
-    assert extract["unit"] == "batch" and extract["steps"] >= 15 and 2.0 < extract["per_s"] < 6.0, extract
+    # 20 batches in 4 s; the steps counted start at the pace thread's first sample of the
+    # phase, which a loaded machine delays (13 seen once in a CI rehearsal): at least half
+    assert extract["unit"] == "batch" and extract["steps"] >= 10 and 2.0 < extract["per_s"] < 6.0, extract
     assert s["timeline_points"] > 5 and s["timeline_bad_lines"] == 0
     assert any(e["e"] == "exit" and e["code"] == 0 for e in s["events"])
     text = _e3("runs", "show", "local", run_id, cwd=tmp_path, env=env)
