@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 if not __package__:  # started as a file: docs/architecture.md, "Upload layout and imports"
     _HERE = os.path.dirname(os.path.abspath(__file__))  # off sys.path, for the dir above
@@ -164,15 +164,14 @@ def _kill_unrecorded(child: subprocess.Popen, run_id: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _reap(child: subprocess.Popen) -> None:
-    """Wait for the child and every orphan the shim adopted."""
+def _reaped() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of the child and of every orphan re-parented to the shim, as
+    each ends, until none is left."""
     while True:
         try:
-            pid, status = os.waitpid(-1, 0)
+            yield os.waitpid(-1, 0)
         except ChildProcessError:
-            break
-        if pid == child.pid:
-            child.returncode = os.waitstatus_to_exitcode(status)
+            return
 
 
 def supervise(run_dir: str, detach: bool = True) -> int:
@@ -263,7 +262,9 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     except OSError as e:  # no room for the record (ENOSPC, EDQUOT): no run goes on unrecorded
         _kill_unrecorded(child, run_id)
         write_failure(run_dir, reserve, "%s; its command was stopped" % rundir.write_failed(e, path))
-        _reap(child)  # after the record: a process that escaped the kill cannot hold it back
+        for pid, st_ in _reaped():  # after the record: one that escaped the kill cannot hold it back
+            if pid == child.pid:
+                child.returncode = os.waitstatus_to_exitcode(st_)  # reaped here, not by Popen
         return 1
     stop = threading.Event()  # the pace thread: the run's progress, for clients not watching
     tick = float(os.environ.get("EAGLE3_TUI_PACE_S") or pace.TICK_S)
@@ -275,11 +276,7 @@ def supervise(run_dir: str, detach: bool = True) -> int:
     pacer.start()
     status, main_ended = None, None
     strays: list[int] = []  # descendants still alive when the main process ended
-    while True:  # reap the child and every orphan re-parented to us
-        try:
-            pid, st_ = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
+    for pid, st_ in _reaped():
         if pid == child.pid:
             status, main_ended = st_, time.time()
             # Reaped here, not by Popen: tell Popen so it never waits on a stale pid.
