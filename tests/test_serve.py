@@ -112,10 +112,13 @@ class Screen:
         self.text = ""
         self.raw = ""  # the same, escapes and all (colours)
         self.sockets: list[str] = []
+        self.console: list[str] = []
         page.on("websocket", self._socket)
+        page.on("console", lambda m: self.console.append(m.text[:200]))
 
     def _socket(self, ws: Any) -> None:
-        self.sockets.append(ws.url)
+        self.sockets.append(ws.url.split("?")[0])
+        ws.on("close", lambda _: self.sockets.append("closed"))
         ws.on("framereceived", self._frame)
 
     def _frame(self, frame: Any) -> None:
@@ -129,6 +132,17 @@ class Screen:
         while not check(self.text):
             assert time.monotonic() < deadline, f"not on the page: {what}; last text: {self.text[-600:]!r}"
             self.page.wait_for_timeout(100)  # Playwright delivers the frames while it waits
+
+    def ended(self, served: Served, timeout: float) -> None:
+        """The page shows "Session ended" within ``timeout`` s; if not, the failure says what the
+        page, its sockets and the server saw instead."""
+        try:
+            self.page.wait_for_selector("body.-closed", state="attached", timeout=timeout * 1000)
+        except Exception as exc:  # Playwright's TimeoutError
+            shown = self.page.evaluate("document.body.className")
+            raise AssertionError(f"no 'Session ended' in {timeout} s: body class {shown!r}, sockets {self.sockets}, "
+                                 f"console {self.console[-10:]}, server rc {served.proc.poll()}, "
+                                 f"its log:\n{served.log()}") from exc
 
     def open(self, url: str) -> None:
         response = self.page.goto(url)
@@ -219,7 +233,7 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         first.page.bring_to_front()
         first.page.click("#terminal")
         first.page.keyboard.press("q")
-        first.page.wait_for_selector("body.-closed", state="attached", timeout=15_000)  # "Session ended"
+        first.ended(served, 15)  # "Session ended"
         second.text = ""
         second.wait("browser sessions now: #2 127.0.0.1")
         second.wait("step")  # the other session still follows the log
@@ -234,7 +248,7 @@ def test_q_ends_only_its_own_session(tmp_path: Path, run: dict[str, Any]) -> Non
         served.proc.send_signal(signal.SIGINT)
         served.proc.wait(15)
         assert time.monotonic() - t0 < 8
-        second.page.wait_for_selector("body.-closed", state="attached", timeout=5_000)
+        second.ended(served, 5)
         assert not [pid for pid in apps if pid_alive(pid)]
 
 
@@ -525,7 +539,7 @@ def test_serve_url_opens_the_dashboard_and_a_fixed_token_survives_a_restart(tmp_
             # "Start a new one" (the page without the token: the cookie and the page's key) works.
             served.proc.send_signal(signal.SIGTERM)
             served.proc.wait(15)
-            screen.page.wait_for_selector("body.-closed", state="attached", timeout=10_000)
+            screen.ended(served, 20)
             gone = e3("serve", "--url", cwd=tmp_path)
             assert gone.returncode == 1 and "no eagle3-tui serve is running" in gone.stderr, gone
             assert not (state / f"{port}.json").exists()
