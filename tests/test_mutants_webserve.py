@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import socket
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +19,8 @@ import aiohttp
 
 from tests.test_serve import ESCAPES, KEY, Served, run, serve  # noqa: F401  (run: the fixture)
 from tests.tunnel import Tunnel
+from tui.cli.webpage import ENDED
+from tui.cli.webserve import GOODBYE_S
 
 ROW = re.compile(rb"\x1b\[(\d+);\d+H")  # a cursor move: the row the app draws on
 CANCEL = re.compile(rb"\x1b\[([0-9;]*)m( Cancel \(n\) )")  # the kill confirmation's button, as drawn
@@ -45,11 +49,12 @@ class Page:
         self.session = ""
         self.data = b""
 
-    async def open(self, width: int, height: int, session: str = "") -> str:
+    async def open(self, width: int, height: int, session: str = "", **options: Any) -> str:
         url = f"ws://127.0.0.1:{self.port}/ws?width={width}&height={height}" + (f"&session={session}" if session
                                                                                  else "")
         self.ws = await self.http.ws_connect(url, headers={"Origin": f"http://127.0.0.1:{self.port}"},
-                                             protocols=("eagle3-tui", KEY + self.served.token), autoping=True)
+                                             protocols=("eagle3-tui", KEY + self.served.token), autoping=True,
+                                             **options)
         first = await self.ws.receive(timeout=20)
         assert first.type == aiohttp.WSMsgType.TEXT, first
         kind, self.session = json.loads(first.data)
@@ -253,3 +258,64 @@ def test_a_tab_left_and_come_back_to_gets_its_focus_highlight_back(tmp_path: Pat
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
+
+
+def test_a_stopping_server_waits_for_the_pages_answer_before_it_hangs_up(tmp_path: Path) -> None:
+    """The server stops (Ctrl+C, SIGTERM): each page is sent "session ended" (close code
+    4001) and its connection stays until the page answers, as a WebSocket close should. A
+    hang-up right after the frame lets a message the page sent meanwhile turn it into a
+    reset that drops the frame still queued: under load the page showed "reconnecting…"
+    for a minute against a server that was gone."""
+
+    async def check(served: Served) -> None:
+        async with with_cookie(served) as http:
+            page = Page(http, served, port_of(served))
+            await page.open(100, 30, autoclose=False)  # the answer is the test's to send
+            await page.until(whole_screen(30))
+            served.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while (msg := await page.ws.receive(timeout=max(0.1, deadline - time.monotonic()))).type in (
+                    aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
+                pass
+            assert (msg.type, msg.data, msg.extra) == (aiohttp.WSMsgType.CLOSE, ENDED, "session ended"), msg
+            await asyncio.sleep(0.5)
+            sock = page.ws.get_extra_info("socket")  # None: the connection is gone already
+            state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] if sock is not None else None
+            assert state == 1, f"the server hung up before the page answered (TCP state {state}, 1 is established)"
+            assert served.proc.poll() is None
+            await page.ws.close()  # the answer: now the server goes
+            await asyncio.to_thread(served.proc.wait, 10)
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))
+        assert "session 1 from 127.0.0.1 ended after" in served.log()
+        assert "(the server stops)" in served.log(), served.log()
+
+
+def test_a_stopping_server_does_not_wait_for_ever_on_a_page_that_reads_nothing(tmp_path: Path) -> None:
+    """A page asleep behind its tunnel when the server stops: whole repaints it never read
+    fill the connection, so "session ended" cannot even be sent. The server gives the page
+    GOODBYE_S, then cuts it; the session's app then quits (its output no longer waits on
+    the page) and the server is gone, not hung until the tunnel dies."""
+
+    async def check(served: Served) -> None:
+        tunnel = Tunnel(port_of(served))
+        try:
+            async with with_cookie(served) as http:
+                page = Page(http, served, tunnel.port)
+                await page.open(250, 80)
+                await page.until(whole_screen(80))
+                tunnel.freeze()
+                for i in range(60):  # ~150 KB each, a whole repaint of 250x80: past what the kernel
+                    await page.ws.send_str(json.dumps(["resize", {"width": 250 - i % 2, "height": 80}]))
+                    await asyncio.sleep(0.1)  # holds for an unread connection (4 MB by default)
+                t0 = time.monotonic()
+                served.proc.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(served.proc.wait, GOODBYE_S + 15)
+                assert time.monotonic() - t0 < GOODBYE_S + 5
+        finally:
+            tunnel.close()
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))
+        assert "(the server stops)" in served.log(), served.log()

@@ -49,11 +49,44 @@ log = logging.getLogger("eagle3-tui.serve")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 UNPRINTABLE = re.compile(r"[^\x20-\x7e]")  # paths, user agents: the client's text, one line
+GOODBYE_S = 5.0  # how long "session ended" may take to reach a page and be answered before its connection is cut
+
+
+class Page:
+    """One page's WebSocket and the task reading it.
+
+    `goodbye` is a whole closing handshake: the reader stops first, so that aiohttp's
+    `close()` sends the close frame and then reads until the page answers it. A close
+    called while another task reads cuts the TCP connection right after the frame
+    instead; with the page behind on its reading (a loaded machine, a slow link), a
+    message it sent meanwhile is left unread, the kernel resets the connection, the
+    frame still queued is dropped, and the page takes "Session ended" for a blip:
+    "reconnecting…" for a minute against a server that is gone."""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+        self.reading: asyncio.Future[None] | None = None
+        self.closing: asyncio.Future[None] | None = None
+
+    def goodbye(self, message: bytes) -> asyncio.Future[None]:
+        if self.closing is None:
+            self.closing = asyncio.ensure_future(self._goodbye(message))
+        return self.closing
+
+    async def _goodbye(self, message: bytes) -> None:
+        if self.reading is not None:
+            self.reading.cancel()
+            await asyncio.wait({self.reading})
+        try:  # a page that reads nothing (asleep, frozen) would hold the frame's send for good
+            await asyncio.wait_for(self.ws.close(code=ENDED, message=message), GOODBYE_S)
+        except asyncio.TimeoutError:
+            pass  # close() cuts the connection when it is cancelled
+
 
 @dataclass
 class Session:
-    """One browser session: its app process, and the WebSocket drawing it (None while
-    the page is away: the app is kept `grace_s` for the page to come back)."""
+    """One browser session: its app process, and the page drawing it (None while the
+    page is away: the app is kept `grace_s` for the page to come back)."""
 
     number: int
     id: str
@@ -61,7 +94,7 @@ class Session:
     agent: str
     started: float  # time.time()
     service: AppService | None = None
-    ws: web.WebSocketResponse | None = None
+    page: Page | None = None
     reaper: asyncio.TimerHandle | None = None
     ended: bool = False
 
@@ -214,24 +247,31 @@ class WebServer:
             raise web.HTTPForbidden(text="eagle3-tui serve: WebSocket without the token\n")
         if self._closing:
             raise web.HTTPServiceUnavailable(text="eagle3-tui serve: stopping\n")
-        ws = web.WebSocketResponse(heartbeat=15, protocols=(PROTOCOL,))
+        ws = web.WebSocketResponse(heartbeat=15, protocols=(PROTOCOL,), timeout=GOODBYE_S)
         await ws.prepare(request)
-        session = await self._open(request, ws)
+        page = Page(ws)
+        session = await self._open(request, page)
+        page.reading = asyncio.ensure_future(self._read(ws, session))
         try:
             await ws.send_str(json.dumps(["eagle3-session", session.id]))
-            await self._read(ws, session)
+            await asyncio.wait({page.reading})
+            if page.closing is not None:  # the page is told its session ended: its answer comes
+                await asyncio.wait({page.closing})  # before aiohttp closes the connection (on return)
+            elif not page.reading.cancelled():
+                page.reading.result()  # the reader's error, if it had one, is this request's
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            if session.ws is ws:
-                session.ws = None
+            page.reading.cancel()
+            if session.page is page:
+                session.page = None
                 if ws.close_code in (WSCloseCode.OK, WSCloseCode.GOING_AWAY):  # the page said goodbye:
                     self._spawn(self._end(session, "its page closed"))  # a closed tab, a reload
                 else:
                     self._lost(session)  # dropped without a word: a blip, a sleeping laptop
         return ws
 
-    async def _open(self, request: web.Request, ws: web.WebSocketResponse) -> Session:
+    async def _open(self, request: web.Request, page: Page) -> Session:
         width = number(request.query.get("width"), 80)
         height = number(request.query.get("height"), 24)
         session = self.sessions.get(request.query.get("session", ""))
@@ -239,9 +279,9 @@ class WebServer:
             if session.reaper is not None:
                 session.reaper.cancel()
                 session.reaper = None
-            old, session.ws = session.ws, ws
+            old, session.page = session.page, page
             if old is not None:  # another tab took it over: that one's page ends
-                await old.close(code=ENDED, message=b"taken over by another page")
+                old.goodbye(b"taken over by another page")  # its own handler waits for its answer
             session.peer = request.remote or "?"
             log.info("session %d back from %s; connected now: %s", session.number, session.peer, self.describe())
             self._write_sessions()
@@ -251,18 +291,18 @@ class WebServer:
         n = next(self._numbers)
         session = Session(n, secrets.token_urlsafe(18), request.remote or "?",
                           clean(request.headers.get("User-Agent", "?")),
-                          time.time(), ws=ws)
+                          time.time(), page=page)
         self.sessions[session.id] = session
 
         async def to_page(data: bytes | str) -> None:
-            page = session.ws
-            if page is None or page.closed:
+            ws = session.page.ws if session.page is not None else None
+            if ws is None or ws.closed:
                 return  # the page is away: its return redraws the screen
             try:
                 if isinstance(data, bytes):
-                    await page.send_bytes(data)
+                    await ws.send_bytes(data)
                 else:
-                    await page.send_str(data)
+                    await ws.send_str(data)
             except ConnectionError:
                 pass
 
@@ -335,8 +375,8 @@ class WebServer:
         if session.reaper is not None:
             session.reaper.cancel()
         self.sessions.pop(session.id, None)
-        if session.ws is not None and not session.ws.closed:
-            await session.ws.close(code=ENDED, message=b"session ended")
+        if session.page is not None:
+            await asyncio.wait({session.page.goodbye(b"session ended")})
         if session.service is not None:
             await session.service.stop()
         log.info("session %d from %s ended after %.0f s (%s); connected now: %s", session.number, session.peer,
@@ -352,13 +392,13 @@ class WebServer:
 
     def _write_sessions(self) -> None:
         rows = [{"number": s.number, "peer": s.peer, "agent": s.agent, "since": s.started,
-                 "read_only": self.read_only, "away": s.ws is None} for s in self.sessions.values()]
+                 "read_only": self.read_only, "away": s.page is None} for s in self.sessions.values()]
         tmp = self.sessions_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(rows))
         os.replace(tmp, self.sessions_file)  # a reader never sees half a list
 
     def describe(self) -> str:
-        return ", ".join(f"#{s.number} {s.peer}{' (away)' if s.ws is None else ''}"
+        return ", ".join(f"#{s.number} {s.peer}{' (away)' if s.page is None else ''}"
                          for s in self.sessions.values()) or "none"
 
 
