@@ -73,7 +73,9 @@ def launch(
                 os.unlink(os.path.join(run_dir, "launch.json"))
             with contextlib.suppress(OSError):
                 os.rmdir(run_dir)
-            raise RunnerError("cannot launch: %s" % rundir.write_failed(e, where)) from None
+            why = rundir.write_failed(e, runs_dir, "in")  # the runs dir: the run's own is gone
+            raise RunnerError("cannot launch: %s (writing the run's %s; nothing was started)"
+                              % (why, os.path.basename(where))) from None
         shim_env = dict(os.environ)
         shim_env[RUN_ENV] = run_id  # marks the shim too, so snapshots attribute it
         try:
