@@ -2,10 +2,12 @@
 host (real agents: a LocalLink child, and agents behind a real sshd). The process may go
 on after the app (`demo` asks the host for the run's outcome next; the tests run many
 apps in one process): an agent whose stdin stayed open would live until that process
-ends. In the fleet, entering and leaving a host N times opens no second agent."""
+ends. In the fleet, entering and leaving a host N times opens no second agent, and a host
+whose first connect is tried again keeps no agent of the failed try."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -18,6 +20,8 @@ from tests.fleet_hosts import FleetHosts
 from tests.sshd import Sshd
 from tui.services.actions import new_client
 from tui.services.config import parse_config
+from tui.services.hostfeed import HostFeed
+from tui.transport import AgentClient, LocalLink
 from tui.views.app import make_app, make_fleet_app
 from tui.views.screens.dashboard import DashboardScreen
 from tui.views.screens.fleet import FleetScreen
@@ -94,3 +98,40 @@ async def test_entering_and_leaving_hosts_keeps_one_agent_each_and_quitting_stop
         assert all(feed.client.connected for feed in screen.feeds.values())
         await pilot.press("q")
     assert settled(lambda: agents_of(tmp_path), 0) == []
+
+
+# The first start of the agent says hello, then drops the link at the first request (the
+# configure): a link lost between the hello and the configure, tried again. Later starts
+# are the plain agent.
+DROP_ONCE = """#!/bin/sh
+if [ "$1" = -u ] && mkdir "{mark}" 2>/dev/null; then
+  exec "{python}" -c '
+import subprocess, sys
+agent = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+sys.stdout.buffer.write(agent.stdout.readline()); sys.stdout.buffer.flush()
+sys.stdin.buffer.readline()
+agent.kill(); agent.wait(); sys.exit(1)' "{python}" "$@"
+fi
+exec "{python}" "$@"
+"""
+
+
+async def test_a_connect_tried_again_leaves_no_agent_of_the_failed_try(tmp_path: Path) -> None:
+    python = tmp_path / "python3"
+    python.write_text(DROP_ONCE.format(mark=tmp_path / "dropped", python=sys.executable))
+    python.chmod(0o755)
+    client = AgentClient(LocalLink(python=str(python), runs_dir=str(tmp_path / "runs")), backoff=(0.05,))
+    feed = HostFeed(client, config(tmp_path), "local")
+    task = asyncio.create_task(feed.run(None, retry=(0.2,)))
+    try:
+        deadline = time.monotonic() + 20
+        while not feed.started:
+            assert time.monotonic() < deadline and not task.done(), "the second try never connected"
+            await asyncio.sleep(0.05)
+        assert (tmp_path / "dropped").is_dir() and feed.client is not client  # the first try failed
+        await asyncio.sleep(1.0)  # the failed try's client, had it been left, reconnects in 0.05 s
+        assert len(agents_of(tmp_path)) == 1
+    finally:
+        task.cancel()
+        await feed.close()
+        await client.close()
