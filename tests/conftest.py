@@ -21,6 +21,7 @@ from tests.sshd import Sshd, sshd_missing
 from tui.transport import AgentClient, LocalLink
 
 LEAK_GRACE_S = 5.0  # how long a run's shim may take to end after the test's own kill
+AGENT_MAIN = os.path.join("agent", "main.py")  # a host agent's argv: [python, -u, …/agent/main.py, --runs-dir, DIR]
 
 # Every test runs under umask 002, Ubuntu's default for its users (user-private groups):
 # what eagle3-tui creates must carry its own mode whatever the umask (a demo once made its
@@ -89,15 +90,20 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return lines
 
 
-def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
-    """(shim pid, process groups) of every supervisor shim whose run dir is under ``root``."""
-    found = []
+def _alive_under(root: str) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """Under ``root``, one pass over /proc: (shim pid, process groups) of every supervisor
+    shim whose run dir is there, and the pid of every host agent whose `--runs-dir` is."""
+    runs, agents = [], []
     for name in os.listdir("/proc"):
         try:
             argv = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except (OSError, ValueError):
             continue
-        if "supervise" not in argv or not any(a.startswith(root + os.sep) for a in argv):
+        if not any(a.startswith(root + os.sep) for a in argv):
+            continue
+        if "--runs-dir" in argv and any(a.endswith(AGENT_MAIN) for a in argv):
+            agents.append(int(name))
+        if "supervise" not in argv:
             continue
         run_dir = argv[argv.index("supervise") + 1] if argv.index("supervise") + 1 < len(argv) else ""
         groups = []
@@ -107,33 +113,45 @@ def _runs_alive_under(root: str) -> list[tuple[int, list[int]]]:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         mine = os.getpgid(0)  # never the test session's own group
-        found.append((int(name), [g for g in groups if g > 1 and g != mine]))
-    return found
+        runs.append((int(name), [g for g in groups if g > 1 and g != mine]))
+    return runs, agents
 
 
 @pytest.fixture(autouse=True)
 def _no_run_left_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that leaves a run alive (a job that sleeps or spins for minutes, loading the
-    machine under every later test) fails, naming itself; its run's groups are killed."""
+    machine under every later test) fails, naming itself; its run's groups are killed.
+    So does one that leaves a host agent of its runs dir alive (a client, an app, a link it
+    did not close: the agent waits for its stdin's end, on the sshd's session, until the
+    suite ends); the agent is killed."""
     root = str(request.getfixturevalue("tmp_path")) if "tmp_path" in request.fixturenames else None
     yield
     if root is None:
         return
-    leaked = _runs_alive_under(root)
+    leaked, agents = _alive_under(root)
     deadline = time.monotonic() + LEAK_GRACE_S
-    while leaked and time.monotonic() < deadline:  # a run the test just killed is still ending
+    while (leaked or agents) and time.monotonic() < deadline:  # a run the test just killed is still ending
         time.sleep(0.05)
-        leaked = _runs_alive_under(root)
+        leaked, agents = _alive_under(root)
     for _, groups in leaked:
         for pgid in groups:
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except (OSError, ProcessLookupError):
                 pass
+    for pid in agents:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
     if leaked:
         shims = ", ".join(str(pid) for pid, _ in leaked)
         pytest.fail(f"{request.node.nodeid} left {len(leaked)} run(s) alive (supervisor shim "
                     f"pid {shims}); killed them now: kill what a test launches", pytrace=False)
+    if agents:
+        pytest.fail(f"{request.node.nodeid} left {len(agents)} host agent(s) alive (pid "
+                    f"{', '.join(map(str, agents))}); killed them now: close the clients and apps a test "
+                    "opens", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -173,6 +173,10 @@ class HostFeed:
                 await self.connect(gate)
                 break
             except (TransportError, AgentRequestError, OSError) as exc:
+                # Closed: a try that got as far as the hello (the link lost at the configure)
+                # reconnects on its own otherwise, an agent of its own on the host, over
+                # the link the next try's client shares (each open stops the other's agent).
+                await self.client.close()
                 if not retry or getattr(exc, "permanent", True):
                     return
                 wait = retry[min(attempt, len(retry) - 1)]

@@ -9,6 +9,7 @@ the command palette; the dashboard's state and keys live in the dashboard.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any, Iterable
 
@@ -65,14 +66,24 @@ class EagleApp(App[None]):
         super().notify(clean(message), title=clean(title, newline=False), severity=severity, timeout=timeout,
                        markup=False)
 
+    def feeds(self) -> list[HostFeed]:
+        """Every host's feed: the fleet's, or the one dashboard's."""
+        first = self._first
+        feeds = getattr(first, "feeds", None) or {"": getattr(first, "feed", None)}
+        return [feed for feed in feeds.values() if feed is not None]
+
     def close_hooks(self, grace: float = 2.0) -> None:
         """After the app: the `[notify] command` hooks still running get `grace` seconds,
         then their process groups are killed (nothing outlives `connect`)."""
-        first = self._first
-        feeds = getattr(first, "feeds", None) or {"": getattr(first, "feed", None)}
-        for feed in feeds.values():
-            if feed is not None:
-                feed.close_hooks(grace)
+        for feed in self.feeds():
+            feed.close_hooks(grace)
+
+    async def on_unmount(self) -> None:
+        """The app's end, whichever way it ends (q, a failed connect, the terminal gone):
+        every host's agent is stopped and its link (its SSH connection) closed, all at once.
+        The process going on after the app (`demo` asks the host for the run's outcome
+        next; the tests run many apps in one process) keeps no agent alive on the host."""
+        await asyncio.gather(*(feed.close() for feed in self.feeds()), return_exceptions=True)
 
     def get_default_screen(self) -> Screen[Any]:
         return self._first

@@ -4,7 +4,8 @@ Every host has its own `HostFeed`, started here with at most `limit` connections
 flight (one `asyncio.Semaphore`), so a slow, refusing or unknown-key host holds one
 slot and shows its own one-line error while the others fill in. `enter` opens the
 host under the cursor in its dashboard (the same feed: no second connection), `esc`
-comes back; `s` cycles the sort column, `g` turns grouping by state (failed first)
+comes back (the host stays connected: its row is live; every host's agent is closed
+when the app ends, `EagleApp.on_unmount`); `s` cycles the sort column, `g` turns grouping by state (failed first)
 off and on, `/` filters by host name, state or run (enter keeps the filter, esc
 clears it). The line at the top sums the fleet up. Rows come from `tui.state.fleet`.
 
