@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from remote.base import atomicfile, procfs
-from remote.run import rundir
+from remote.run import attempts, launch, rundir
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -134,7 +134,7 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
                    "scheduler": dict(opts, kind="slurm")}
         if isinstance(restart, dict):
             request["restart"] = restart
-        atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
+        launch.write_request(runs_dir, run_dir, request)  # and its reserves: no room, no job
         script = os.path.join(run_dir, SCRIPT)
         with open(script, "w", encoding="utf-8") as f:
             f.write(_script(run_dir, python))
@@ -417,7 +417,7 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
             rec["node_gpus"] = found["node_gpus"]  # the job's GPUs on each node, as squeue said
         if st in PENDING:
             rec["state"] = "pending"
-            tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
+            tried = attempts.load(run_dir)  # attempts.json, or its reserve on a full disk
             at = tried.get("restart_at") if isinstance(tried, dict) else None
             if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
                 # a restart resubmitted as this job, waiting to begin; the attempts as read here
