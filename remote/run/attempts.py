@@ -39,7 +39,12 @@ def load(run_dir: str) -> dict | None:
     write went there; None without either (no policy, not started). A file that is not
     ours alone raises `trust.Untrusted`, as ``rundir.read_json`` does."""
     found = [r for r in (_read(os.path.join(run_dir, FILE)), _read(os.path.join(run_dir, RESERVE))) if r]
-    return max(found, key=lambda r: r.get("seq") if isinstance(r.get("seq"), int) else -1, default=None)
+    return max(found, key=_seq, default=None)
+
+
+def _seq(rec: dict) -> int:
+    seq = rec.get("seq")
+    return seq if isinstance(seq, int) else -1  # a record of an older supervisor: none
 
 
 def into_reserve(fd: int, rec: dict) -> None:

@@ -95,7 +95,8 @@ class Supervisor:
         log = req.get("log") or os.path.join(run_dir, "output.log")
         self.log = os.path.join(req["cwd"], os.path.expanduser(log))
         self.attempts: list[dict] = []
-        self.seq, self.unsaved, self.next_try = 0, None, 0.0  # unsaved: the args of a save that failed
+        self.seq, self.next_try = 0, 0.0
+        self.unsaved: tuple[float | None, str | None, str | None] | None = None  # a failed save's args
         self.reserve = open_reserve(run_dir)  # the record's space on a full disk (attempts.py)
         self.stop_sig: int | None = None
         self.wake = threading.Event()
@@ -333,7 +334,7 @@ class Supervisor:
             self.say("%d ended (%s): %s in %s, as Slurm job %s" % (n, _how(rec), why, span(wait), job))
         if self.stop_sig is not None:  # killed while submitting: the new job never runs
             try:
-                slurm.cancel(job)
+                slurm.call(["scancel", job])  # plain: the job has not begun
             except Exception:
                 pass  # the kill cancels it too
             rec.update(restarted=False, restart_at=None, why="killed while waiting to restart")

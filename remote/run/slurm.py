@@ -67,8 +67,7 @@ def is_slurm_run(runs_dir: str, run_id: str) -> bool:
 
 
 def check_options(opts: Any) -> dict:
-    """The scheduler options of a launch request, checked: partition, gpus, time,
-    sbatch_args."""
+    """The scheduler options of a launch request, checked: partition, gpus, time, sbatch_args."""
     if not isinstance(opts, dict):
         raise RunnerError("scheduler must be an object")
     out: dict = {}
@@ -190,8 +189,11 @@ def resubmit(run_dir: str, wait: float) -> str:
     if done.returncode != 0 or not job.isdigit():
         raise RunnerError("sbatch failed: %s" % last_line(done.stderr or done.stdout))
     jobs = [str(j) for j in info.get("jobs") or [info.get("job_id")] if j]
-    atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch,
-                                     jobs=jobs + [job]))
+    try:  # no room for it (a full disk): the run would not know its new job, which must not run
+        atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch, jobs=jobs + [job]))
+    except OSError as e:
+        call(["scancel", job])
+        raise RunnerError("%s; Slurm job %s cancelled" % (rundir.write_failed(e, path), job)) from None
     return job
 
 
@@ -213,11 +215,6 @@ def hostnames(nodes: str) -> list[str]:
             return [n for n in nodes.split(",") if n]
         _HOSTNAMES[nodes] = names
     return list(_HOSTNAMES[nodes])
-
-
-def cancel(job: str) -> None:
-    """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
-    call(["scancel", job])
 
 
 # ---------------------------------------------------------------- state
@@ -417,8 +414,8 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
             rec["node_gpus"] = found["node_gpus"]  # the job's GPUs on each node, as squeue said
         if st in PENDING:
             rec["state"] = "pending"
-            tried = attempts.load(run_dir)  # attempts.json, or its reserve on a full disk
-            at = tried.get("restart_at") if isinstance(tried, dict) else None
+            tried = attempts.load(run_dir) or {}  # attempts.json, or its reserve on a full disk
+            at = tried.get("restart_at")
             if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
                 # a restart resubmitted as this job, waiting to begin; the attempts as read here
                 rec.update(restart_at=at, restarts=tried.get("restarts") or 0, attempts=tried.get("attempts"),
