@@ -448,3 +448,27 @@ def test_a_slurm_submit_with_no_room_for_its_reserve_fails_in_one_line(small_fs:
     assert str(err.value) == (f"cannot launch: no space left on device in {runs} "
                               "(writing the run's exit.reserve; nothing was started)"), err.value
     assert sorted(os.listdir(runs)) == [".launch.lock"]
+
+
+def test_a_record_too_big_for_the_attempts_reserve_keeps_the_latest_attempts(tmp_path: Path) -> None:
+    """Hundreds of attempts do not fit the reserve's 64 KiB: the oldest are left out
+    (counted), the run's restarts and the latest attempts stay, and the reserve is read
+    back as the newest record only while its seq is the higher one."""
+    from remote.run import attempts
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fd = rundir.make_reserve(str(run_dir), attempts.RESERVE, attempts.RESERVE_BYTES)
+    try:
+        tried = [{"n": n, "why": "restarting: " + "x" * 400, "restarted": True} for n in range(1, 301)]
+        attempts.into_reserve(fd, {"restarts": 300, "attempts": tried, "seq": 7, "write_error": "no space"})
+    finally:
+        os.close(fd)
+    assert (run_dir / attempts.RESERVE).stat().st_size == attempts.RESERVE_BYTES
+    rec = attempts.load(str(run_dir))
+    assert rec is not None and rec["restarts"] == 300 and rec["attempts"][-1]["n"] == 300
+    assert rec["left_out"] + len(rec["attempts"]) == 300 and rec["attempts"][0]["n"] == rec["left_out"] + 1
+    (run_dir / attempts.FILE).write_text(json.dumps({"attempts": [], "seq": 6}))
+    assert attempts.load(str(run_dir))["seq"] == 7  # the file is older: the reserve's record
+    (run_dir / attempts.FILE).write_text(json.dumps({"attempts": [], "seq": 8}))
+    assert attempts.load(str(run_dir))["seq"] == 8  # written again since: the file's

@@ -85,9 +85,10 @@ def _forward(group: list[int], num: int) -> None:
 
 
 def reserve_exit(run_dir: str) -> int | None:
-    """An fd on the exit record's reserved space (``exit.reserve``): the one the launch
-    or Slurm's submit made (launch.write_request; a Slurm run's jobs share it), else a new
-    one; None when there is none to be had. `write_exit` and `write_failure` overwrite it in place on a full disk."""
+    """An fd on the exit record's reserved space (``exit.reserve``): the one the launch or
+    Slurm's submit made (launch.write_request; a Slurm run's jobs share it), else a new
+    one; None when there is none to be had. `write_exit` and `write_failure` overwrite it
+    in place on a full disk."""
     try:
         fd = trust.open_file(os.path.join(run_dir, rundir.EXIT_RESERVE), os.O_RDWR, "exit reserve")
     except FileNotFoundError:
