@@ -168,7 +168,8 @@ def resubmit(run_dir: str, wait: float) -> str:
     ``wait`` seconds from now (``sbatch --begin``): a restart of a Slurm run, called by
     the restart supervisor inside the job that failed (restart.py). The wait is spent
     in the queue, not holding the failed job's nodes. ``slurm.json`` then names the new
-    job (the run's record follows it) and lists every job of the run. The new job id."""
+    job (the run's record follows it) and lists every job of the run. The new job id; a
+    slurm.json that cannot be written (a full disk) cancels that job: RunnerError, one line."""
     path = os.path.join(run_dir, SLURM_FILE)
     info = rundir.read_json(path)
     if not isinstance(info, dict) or not isinstance(info.get("sbatch"), list) or not info["sbatch"]:
