@@ -384,6 +384,7 @@ def test_a_restart_on_a_full_disk_goes_on_and_its_attempts_are_listed_with_why(
     assert row.state == "exited" and row.exit == "0"
     assert row.note == ("restarted 1× — last: NCCL collective timed out at log line 2; "
                         f"disk full: no space left on device writing {run_dir / 'attempts.json'}"), row.note
+    assert f"writing {run_dir / 'attempts.json'}" in format_runs(state)  # `runs` says it too
     assert "Traceback" not in (tmp_path / "out.log").read_text()
 
 
