@@ -305,3 +305,171 @@ def test_a_failure_left_in_the_reserve_is_still_listed(tmp_path: Path) -> None:
     (Path(run_dir) / rundir.EXIT_RESERVE).write_bytes(record.ljust(rundir.RESERVE_BYTES - 1) + b"\n")
     (rec,) = rundir.list_runs(str(runs))
     assert rec["run_id"] == run_id and rec["state"] == "failed" and rec["error"] == why, rec
+
+
+# ---- the restart supervisor on a full disk: the run's attempts and their story kept
+
+CRASH_ONCE = """\
+import os, sys, time
+d = sys.argv[1]
+n = len([f for f in os.listdir(d) if f.startswith("began")]) + 1
+open(os.path.join(d, "began%d" % n), "w").close()
+print("attempt", n, flush=True)
+while not os.path.exists(os.path.join(d, "go%d" % n)):
+    time.sleep(0.02)
+if n == 1:  # a transient failure the policy restarts
+    print("[rank0]:[E1201 03:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+          "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+          flush=True)
+    sys.exit(1)
+"""
+RESTART = '[run]\nrestart = "on-failure"\nrestart_delay = 0.2\nrestart_delay_max = 1\ngraces = [0.5, 0.5]\n'
+
+
+def _restartable(runs: Path, tmp_path: Path) -> tuple[str, Path]:
+    """A run under a restart policy whose attempt 1 dies of an NCCL timeout once
+    `tmp_path/go1` exists and whose attempt 2 finishes once `go2` does; its log, and the
+    job's files, in `tmp_path` (room there: only the run's records lack it). Its id and
+    its working dir."""
+    from tui.services.config import parse_config
+    from tui.services.restartpolicy import compile_policy
+
+    work = tmp_path / "work"
+    work.mkdir()
+    rec = launch.launch(str(runs), "restarted", [sys.executable, "-c", CRASH_ONCE, str(work)], str(tmp_path), {},
+                        log=str(tmp_path / "out.log"), restart=compile_policy(parse_config(RESTART)))
+    return rec["run_id"], work
+
+
+def _until(pred, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return got
+
+
+def test_a_restart_on_a_full_disk_goes_on_and_its_attempts_are_listed_with_why(
+        small_fs: Path, tmp_path: Path) -> None:
+    """The disk fills during attempt 1: the attempt dies, the policy restarts it and
+    attempt 2 finishes, though no attempts.json could be written since. The good
+    attempts.json of before is left whole (never a half-written one), the run ends with
+    its own exit code (0), and `runs` and the dashboard list both attempts, the restart
+    and why the record was not written: "no space left on device writing …/attempts.json"."""
+    runs = small_fs / "runs"
+    run_id, work = _restartable(runs, tmp_path)
+    run_dir = runs / run_id
+    try:
+        _until(lambda: (work / "began1").exists())
+        _until(lambda: (rundir.read_json(str(run_dir / "attempts.json")) or {}).get("attempts", [{}])[0].get("pid"))
+        before = (run_dir / "attempts.json").read_bytes()
+        _fill(small_fs)
+        (work / "go1").touch()
+        _until(lambda: (work / "began2").exists())
+        (work / "go2").touch()
+        ended = _wait_ended(runs, run_id)
+    finally:
+        for n in (1, 2):
+            (work / f"go{n}").touch()
+    assert (ended["state"], ended["exit_code"], ended["signal"]) == ("exited", 0, None), ended
+    assert (run_dir / "attempts.json").read_bytes() == before  # the good one, as it was
+    assert ended["disk_full"] is True
+    assert ended["write_error"] == f"no space left on device writing {run_dir / 'attempts.json'}"
+    assert ended["restarts"] == 1 and ended["restart_note"] == "finished"
+    first, second = ended["attempts"]
+    assert (first["exit_code"], first["cause"]["id"], first["restarted"]) == (1, "nccl-timeout", True)
+    assert (second["exit_code"], second["why"]) == (0, "finished")
+    state = state_of(_cfg(tmp_path), [RunRecord.parse(ended)])
+    (row,) = view.run_rows(state, time.time(), state.runs)
+    assert row.state == "exited" and row.exit == "0"
+    assert row.note == ("restarted 1× — last: NCCL collective timed out at log line 2; "
+                        f"disk full: no space left on device writing {run_dir / 'attempts.json'}"), row.note
+    assert f"writing {run_dir / 'attempts.json'}" in format_runs(state)  # `runs` says it too
+    assert "Traceback" not in (tmp_path / "out.log").read_text()
+
+
+def test_attempts_json_is_written_again_once_the_disk_has_room(small_fs: Path, tmp_path: Path) -> None:
+    """The disk is full while attempt 1 ends and attempt 2 starts, then has room again
+    while attempt 2 runs: attempts.json is written again within the retry period, with
+    both attempts, and the run's record no longer says the disk is full."""
+    runs = small_fs / "runs"
+    run_id, work = _restartable(runs, tmp_path)
+    path = runs / run_id / "attempts.json"
+    try:
+        _until(lambda: (work / "began1").exists())
+        _fill(small_fs)
+        (work / "go1").touch()
+        _until(lambda: (work / "began2").exists())
+        time.sleep(0.5)  # attempt 2's start was recorded, in the reserve
+        rec = next(r for r in rundir.list_runs(str(runs)) if r["run_id"] == run_id)
+        assert rec["state"] == "running" and rec["disk_full"] is True and len(rec["attempts"]) == 2, rec
+        (small_fs / "filler").unlink()
+        _until(lambda: len((rundir.read_json(str(path)) or {}).get("attempts", [])) == 2, timeout=15.0)
+        rec = next(r for r in rundir.list_runs(str(runs)) if r["run_id"] == run_id)
+        assert rec["write_error"] is None and rec["disk_full"] is False and rec["restarts"] == 1, rec
+    finally:
+        for n in (1, 2):
+            (work / f"go{n}").touch()
+    ended = _wait_ended(runs, run_id)
+    assert (ended["exit_code"], ended["restarts"], ended["write_error"]) == (0, 1, None), ended
+
+
+def test_a_launch_under_a_policy_with_no_room_for_its_attempts_reserve_fails_in_one_line(
+        small_fs: Path, tmp_path: Path) -> None:
+    """Room for launch.json and exit.reserve, not for attempts.reserve (16 pages): the
+    launch under a restart policy fails in one line naming it, and leaves nothing."""
+    from tui.services.config import parse_config
+    from tui.services.restartpolicy import compile_policy
+
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    policy, argv = compile_policy(parse_config(RESTART)), [sys.executable, "-c", SLEEPER]
+    # launch.json carries the policy (its signatures: several pages): padded to the middle
+    # of a page, so the request's few varying bytes never change its page count
+    size = len(json.dumps({"restart": policy, "argv": argv, "cwd": str(tmp_path), "name": "full"}, indent=1)) + 300
+    env = {"PAD": "x" * ((PAGE // 2 - size) % PAGE)}
+    _leave_free(small_fs, -(-(size + len(env["PAD"])) // PAGE) + 1 + 15)
+    with pytest.raises(rundir.RunnerError) as err:
+        launch.launch(str(runs), "full", argv, str(tmp_path), env, restart=policy)
+    assert str(err.value) == (f"cannot launch: no space left on device in {runs} "
+                              "(writing the run's attempts.reserve; nothing was started)"), err.value
+    assert sorted(os.listdir(runs)) == [".launch.lock"]
+
+
+def test_a_slurm_submit_with_no_room_for_its_reserve_fails_in_one_line(small_fs: Path, tmp_path: Path) -> None:
+    """A Slurm run's exit record gets its space when it is submitted, not when its job
+    starts (the disk may be full by then): no room for it, no job, one line."""
+    from remote.run import slurm
+
+    runs = small_fs / "runs"
+    runs.mkdir(mode=0o700)
+    _leave_free(small_fs, 1)
+    with pytest.raises(rundir.RunnerError) as err:
+        slurm.submit(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {}, {})
+    assert str(err.value) == (f"cannot launch: no space left on device in {runs} "
+                              "(writing the run's exit.reserve; nothing was started)"), err.value
+    assert sorted(os.listdir(runs)) == [".launch.lock"]
+
+
+def test_a_record_too_big_for_the_attempts_reserve_keeps_the_latest_attempts(tmp_path: Path) -> None:
+    """Hundreds of attempts do not fit the reserve's 64 KiB: the oldest are left out
+    (counted), the run's restarts and the latest attempts stay, and the reserve is read
+    back as the newest record only while its seq is the higher one."""
+    from remote.run import attempts
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fd = rundir.make_reserve(str(run_dir), attempts.RESERVE, attempts.RESERVE_BYTES)
+    try:
+        tried = [{"n": n, "why": "restarting: " + "x" * 400, "restarted": True} for n in range(1, 301)]
+        attempts.into_reserve(fd, {"restarts": 300, "attempts": tried, "seq": 7, "write_error": "no space"})
+    finally:
+        os.close(fd)
+    assert (run_dir / attempts.RESERVE).stat().st_size == attempts.RESERVE_BYTES
+    rec = attempts.load(str(run_dir))
+    assert rec is not None and rec["restarts"] == 300 and rec["attempts"][-1]["n"] == 300
+    assert rec["left_out"] + len(rec["attempts"]) == 300 and rec["attempts"][0]["n"] == rec["left_out"] + 1
+    (run_dir / attempts.FILE).write_text(json.dumps({"attempts": [], "seq": 6}))
+    assert attempts.load(str(run_dir))["seq"] == 7  # the file is older: the reserve's record
+    (run_dir / attempts.FILE).write_text(json.dumps({"attempts": [], "seq": 8}))
+    assert attempts.load(str(run_dir))["seq"] == 8  # written again since: the file's

@@ -328,6 +328,69 @@ def test_kill_while_the_next_job_waits_cancels_it(agent: AgentProc) -> None:
         % (wait["job_id"], gone["slurm_state"], view.kill_verdict(KillReport.parse(report))))
 
 
+CRASH_ONCE = """\
+import os, sys, time
+d = sys.argv[1]
+n = len([f for f in os.listdir(d) if f.startswith("began")]) + 1
+open(os.path.join(d, "began%d" % n), "w").close()
+while not os.path.exists(os.path.join(d, "go%d" % n)):
+    time.sleep(0.05)
+print("[rank0]:[E1201 03:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+      "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+      flush=True)
+sys.exit(1)
+"""
+
+
+@pytest.mark.needs_root("a Slurm restart on a full disk: a 1 MiB tmpfs mounted for the runs dir")
+def test_a_restart_on_a_full_disk_cancels_the_job_the_run_could_not_record(
+        agent: AgentProc, slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs dir's disk fills while attempt 1 runs; it dies of an NCCL timeout and the
+    supervisor resubmits the run, but slurm.json cannot name the new job: that job is
+    cancelled (it would run the command again in a run already recorded as ended), and
+    the run ends with the attempt's exit code and says why in one line."""
+    from tui.services.config import parse_config
+    from tui.services.restartpolicy import compile_policy
+
+    runs, work = agent.tmp / "runs", agent.tmp / "work"  # type: ignore[attr-defined]
+    runs.mkdir(exist_ok=True)
+    work.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(runs)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {(done.stderr.strip() or str(done.returncode)).splitlines()[0]}")
+    try:
+        sched = {"kind": "slurm", "partition": "debug", "gpus": 1, "time": "10", "sbatch_args": []}
+        toml = '[run]\nrestart = "on-failure"\nrestart_delay = 10\ngraces = [0.5, 0.5]\n'
+        rec = agent.call("launch", {"name": "fullslurm", "argv": [sys.executable, "-c", CRASH_ONCE, str(work)],
+                                    "cwd": str(agent.tmp), "env": {}, "scheduler": sched,  # type: ignore[attr-defined]
+                                    "log": str(agent.tmp / "out.log"),  # type: ignore[attr-defined]
+                                    "restart": compile_policy(parse_config(toml))})
+        wait_for(lambda: (work / "began1").exists(), 60, "attempt 1 to start")
+        with open(runs / "filler", "wb", buffering=0) as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+        (work / "go1").touch()
+        ended = wait_for(in_state(agent, rec["run_id"], "exited"), 60, "the run to end")
+        info = json.loads((runs / rec["run_id"] / "slurm.json").read_text())
+        assert info["job_id"] == rec["job_id"], info  # still the first job: the new one is not the run's
+        assert ended["exit_code"] == 1 and ended["restarts"] == 0, ended
+        why = ended["restart_note"]
+        assert re.fullmatch(rf"not restarted: no space left on device writing {re.escape(str(runs / rec['run_id']))}"
+                            r"/slurm\.json; Slurm job (\d+) cancelled", why), why
+        monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+        later = {j: v["state"] for j, v in slurm.squeue(fresh=True).items() if int(j) > int(rec["job_id"])}
+        assert list(later.values()) == ["CANCELLED"], later  # not PENDING: it would start the run again
+        assert why.endswith("Slurm job %s cancelled" % next(iter(later))), (why, later)
+        assert not (work / "began2").exists()
+        say("full disk under Slurm: %s" % why)
+    finally:
+        for n in (1, 2):
+            (work / f"go{n}").touch()
+        subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
 # ---------------------------------------------------------------- the job's node
 
 def login_agent_on(cluster: Cluster, tmp_path: Path) -> Iterator[AgentProc]:

@@ -1,7 +1,7 @@
 """Launch a run on the host: allocate its run directory, write the request, start the
 supervisor shim (``shim.py``) detached, and wait for its manifest. No room for the
-request or the exit record's reserve (a full disk, a quota) fails the launch in one line
-before anything starts. Standard library only; Python 3.9+."""
+request or the records' reserves (a full disk, a quota) fails the launch in one line
+before anything starts (`write_request`). Standard library only; Python 3.9+."""
 
 from __future__ import annotations
 
@@ -13,12 +13,39 @@ import time
 from typing import Any
 
 from remote.base import atomicfile, procfs
-from remote.run import rundir
+from remote.run import attempts, rundir
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
 LAUNCH_WAIT = 10.0  # seconds launch() waits for the shim's manifest
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
+
+
+def write_request(runs_dir: str, run_dir: str, request: dict) -> None:
+    """``launch.json`` and the records' reserves: ``exit.reserve``, and with a restart
+    policy ``attempts.reserve`` (remote/run/attempts.py). No room for them (ENOSPC,
+    EDQUOT): no run. What was written and the run dir are removed, and RunnerError says
+    so in one line. Slurm's submit writes its run's the same way (slurm.py)."""
+    made = [("launch.json", None), (rundir.EXIT_RESERVE, rundir.RESERVE_BYTES)]
+    if request.get("restart") is not None:
+        made.append((attempts.RESERVE, attempts.RESERVE_BYTES))
+    done: list[str] = []
+    try:
+        for name, size in made:
+            if size is None:
+                atomicfile.write_json(os.path.join(run_dir, name), request)
+            else:
+                os.close(rundir.make_reserve(run_dir, name, size))
+            done.append(name)
+    except OSError as e:
+        for gone in done:  # nothing started: no run dir is left either
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(run_dir, gone))
+        with contextlib.suppress(OSError):
+            os.rmdir(run_dir)
+        why = rundir.write_failed(e, runs_dir, "in")  # the runs dir: the run's own is gone
+        raise RunnerError("cannot launch: %s (writing the run's %s; nothing was started)"
+                          % (why, made[len(done)][0])) from None
 
 
 def launch(
@@ -63,19 +90,7 @@ def launch(
         }
         if restart is not None:
             request["restart"] = restart
-        where = os.path.join(run_dir, "launch.json")
-        try:  # the request and the exit record's space: no room for them (ENOSPC, EDQUOT), no run
-            atomicfile.write_json(where, request)
-            where = os.path.join(run_dir, rundir.EXIT_RESERVE)
-            os.close(rundir.make_reserve(run_dir))
-        except OSError as e:
-            with contextlib.suppress(OSError):  # nothing started: no run dir is left either
-                os.unlink(os.path.join(run_dir, "launch.json"))
-            with contextlib.suppress(OSError):
-                os.rmdir(run_dir)
-            why = rundir.write_failed(e, runs_dir, "in")  # the runs dir: the run's own is gone
-            raise RunnerError("cannot launch: %s (writing the run's %s; nothing was started)"
-                              % (why, os.path.basename(where))) from None
+        write_request(runs_dir, run_dir, request)
         shim_env = dict(os.environ)
         shim_env[RUN_ENV] = run_id  # marks the shim too, so snapshots attribute it
         try:

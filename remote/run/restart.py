@@ -22,7 +22,9 @@ runs the argv as attempt 1, 2, … in its own process group, with no client conn
   is never restarted (restartpolicy.decide);
 - ``attempts.json`` (atomic) keeps ``restarts``, ``attempts`` (started, ended, exit
   code, signal, cause, progress, decision and why) and ``restart_at`` while waiting;
-  the run record carries them (rundir.record);
+  the run record carries them (rundir.record). On a full disk a write that fails costs
+  the run nothing: the record goes to ``attempts.reserve`` with why, and the file is
+  tried again until it is written (remote/run/attempts.py);
 - a marker line goes into the run's log between attempts (``restartpolicy.MARK``): the
   client's log analysis and the host's pace start afresh there;
 - a Slurm run restarts as a new job instead (``Supervisor.resubmit``, slurm.resubmit).
@@ -33,6 +35,8 @@ it), so the shim's ``exit.json`` says what the run's end was. Stdlib only, Pytho
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -49,11 +53,11 @@ if not __package__:  # started as a file: docs/architecture.md, "Upload layout a
     sys.path[:] = [_ABOVE] + [p for p in sys.path if os.path.abspath(p) != _HERE]
 
 from remote.base import atomicfile, procfs, trust
-from remote.run import pace, rundir
+from remote.run import attempts, pace, rundir
 from remote.run.restartpolicy import MARK, Matcher, decide, delay, span
 
 RUN_ENV = rundir.RUN_ENV
-ATTEMPTS_FILE = "attempts.json"
+ATTEMPTS_FILE = attempts.FILE
 SCRIPT = os.path.abspath(__file__)
 READ_TAIL = 4 * 1024 * 1024  # bytes of an attempt's log the matcher reads (its end)
 POLL = 0.2
@@ -91,6 +95,9 @@ class Supervisor:
         log = req.get("log") or os.path.join(run_dir, "output.log")
         self.log = os.path.join(req["cwd"], os.path.expanduser(log))
         self.attempts: list[dict] = []
+        self.seq, self.next_try = 0, 0.0
+        self.unsaved: tuple[float | None, str | None, str | None] | None = None  # a failed save's args
+        self.reserve = open_reserve(run_dir)  # the record's space on a full disk (attempts.py)
         self.stop_sig: int | None = None
         self.wake = threading.Event()
         self.child: subprocess.Popen | None = None
@@ -102,7 +109,9 @@ class Supervisor:
         self.job = (os.environ.get("SLURM_JOB_ID") or None
                     if isinstance(sched, dict) and sched.get("kind") == "slurm" else None)
         if self.job is not None:
-            before = (load(run_dir) or {}).get("attempts")
+            prev = load(run_dir) or {}
+            self.seq = prev["seq"] if isinstance(prev.get("seq"), int) else 0
+            before = prev.get("attempts")
             self.attempts = [a for a in before if isinstance(a, dict)] if isinstance(before, list) else []
             for a in self.attempts:
                 if a.get("ended_at") is None:  # its job died under it (a node lost, a requeue)
@@ -115,14 +124,36 @@ class Supervisor:
 
     def save(self, restart_at: float | None = None, note: str | None = None,
              next_job: str | None = None) -> None:
+        """``attempts.json``, atomically. A write that fails (a full disk) must not end the
+        run: the good file stays, the record goes to the reserve with why (attempts.py),
+        and `retry` writes the file again once there is room."""
+        self.seq += 1
         rec = {"restarts": sum(1 for a in self.attempts if a.get("restarted")),
                "attempts": self.attempts, "restart_at": restart_at, "note": note, "next_job": next_job,
                "max_restarts": self.policy.get("max_restarts"), "on_hang": self.policy.get("on_hang"),
-               "policy": self.policy.get("restart")}
+               "policy": self.policy.get("restart"), "seq": self.seq}
+        path = os.path.join(self.run_dir, ATTEMPTS_FILE)
         try:
-            atomicfile.write_json(os.path.join(self.run_dir, ATTEMPTS_FILE), rec)
-        except OSError:
-            pass  # a full disk must not end the run; the shim's exit record still comes
+            atomicfile.write_json(path, rec)
+            self.unsaved = None
+        except OSError as e:
+            self.unsaved, self.next_try = (restart_at, note, next_job), time.monotonic() + attempts.RETRY_S
+            rec.update(write_error=rundir.write_failed(e, path), disk_full=e.errno in (errno.ENOSPC, errno.EDQUOT))
+            if self.reserve is not None:
+                with contextlib.suppress(OSError):
+                    attempts.into_reserve(self.reserve, rec)
+
+    def retry(self) -> None:
+        """Write the record again when the last write failed, every RETRY_S at most."""
+        if self.unsaved is not None and time.monotonic() >= self.next_try:
+            self.save(*self.unsaved)
+
+    def pause(self, seconds: float) -> None:
+        """Wait `seconds`, or until a kill; a record the disk had no room for is tried again."""
+        end = time.monotonic() + seconds
+        while not self.wake.is_set() and time.monotonic() < end:
+            self.wake.wait(max(0.0, min(attempts.RETRY_S, end - time.monotonic())))
+            self.retry()
 
     def say(self, text: str) -> None:
         try:
@@ -248,6 +279,7 @@ class Supervisor:
         next_look = time.monotonic() + 1.0
         while self.child.poll() is None:
             self.wake.wait(POLL)
+            self.retry()
             if watch and not hung and stopped is None and self.stop_sig is None and time.monotonic() >= next_look:
                 next_look = time.monotonic() + 1.0
                 if watch_hang and self._hung(started):
@@ -302,7 +334,7 @@ class Supervisor:
             self.say("%d ended (%s): %s in %s, as Slurm job %s" % (n, _how(rec), why, span(wait), job))
         if self.stop_sig is not None:  # killed while submitting: the new job never runs
             try:
-                slurm.cancel(job)
+                slurm.call(["scancel", job])  # plain: the job has not begun
             except Exception:
                 pass  # the kill cancels it too
             rec.update(restarted=False, restart_at=None, why="killed while waiting to restart")
@@ -344,7 +376,7 @@ class Supervisor:
                 break
             self.save(restart_at=at, note=why)
             self.say("%d ended (%s): %s in %s" % (n, _how(rec), why, span(wait)))
-            self.wake.wait(wait)
+            self.pause(wait)
             if self.stop_sig is not None:  # killed while waiting: nothing starts later
                 rec.update(restarted=False, why="killed while waiting to restart")
                 self.save(note=rec["why"])
@@ -401,13 +433,31 @@ def _slurm() -> Any:
 
 
 def load(run_dir: str) -> dict | None:
-    """``RUN_DIR/attempts.json``, or None (a run without a policy, or not started)."""
+    """The run's attempts record (``attempts.json``, or its reserve when the newest went
+    there: attempts.load), or None (a run without a policy, or not started)."""
     try:
-        with open(os.path.join(run_dir, ATTEMPTS_FILE), "rb") as f:
-            rec = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
+        return attempts.load(run_dir)
+    except trust.Untrusted:
         return None
-    return rec if isinstance(rec, dict) else None
+
+
+def open_reserve(run_dir: str) -> int | None:
+    """An fd on ``attempts.reserve``: the launch's, else a new one (a run dir of an older
+    launch); None when there is none to be had (the record then has no room at all)."""
+    path = os.path.join(run_dir, attempts.RESERVE)
+    try:
+        fd = trust.open_file(path, os.O_RDWR, "attempts reserve")
+    except FileNotFoundError:
+        try:
+            return rundir.make_reserve(run_dir, attempts.RESERVE, attempts.RESERVE_BYTES)
+        except OSError:
+            return None
+    except (OSError, trust.Untrusted):
+        return None
+    if os.fstat(fd).st_size == attempts.RESERVE_BYTES:
+        return fd
+    os.close(fd)
+    return None
 
 
 def _become_subreaper() -> None:

@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from remote.base import atomicfile, procfs, trust
+from remote.run import attempts
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
 EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved at launch (make_reserve)
@@ -210,15 +211,17 @@ def write_failed(e: OSError, path: str, doing: str = "writing") -> str:
     return "%s %s %s" % (os.strerror(e.errno).lower() if e.errno else str(e), doing, path)
 
 
-def make_reserve(run_dir: str) -> int:
-    """Reserve the exit record's space: EXIT_RESERVE, RESERVE_BYTES of blanks, written
-    and fsynced while the disk still has room; an fd on it. The launch makes it before
-    the shim starts (OSError: no room, no run) and the shim writes its end there, or why
-    it could not start, when the disk is full then (shim.py, `write_exit`)."""
-    path = os.path.join(run_dir, EXIT_RESERVE)
+def make_reserve(run_dir: str, name: str = EXIT_RESERVE, size: int = RESERVE_BYTES) -> int:
+    """Reserve a record's space (the exit record's, or attempts.reserve): `size` blanks,
+    written and fsynced while the disk still has room; an fd on it. The launch makes them
+    before the shim starts (OSError: no room, no run) and the shim writes its end there,
+    or why it could not start, when the disk is full then (shim.py, `write_exit`)."""
+    path = os.path.join(run_dir, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, b" " * (RESERVE_BYTES - 1) + b"\n")
+        data = b" " * (size - 1) + b"\n"
+        while data:  # a short write is the disk filling: the next one says ENOSPC
+            data = data[os.write(fd, data):]
         os.fsync(fd)
     except OSError:
         os.close(fd)
@@ -281,11 +284,7 @@ def record(run_dir: str, btime: float) -> dict | None:
         external=False,
         error=None,
     )
-    tried = read_json(os.path.join(run_dir, "attempts.json"))  # restart.py's, with a policy
-    if isinstance(tried, dict) and isinstance(tried.get("attempts"), list):
-        rec.update(restarts=tried.get("restarts") or 0, attempts=tried["attempts"],
-                   restart_note=tried.get("note"), max_restarts=tried.get("max_restarts"),
-                   restart_at=tried.get("restart_at") if state == "running" else None)
+    attempts.add_to(rec, run_dir)  # restart.py's, with a policy: attempts.json or its reserve
     start = rec.get("start_time")
     end = ended_at if ended_at is not None else (time.time() if state == "running" else None)
     if isinstance(start, (int, float)) and isinstance(end, (int, float)):

@@ -85,9 +85,10 @@ def _forward(group: list[int], num: int) -> None:
 
 
 def reserve_exit(run_dir: str) -> int | None:
-    """An fd on the exit record's reserved space (``exit.reserve``): the one the launch
-    made (rundir.make_reserve), else (a Slurm job's shim) a new one; None when there is
-    none to be had. `write_exit` and `write_failure` overwrite it in place on a full disk."""
+    """An fd on the exit record's reserved space (``exit.reserve``): the one the launch or
+    Slurm's submit made (launch.write_request; a Slurm run's jobs share it), else a new
+    one; None when there is none to be had. `write_exit` and `write_failure` overwrite it
+    in place on a full disk."""
     try:
         fd = trust.open_file(os.path.join(run_dir, rundir.EXIT_RESERVE), os.O_RDWR, "exit reserve")
     except FileNotFoundError:
@@ -304,10 +305,8 @@ def supervise(run_dir: str, detach: bool = True) -> int:
             recorder.event(ended, "resubmitted", code=code, signal=sig_name)
             recorder.release(ended)
             recorder.close()
-        if reserve is not None:  # the next job's shim reserves its own
+        if reserve is not None:  # kept for the next job's shim (reserve_exit opens it)
             os.close(reserve)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(run_dir, rundir.EXIT_RESERVE))
         return code if code is not None else 128 + (os.WTERMSIG(status) if status is not None else 0)
     if recorder is not None:
         recorder.event(ended, "exit", code=code, signal=sig_name)

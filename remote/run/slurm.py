@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from remote.base import atomicfile, procfs
-from remote.run import rundir
+from remote.run import attempts, launch, rundir
 
 RunnerError = rundir.RunnerError
 SLURM_FILE = "slurm.json"
@@ -67,8 +67,7 @@ def is_slurm_run(runs_dir: str, run_id: str) -> bool:
 
 
 def check_options(opts: Any) -> dict:
-    """The scheduler options of a launch request, checked: partition, gpus, time,
-    sbatch_args."""
+    """The scheduler options of a launch request, checked: partition, gpus, time, sbatch_args."""
     if not isinstance(opts, dict):
         raise RunnerError("scheduler must be an object")
     out: dict = {}
@@ -134,7 +133,7 @@ def submit(runs_dir: str, name: str | None, argv: list[str], cwd: str, env: dict
                    "scheduler": dict(opts, kind="slurm")}
         if isinstance(restart, dict):
             request["restart"] = restart
-        atomicfile.write_json(os.path.join(run_dir, "launch.json"), request)
+        launch.write_request(runs_dir, run_dir, request)  # and its reserves: no room, no job
         script = os.path.join(run_dir, SCRIPT)
         with open(script, "w", encoding="utf-8") as f:
             f.write(_script(run_dir, python))
@@ -169,7 +168,8 @@ def resubmit(run_dir: str, wait: float) -> str:
     ``wait`` seconds from now (``sbatch --begin``): a restart of a Slurm run, called by
     the restart supervisor inside the job that failed (restart.py). The wait is spent
     in the queue, not holding the failed job's nodes. ``slurm.json`` then names the new
-    job (the run's record follows it) and lists every job of the run. The new job id."""
+    job (the run's record follows it) and lists every job of the run. The new job id; a
+    slurm.json that cannot be written (a full disk) cancels that job: RunnerError, one line."""
     path = os.path.join(run_dir, SLURM_FILE)
     info = rundir.read_json(path)
     if not isinstance(info, dict) or not isinstance(info.get("sbatch"), list) or not info["sbatch"]:
@@ -190,8 +190,11 @@ def resubmit(run_dir: str, wait: float) -> str:
     if done.returncode != 0 or not job.isdigit():
         raise RunnerError("sbatch failed: %s" % last_line(done.stderr or done.stdout))
     jobs = [str(j) for j in info.get("jobs") or [info.get("job_id")] if j]
-    atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch,
-                                     jobs=jobs + [job]))
+    try:  # no room for it (a full disk): the run would not know its new job, which must not run
+        atomicfile.write_json(path, dict(info, job_id=job, submitted_at=time.time(), sbatch=sbatch, jobs=jobs + [job]))
+    except OSError as e:
+        call(["scancel", job])
+        raise RunnerError("%s; Slurm job %s cancelled" % (rundir.write_failed(e, path), job)) from None
     return job
 
 
@@ -213,11 +216,6 @@ def hostnames(nodes: str) -> list[str]:
             return [n for n in nodes.split(",") if n]
         _HOSTNAMES[nodes] = names
     return list(_HOSTNAMES[nodes])
-
-
-def cancel(job: str) -> None:
-    """Plain ``scancel`` of one job (a resubmitted job its run no longer wants)."""
-    call(["scancel", job])
 
 
 # ---------------------------------------------------------------- state
@@ -417,8 +415,8 @@ def record(run_dir: str, jobs: dict[str, dict] | None = None, squeue_error: str 
             rec["node_gpus"] = found["node_gpus"]  # the job's GPUs on each node, as squeue said
         if st in PENDING:
             rec["state"] = "pending"
-            tried = rundir.read_json(os.path.join(run_dir, "attempts.json"))
-            at = tried.get("restart_at") if isinstance(tried, dict) else None
+            tried = attempts.load(run_dir) or {}  # attempts.json, or its reserve on a full disk
+            at = tried.get("restart_at")
             if isinstance(at, (int, float)) and (rec["slurm_reason"] == "BeginTime" or at > time.time()):
                 # a restart resubmitted as this job, waiting to begin; the attempts as read here
                 rec.update(restart_at=at, restarts=tried.get("restarts") or 0, attempts=tried.get("attempts"),
