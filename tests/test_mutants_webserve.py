@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
-from tests.test_serve import ESCAPES, KEY, Served, run, serve  # noqa: F401  (run: the fixture)
+from tests.test_serve import ESCAPES, KEY, Served, descendants, pid_alive, run, serve  # noqa: F401  (run)
 from tests.tunnel import Tunnel
 from tui.cli.webpage import ENDED
 from tui.cli.webserve import GOODBYE_S
@@ -262,10 +262,10 @@ def test_a_tab_left_and_come_back_to_gets_its_focus_highlight_back(tmp_path: Pat
 
 def test_a_stopping_server_waits_for_the_pages_answer_before_it_hangs_up(tmp_path: Path) -> None:
     """The server stops (Ctrl+C, SIGTERM): each page is sent "session ended" (close code
-    4001) and its connection stays until the page answers, as a WebSocket close should. A
-    hang-up right after the frame lets a message the page sent meanwhile turn it into a
-    reset that drops the frame still queued: under load the page showed "reconnecting…"
-    for a minute against a server that was gone."""
+    4001), its connection stays until the page answers, and the answer is read (the
+    sessions end before aiohttp's own stop, which reads nothing more). A hang-up right
+    after the frame, with no answer awaited, let a page behind on its reading lose it:
+    under load the page showed "reconnecting…" for a minute against a server that was gone."""
 
     async def check(served: Served) -> None:
         async with with_cookie(served) as http:
@@ -288,34 +288,102 @@ def test_a_stopping_server_waits_for_the_pages_answer_before_it_hangs_up(tmp_pat
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
-        assert "session 1 from 127.0.0.1 ended after" in served.log()
-        assert "(the server stops)" in served.log(), served.log()
+        log = served.log()
+        assert re.search(r"session 1 from 127\.0\.0\.1 ended after \d+ s \(the server stops\); connected now: none",
+                         log), log  # and not "its page did not answer": its answer was read
+
+
+def frozen(page: Page) -> Any:
+    """A page asleep behind `tunnel.freeze()` while the app draws: whole repaints of
+    250x80 (~150 KB each) it never reads, past what the kernel holds for a connection
+    nobody reads (4 MB by default): the server's sends to it wait."""
+    async def fill() -> None:
+        for i in range(60):
+            await page.ws.send_str(json.dumps(["resize", {"width": 250 - i % 2, "height": 80}]))
+            await asyncio.sleep(0.1)
+    return fill()
 
 
 def test_a_stopping_server_does_not_wait_for_ever_on_a_page_that_reads_nothing(tmp_path: Path) -> None:
-    """A page asleep behind its tunnel when the server stops: whole repaints it never read
-    fill the connection, so "session ended" cannot even be sent. The server gives the page
-    GOODBYE_S, then cuts it; the session's app then quits (its output no longer waits on
-    the page) and the server is gone, not hung until the tunnel dies."""
+    """A page asleep behind its tunnel when the server stops: "session ended" cannot even
+    be sent. The server gives the page GOODBYE_S, then cuts it; the session's app quits
+    (its output no longer waits on the page) and the server is gone with no app left,
+    not hung until the tunnel dies."""
 
-    async def check(served: Served) -> None:
+    async def check(served: Served) -> list[int]:
         tunnel = Tunnel(port_of(served))
         try:
             async with with_cookie(served) as http:
                 page = Page(http, served, tunnel.port)
                 await page.open(250, 80)
                 await page.until(whole_screen(80))
+                apps = descendants(served.proc.pid)
                 tunnel.freeze()
-                for i in range(60):  # ~150 KB each, a whole repaint of 250x80: past what the kernel
-                    await page.ws.send_str(json.dumps(["resize", {"width": 250 - i % 2, "height": 80}]))
-                    await asyncio.sleep(0.1)  # holds for an unread connection (4 MB by default)
+                await frozen(page)
                 t0 = time.monotonic()
                 served.proc.send_signal(signal.SIGTERM)
                 await asyncio.to_thread(served.proc.wait, GOODBYE_S + 15)
                 assert time.monotonic() - t0 < GOODBYE_S + 5
+                return [pid for pid in apps if pid_alive(pid)]
+        finally:
+            tunnel.close()
+
+    with serve(tmp_path) as served:
+        assert asyncio.run(check(served)) == []  # the session's app ended with the server
+        assert "(the server stops; its page did not answer, its connection was cut)" in served.log(), served.log()
+
+
+def test_a_tab_taking_over_from_one_asleep_gets_the_session(tmp_path: Path) -> None:
+    """Tab A is asleep (its tunnel frozen, the server's sends to it waiting); tab B opens
+    the same session. A is told to go (and cut when it cannot even be told), and B gets the
+    session, drawn, its app alive: A's stalled connection must not end the session."""
+
+    async def check(served: Served) -> None:
+        tunnel = Tunnel(port_of(served))
+        try:
+            async with with_cookie(served) as http:
+                a = Page(http, served, tunnel.port)
+                session = await a.open(250, 80)
+                await a.until(whole_screen(80))
+                tunnel.freeze()
+                await frozen(a)
+                b = Page(http, served, port_of(served))
+                assert await b.open(120, 40, session) == session
+                await b.until(whole_screen(40), timeout=GOODBYE_S + 15)
+                await asyncio.sleep(GOODBYE_S + 1)  # past A's cut
+                await b.alive()
+                await b.ws.close()
         finally:
             tunnel.close()
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
-        assert "(the server stops)" in served.log(), served.log()
+        log = served.log()
+        assert "session 1 back from 127.0.0.1" in log and "its app ended" not in log, log
+
+
+def test_a_page_the_heartbeat_gave_up_on_comes_back_to_a_live_session(tmp_path: Path) -> None:
+    """A page asleep long enough for the heartbeat to call it lost (no pong in ~22 s): its
+    connection is dropped with what waited to be sent, so the app's output flows again and
+    the page that comes back (`?session=ID`) is drawn at once."""
+
+    async def check(served: Served) -> None:
+        tunnel = Tunnel(port_of(served))
+        try:
+            async with with_cookie(served) as http:
+                page = Page(http, served, tunnel.port)
+                session = await page.open(250, 80)
+                await page.until(whole_screen(80))
+                tunnel.freeze()
+                await frozen(page)
+                await asyncio.to_thread(log_until, served, "session 1 from 127.0.0.1 lost its page", 60)
+                back = Page(http, served, port_of(served))
+                assert await back.open(120, 40, session) == session
+                await back.until(whole_screen(40), timeout=10)
+                await back.alive()
+                await back.ws.close()
+        finally:
+            tunnel.close()
+
+    with serve(tmp_path) as served:
+        asyncio.run(check(served))

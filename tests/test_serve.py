@@ -33,6 +33,16 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[^\[]")
+# Before the page's own script: each WebSocket's close, as the page saw it, in its console
+# (the close code tells "Session ended" from a drop the page takes for a blip).
+CLOSES = """(() => { const Native = window.WebSocket;
+  window.WebSocket = function (url, protocols) {
+    const ws = new Native(url, protocols);
+    ws.addEventListener("close", (e) => console.log(`closed ${e.code} ${e.reason} clean=${e.wasClean}`));
+    return ws;
+  };
+  window.WebSocket.prototype = Native.prototype;
+})();"""
 JOB = "import time\ni = 0\nwhile True:\n    print('step', i, flush=True)\n    i += 1\n    time.sleep(0.05)\n"
 
 
@@ -115,6 +125,7 @@ class Screen:
         self.console: list[str] = []
         page.on("websocket", self._socket)
         page.on("console", lambda m: self.console.append(m.text[:200]))
+        page.add_init_script(CLOSES)
 
     def _socket(self, ws: Any) -> None:
         self.sockets.append(ws.url.split("?")[0])

@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import shlex
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,34 +54,45 @@ GOODBYE_S = 5.0  # how long "session ended" may take to reach a page and be answ
 
 
 class Page:
-    """One page's WebSocket and the task reading it.
+    """One page's WebSocket, the task reading it, and its end.
 
     `goodbye` is a whole closing handshake: the reader stops first, so that aiohttp's
-    `close()` sends the close frame and then reads until the page answers it. A close
-    called while another task reads cuts the TCP connection right after the frame
-    instead; with the page behind on its reading (a loaded machine, a slow link), a
-    message it sent meanwhile is left unread, the kernel resets the connection, the
-    frame still queued is dropped, and the page takes "Session ended" for a blip:
-    "reconnecting…" for a minute against a server that is gone."""
+    `close()` sends the close frame and then reads until the page answers it; the TCP
+    connection closes after the answer. A close called while another task reads hangs
+    up right after the frame instead, with no answer awaited: a page behind on its
+    reading (a loaded machine, a slow link) could lose the frame and take "Session
+    ended" for a blip, "reconnecting…" for a minute against a server that was gone.
+    A page that does not answer in GOODBYE_S (asleep, frozen) is `cut`."""
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        self.ws = ws
+    def __init__(self, ws: web.WebSocketResponse, transport: asyncio.Transport | None) -> None:
+        self.ws, self.transport = ws, transport
         self.reading: asyncio.Future[None] | None = None
-        self.closing: asyncio.Future[None] | None = None
+        self.closing: asyncio.Future[bool] | None = None
 
-    def goodbye(self, message: bytes) -> asyncio.Future[None]:
+    def goodbye(self, message: bytes) -> asyncio.Future[bool]:
+        """Tell the page its session ended (close code 4001); the future says whether it answered."""
         if self.closing is None:
             self.closing = asyncio.ensure_future(self._goodbye(message))
         return self.closing
 
-    async def _goodbye(self, message: bytes) -> None:
+    async def _goodbye(self, message: bytes) -> bool:
         if self.reading is not None:
             self.reading.cancel()
             await asyncio.wait({self.reading})
-        try:  # a page that reads nothing (asleep, frozen) would hold the frame's send for good
-            await asyncio.wait_for(self.ws.close(code=ENDED, message=message), GOODBYE_S)
-        except asyncio.TimeoutError:
-            pass  # close() cuts the connection when it is cancelled
+        # Never cancelled: a close() waiting to send shares aiohttp's drain with the app's
+        # output (`to_page`), which a cancel would end with it. Cut, it returns at once.
+        close = asyncio.ensure_future(self.ws.close(code=ENDED, message=message))
+        if not (await asyncio.wait({close}, timeout=GOODBYE_S))[0]:
+            self.cut()
+            await asyncio.wait({close})
+            return False
+        return self.ws.exception() is None and self.ws.close_code != WSCloseCode.ABNORMAL_CLOSURE
+
+    def cut(self) -> None:
+        """Drop the connection and what waits to be sent on it: every send waiting on the
+        page fails now (aiohttp's own close, and the heartbeat's, wait for it to be sent)."""
+        if self.transport is not None:
+            self.transport.abort()
 
 
 @dataclass
@@ -138,6 +150,7 @@ class WebServer:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
         app.on_response_prepare.append(self._headers)
+        app.on_startup.append(self._take_signals)
         app.on_shutdown.append(self._end_sessions)
         app.add_routes([
             web.get("/", self._index),
@@ -249,7 +262,7 @@ class WebServer:
             raise web.HTTPServiceUnavailable(text="eagle3-tui serve: stopping\n")
         ws = web.WebSocketResponse(heartbeat=15, protocols=(PROTOCOL,), timeout=GOODBYE_S)
         await ws.prepare(request)
-        page = Page(ws)
+        page = Page(ws, request.transport)
         session = await self._open(request, page)
         page.reading = asyncio.ensure_future(self._read(ws, session))
         try:
@@ -269,6 +282,7 @@ class WebServer:
                     self._spawn(self._end(session, "its page closed"))  # a closed tab, a reload
                 else:
                     self._lost(session)  # dropped without a word: a blip, a sleeping laptop
+                    page.cut()  # a page the heartbeat gave up on: the app's output no longer waits on it
         return ws
 
     async def _open(self, request: web.Request, page: Page) -> Session:
@@ -375,17 +389,38 @@ class WebServer:
         if session.reaper is not None:
             session.reaper.cancel()
         self.sessions.pop(session.id, None)
+        unanswered = ""
         if session.page is not None:
-            await asyncio.wait({session.page.goodbye(b"session ended")})
+            told = session.page.goodbye(b"session ended")
+            await asyncio.wait({told})
+            unanswered = "" if told.result() else "; its page did not answer, its connection was cut"
         if session.service is not None:
             await session.service.stop()
-        log.info("session %d from %s ended after %.0f s (%s); connected now: %s", session.number, session.peer,
-                 time.time() - session.started, why, self.describe())
+        log.info("session %d from %s ended after %.0f s (%s%s); connected now: %s", session.number, session.peer,
+                 time.time() - session.started, why, unanswered, self.describe())
         self._write_sessions()
 
-    async def _end_sessions(self, app: web.Application) -> None:
-        """Ctrl+C: end each session now (its app is told to quit, its page says "Session
-        ended") instead of aiohttp waiting for the open WebSockets to close on their own."""
+    async def _take_signals(self, app: web.Application) -> None:
+        """Ctrl+C and SIGTERM end the sessions before aiohttp's own stop (whose handlers
+        these replace): once it stops, aiohttp reads nothing more from any connection, so
+        no page's answer to "Session ended" would be seen. A second signal stops at once."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop)
+
+    def _stop(self) -> None:
+        if self._closing:
+            raise web.GracefulExit()  # as aiohttp's handler does: run_app stops
+        self._closing = True
+        self._spawn(self._stop_after_sessions())
+
+    async def _stop_after_sessions(self) -> None:
+        await self._end_sessions()
+        asyncio.get_running_loop().call_soon(self._stop)
+
+    async def _end_sessions(self, app: web.Application | None = None) -> None:
+        """The server's stop: end each session now (its page is told "Session ended" and
+        answers, its app is told to quit), all at once; aiohttp's stop calls it too."""
         self._closing = True
         await asyncio.gather(*(self._end(s, "the server stops") for s in list(self.sessions.values())),
                              return_exceptions=True)
