@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
+from aiohttp import web
 
 from tests.test_serve import ESCAPES, KEY, Served, descendants, pid_alive, run, serve  # noqa: F401  (run)
 from tests.tunnel import Tunnel
 from tui.cli.webpage import ENDED
 from tui.cli.webserve import GOODBYE_S
+from tui.cli.webserve import Page as ServedPage
 
 ROW = re.compile(rb"\x1b\[(\d+);\d+H")  # a cursor move: the row the app draws on
 CANCEL = re.compile(rb"\x1b\[([0-9;]*)m( Cancel \(n\) )")  # the kill confirmation's button, as drawn
@@ -387,3 +389,50 @@ def test_a_page_the_heartbeat_gave_up_on_comes_back_to_a_live_session(tmp_path: 
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
+
+
+def test_the_close_frame_goes_after_the_frame_being_sent() -> None:
+    """The session ends while a big frame of the app's output is on its way (aiohttp
+    compresses a frame past 16 KiB in a thread, and writes it when that is done): the page
+    gets that frame whole, then "session ended". A close frame written first, with the
+    frame after it, made the page drop the connection as broken (1006) and show
+    "reconnecting…" against a server that was stopping. A real aiohttp server and client
+    with permessage-deflate, as Chromium negotiates it, in this process."""
+    big = "".join(f"\x1b[{i % 50};{i % 160}H row {i} " for i in range(200_000)).encode()  # ~3.6 MB
+
+    async def check() -> None:
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def handler(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            page = ServedPage(ws, request.transport)
+            page.reading = asyncio.ensure_future(ws.receive())
+            sending = asyncio.ensure_future(page.send(big))
+            await asyncio.sleep(0)  # its compression under way, in aiohttp's thread
+            ended.set_result(await page.goodbye(b"session ended"))
+            await sending
+            return ws
+
+        app = web.Application()
+        app.router.add_get("/ws", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            async with aiohttp.ClientSession() as http:
+                ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws", compress=15, autoclose=False)
+                assert ws.compress == 15  # deflate negotiated: the big frame is compressed
+                first = await ws.receive(timeout=20)
+                assert first.type == aiohttp.WSMsgType.BINARY, f"{first} came first: the close went first"
+                assert len(first.data) == len(big)
+                close = await ws.receive(timeout=20)
+                assert (close.type, close.data, close.extra) == (aiohttp.WSMsgType.CLOSE, ENDED, "session ended")
+                await ws.close()
+            assert await asyncio.wait_for(ended, 10)  # and the page's answer was read
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(check())

@@ -152,6 +152,7 @@ class Screen:
         except Exception as exc:  # Playwright's TimeoutError
             shown = self.page.evaluate("document.body.className")
             raise AssertionError(f"no 'Session ended' in {timeout} s: body class {shown!r}, sockets {self.sockets}, "
+                                 f"closes {[c for c in self.console if c.startswith('closed ')]}, "
                                  f"console {self.console[-10:]}, server rc {served.proc.poll()}, "
                                  f"its log:\n{served.log()}") from exc
 

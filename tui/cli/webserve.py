@@ -62,12 +62,30 @@ class Page:
     up right after the frame instead, with no answer awaited: a page behind on its
     reading (a loaded machine, a slow link) could lose the frame and take "Session
     ended" for a blip, "reconnecting…" for a minute against a server that was gone.
-    A page that does not answer in GOODBYE_S (asleep, frozen) is `cut`."""
+    A page that does not answer in GOODBYE_S (asleep, frozen) is `cut`.
+
+    The app's output goes out through `send`, one frame at a time, and the close frame
+    after the last of them: aiohttp compresses a large frame in a thread and writes it
+    when that is done, so a close written meanwhile went out first, and the page, given a
+    frame after the close, dropped the connection as broken (1006: "reconnecting…")."""
 
     def __init__(self, ws: web.WebSocketResponse, transport: asyncio.Transport | None) -> None:
         self.ws, self.transport = ws, transport
         self.reading: asyncio.Future[None] | None = None
         self.closing: asyncio.Future[bool] | None = None
+        self.sending = asyncio.Lock()
+
+    async def send(self, data: bytes | str) -> None:
+        async with self.sending:
+            if self.ws.closed:
+                return  # told to go (or gone): its return, if any, redraws the screen
+            try:
+                if isinstance(data, bytes):
+                    await self.ws.send_bytes(data)
+                else:
+                    await self.ws.send_str(data)
+            except ConnectionError:
+                pass
 
     def goodbye(self, message: bytes) -> asyncio.Future[bool]:
         """Tell the page its session ended (close code 4001); the future says whether it answered."""
@@ -81,12 +99,16 @@ class Page:
             await asyncio.wait({self.reading})
         # Never cancelled: a close() waiting to send shares aiohttp's drain with the app's
         # output (`to_page`), which a cancel would end with it. Cut, it returns at once.
-        close = asyncio.ensure_future(self.ws.close(code=ENDED, message=message))
+        close = asyncio.ensure_future(self._close(message))
         if not (await asyncio.wait({close}, timeout=GOODBYE_S))[0]:
             self.cut()
             await asyncio.wait({close})
             return False
         return self.ws.exception() is None and self.ws.close_code != WSCloseCode.ABNORMAL_CLOSURE
+
+    async def _close(self, message: bytes) -> None:
+        async with self.sending:  # the frame being sent goes out whole first, and none after
+            await self.ws.close(code=ENDED, message=message)
 
     def cut(self) -> None:
         """Drop the connection and what waits to be sent on it: every send waiting on the
@@ -309,16 +331,8 @@ class WebServer:
         self.sessions[session.id] = session
 
         async def to_page(data: bytes | str) -> None:
-            ws = session.page.ws if session.page is not None else None
-            if ws is None or ws.closed:
-                return  # the page is away: its return redraws the screen
-            try:
-                if isinstance(data, bytes):
-                    await ws.send_bytes(data)
-                else:
-                    await ws.send_str(data)
-            except ConnectionError:
-                pass
+            if session.page is not None:  # None: the page is away, its return redraws the screen
+                await session.page.send(data)
 
         async def app_exited() -> None:  # the app said so (q): the page shows "Session ended"
             self._spawn(self._end(session, "its app quit"))  # not awaited: the app's own reader calls this
