@@ -98,7 +98,7 @@ class Page:
             self.reading.cancel()
             await asyncio.wait({self.reading})
         # Never cancelled: a close() waiting to send shares aiohttp's drain with the app's
-        # output (`to_page`), which a cancel would end with it. Cut, it returns at once.
+        # output (`send`), which a cancel would end with it. Cut, it returns at once.
         close = asyncio.ensure_future(self._close(message))
         if not (await asyncio.wait({close}, timeout=GOODBYE_S))[0]:
             self.cut()
@@ -407,7 +407,8 @@ class WebServer:
         if session.page is not None:
             told = session.page.goodbye(b"session ended")
             await asyncio.wait({told})
-            unanswered = "" if told.result() else "; its page did not answer, its connection was cut"
+            answered = not told.cancelled() and told.exception() is None and told.result()
+            unanswered = "" if answered else "; its page did not answer, its connection was cut"
         if session.service is not None:
             await session.service.stop()
         log.info("session %d from %s ended after %.0f s (%s%s); connected now: %s", session.number, session.peer,
