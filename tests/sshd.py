@@ -31,6 +31,17 @@ def sshd_missing() -> str | None:
     return None
 
 
+def privsep_dir(path: str = "/run/sshd") -> None:
+    """sshd run as root refuses a privilege-separation directory that group or others
+    may write. The tests run under umask 002 (conftest), so a directory made here, or
+    left by an older run of them on a machine whose /run was emptied by a reboot, needs
+    its mode set: mkdir's mode is masked by the umask."""
+    os.makedirs(path, exist_ok=True)
+    mode = os.stat(path).st_mode & 0o7777
+    if mode & 0o022:
+        os.chmod(path, mode & ~0o022)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
@@ -101,8 +112,8 @@ class Sshd:
         reason = sshd_missing()
         if reason:
             raise RuntimeError(reason)
-        if os.geteuid() == 0:  # as root, sshd insists on its privilege-separation directory
-            os.makedirs("/run/sshd", exist_ok=True)
+        if os.geteuid() == 0:  # as root, sshd insists on its privilege-separation directory,
+            privsep_dir()  # owned by root and writable by root alone
         self.root.mkdir(parents=True, exist_ok=True)
         keygen(self.host_key, "eagle3-test-host")
         user_pub = keygen(self.client_key, "eagle3-test-user")
