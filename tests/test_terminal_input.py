@@ -1,5 +1,6 @@
 """The app's terminal input (tui/views/driver.py): keys reach the app, a lone Escape
-too (after its delay), `q` ends the app at once, and while no key comes no thread of
+too (after its delay), a click and a bracketed paste longer than one read too, `q` ends
+the app at once, and while no key comes no thread of
 the app wakes. Textual's own input loop woke ten times a second for good: a third of
 an idle dashboard's cost. The real driver on a real pseudo-terminal."""
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from tests import checkout
 from tests.test_mutants_webserve import Page, port_of, whole_screen, with_cookie
@@ -42,6 +44,12 @@ class Keys(Screen):
         if event.key == "x":
             self.app.exit()
 
+    def on_mouse_down(self, event):
+        OUT.write(f"click {event.screen_x},{event.screen_y} button {event.button}\\n")
+
+    def on_paste(self, event):
+        OUT.write(f"paste {len(event.text)} chars, ends {event.text[-3:]!r}\\n")
+
 EagleApp(Keys()).run()
 """
 
@@ -66,6 +74,18 @@ def wait_for(path: Path, text: str, seconds: float) -> float | None:
             return time.monotonic() - t0
         time.sleep(0.01)
     return None
+
+
+def write_all(fd: int, data: bytes, drain: Callable[[], None]) -> None:
+    """All of `data` into a non-blocking pty master, draining the app's output meanwhile."""
+    deadline = time.monotonic() + 10
+    while data and time.monotonic() < deadline:
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            drain()
+            time.sleep(0.01)
+    assert not data, "the app read no input for 10 s"
 
 
 def test_keys_reach_the_app_and_an_idle_app_sleeps(tmp_path: Path) -> None:
@@ -109,6 +129,13 @@ def test_keys_reach_the_app_and_an_idle_app_sleeps(tmp_path: Path) -> None:
         time.sleep(0.3)
         os.write(master, "é".encode()[1:])
         assert wait_for(keys, "'é'", 2) is not None, keys.read_text()
+        os.write(master, b"\x1b[<0;12;5M\x1b[<0;12;5m")  # a click (SGR mouse: column 12, row 5)
+        assert wait_for(keys, "click 11,4 button 1", 2) is not None, keys.read_text()
+        pasted = "p" * 9000 + "end"  # a bracketed paste longer than one read, in two writes
+        write_all(master, b"\x1b[200~" + pasted[:5000].encode(), drain)
+        time.sleep(0.3)  # longer than a lone Escape's delay: the paste must not end there
+        write_all(master, pasted[5000:].encode() + b"\x1b[201~", drain)
+        assert wait_for(keys, "paste 9003 chars, ends 'end'", 2) is not None, keys.read_text()
 
         os.write(master, b"x")
         t0 = time.monotonic()
