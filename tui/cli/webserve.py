@@ -290,10 +290,11 @@ class WebServer:
         try:
             await ws.send_str(json.dumps(["eagle3-session", session.id]))
             await asyncio.wait({page.reading})
+            error = None if page.reading.cancelled() else page.reading.exception()  # retrieved either way
             if page.closing is not None:  # the page is told its session ended: its answer comes
                 await asyncio.wait({page.closing})  # before aiohttp closes the connection (on return)
-            elif not page.reading.cancelled():
-                page.reading.result()  # the reader's error, if it had one, is this request's
+            elif error is not None:
+                raise error  # the reader's error is this request's
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
