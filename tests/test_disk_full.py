@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote.base import procfs
-from remote.run import launch, rundir
+from remote.run import launch, reserve, rundir
 from tui.cli.report import format_runs
 from tui.protocol.records import RunRecord
 from tui.services.actions import state_of
@@ -298,7 +298,7 @@ def test_a_failure_left_in_the_reserve_is_still_listed(tmp_path: Path) -> None:
     runs.mkdir(mode=0o700)
     run_id, run_dir = rundir.new_run_dir(str(runs))
     (Path(run_dir) / "launch.json").write_text(json.dumps({"name": "full", "argv": ["python3"]}))
-    os.close(rundir.make_reserve(run_dir))
+    os.close(reserve.make(run_dir, rundir.EXIT_RESERVE, rundir.RESERVE_BYTES))
     assert rundir.list_runs(str(runs)) == []
     why = "no space left on device writing manifest.json; its command was stopped"
     record = json.dumps({"error": why, "at": time.time()}).encode()
@@ -459,7 +459,7 @@ def test_a_record_too_big_for_the_attempts_reserve_keeps_the_latest_attempts(tmp
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    fd = rundir.make_reserve(str(run_dir), attempts.RESERVE, attempts.RESERVE_BYTES)
+    fd = reserve.make(str(run_dir), attempts.RESERVE, attempts.RESERVE_BYTES)
     try:
         tried = [{"n": n, "why": "restarting: " + "x" * 400, "restarted": True} for n in range(1, 301)]
         attempts.into_reserve(fd, {"restarts": 300, "attempts": tried, "seq": 7, "write_error": "no space"})

@@ -10,7 +10,7 @@ new block needed), with ``write_error`` ("no space left on device writing
 RUN_DIR/attempts.json") and ``disk_full``. Each record carries ``seq``, one more at
 every write; `load` takes the newer of the two files, so the run's attempts so far are
 listed, and the reason with them, until a later write finds room. The launch makes the
-reserve with the exit record's (``rundir.make_reserve``). Stdlib only, Python 3.9+.
+reserve with the exit record's (``reserve.make``). Stdlib only, Python 3.9+.
 """
 
 from __future__ import annotations

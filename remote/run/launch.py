@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from remote.base import atomicfile, procfs
-from remote.run import attempts, rundir
+from remote.run import attempts, reserve, rundir
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 
@@ -35,7 +35,7 @@ def write_request(runs_dir: str, run_dir: str, request: dict) -> None:
             if size is None:
                 atomicfile.write_json(os.path.join(run_dir, name), request)
             else:
-                os.close(rundir.make_reserve(run_dir, name, size))
+                os.close(reserve.make(run_dir, name, size))
             done.append(name)
     except OSError as e:
         for gone in done:  # nothing started: no run dir is left either

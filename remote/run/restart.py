@@ -53,7 +53,7 @@ if not __package__:  # started as a file: docs/architecture.md, "Upload layout a
     sys.path[:] = [_ABOVE] + [p for p in sys.path if os.path.abspath(p) != _HERE]
 
 from remote.base import atomicfile, procfs, trust
-from remote.run import attempts, pace, rundir
+from remote.run import attempts, pace, reserve, rundir
 from remote.run.restartpolicy import MARK, Matcher, decide, delay, span
 
 RUN_ENV = rundir.RUN_ENV
@@ -97,7 +97,7 @@ class Supervisor:
         self.attempts: list[dict] = []
         self.seq, self.next_try = 0, 0.0
         self.unsaved: tuple[float | None, str | None, str | None] | None = None  # a failed save's args
-        self.reserve = open_reserve(run_dir)  # the record's space on a full disk (attempts.py)
+        self.reserve = reserve.open_or_make(run_dir, attempts.RESERVE, attempts.RESERVE_BYTES)  # attempts.py
         self.stop_sig: int | None = None
         self.wake = threading.Event()
         self.child: subprocess.Popen | None = None
@@ -439,25 +439,6 @@ def load(run_dir: str) -> dict | None:
         return attempts.load(run_dir)
     except trust.Untrusted:
         return None
-
-
-def open_reserve(run_dir: str) -> int | None:
-    """An fd on ``attempts.reserve``: the launch's, else a new one (a run dir of an older
-    launch); None when there is none to be had (the record then has no room at all)."""
-    path = os.path.join(run_dir, attempts.RESERVE)
-    try:
-        fd = trust.open_file(path, os.O_RDWR, "attempts reserve")
-    except FileNotFoundError:
-        try:
-            return rundir.make_reserve(run_dir, attempts.RESERVE, attempts.RESERVE_BYTES)
-        except OSError:
-            return None
-    except (OSError, trust.Untrusted):
-        return None
-    if os.fstat(fd).st_size == attempts.RESERVE_BYTES:
-        return fd
-    os.close(fd)
-    return None
 
 
 def _become_subreaper() -> None:

@@ -34,7 +34,7 @@ from remote.base import atomicfile, procfs, trust
 from remote.run import attempts
 
 RUN_ENV = "EAGLE3_TUI_RUN_ID"
-EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved at launch (make_reserve)
+EXIT_RESERVE = "exit.reserve"  # the exit record's space, reserved at launch (reserve.make)
 RESERVE_BYTES = 4096
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -209,26 +209,6 @@ def failed_record(run_dir: str) -> dict | None:
 def write_failed(e: OSError, path: str, doing: str = "writing") -> str:
     """One line for a record that could not be written: "no space left on device writing PATH"."""
     return "%s %s %s" % (os.strerror(e.errno).lower() if e.errno else str(e), doing, path)
-
-
-def make_reserve(run_dir: str, name: str = EXIT_RESERVE, size: int = RESERVE_BYTES) -> int:
-    """Reserve a record's space (the exit record's, or attempts.reserve): `size` blanks,
-    written and fsynced while the disk still has room; an fd on it. The launch makes them
-    before the shim starts (OSError: no room, no run) and the shim writes its end there,
-    or why it could not start, when the disk is full then (shim.py, `write_exit`)."""
-    path = os.path.join(run_dir, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        data = b" " * (size - 1) + b"\n"
-        while data:  # a short write is the disk filling: the next one says ENOSPC
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-    return fd
 
 
 def write_error(run_dir: str, message: str) -> None:

@@ -25,7 +25,7 @@ if not __package__:  # started as a file: docs/architecture.md, "Upload layout a
     sys.path[:] = [_ABOVE] + [p for p in sys.path if os.path.abspath(p) != _HERE]
 
 from remote.base import atomicfile, procfs, trust
-from remote.run import history, pace, restart, rundir, timeline
+from remote.run import history, pace, reserve, restart, rundir, timeline
 
 RUN_ENV, RunnerError = rundir.RUN_ENV, rundir.RunnerError
 PR_SET_CHILD_SUBREAPER = 36
@@ -87,21 +87,9 @@ def _forward(group: list[int], num: int) -> None:
 def reserve_exit(run_dir: str) -> int | None:
     """An fd on the exit record's reserved space (``exit.reserve``): the one the launch or
     Slurm's submit made (launch.write_request; a Slurm run's jobs share it), else a new
-    one; None when there is none to be had. `write_exit` and `write_failure` overwrite it
-    in place on a full disk."""
-    try:
-        fd = trust.open_file(os.path.join(run_dir, rundir.EXIT_RESERVE), os.O_RDWR, "exit reserve")
-    except FileNotFoundError:
-        try:
-            return rundir.make_reserve(run_dir)
-        except OSError:
-            return None
-    except (OSError, trust.Untrusted):
-        return None
-    if os.fstat(fd).st_size == RESERVE_BYTES:
-        return fd
-    os.close(fd)
-    return None
+    one; None when there is none to be had (reserve.open_or_make). `write_exit` and
+    `write_failure` overwrite it in place on a full disk."""
+    return reserve.open_or_make(run_dir, rundir.EXIT_RESERVE, RESERVE_BYTES)
 
 
 def _into_reserve(run_dir: str, reserve: int, record: dict, name: str) -> None:
