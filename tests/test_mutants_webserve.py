@@ -42,6 +42,18 @@ def port_of(served: Served) -> int:
     return int(served.base.rsplit(":", 1)[1].rstrip("/"))
 
 
+@asynccontextmanager
+async def tunnelled(served: Served) -> AsyncIterator[tuple[aiohttp.ClientSession, Tunnel]]:
+    """`with_cookie`'s client, and a tunnel to the server that a test can freeze or cut
+    (pages opened through `tunnel.port`); the tunnel is closed after."""
+    tunnel = Tunnel(port_of(served))
+    try:
+        async with with_cookie(served) as http:
+            yield http, tunnel
+    finally:
+        tunnel.close()
+
+
 class Page:
     """One WebSocket on a served session, as the page opens it, and what it was sent."""
 
@@ -117,27 +129,23 @@ def test_a_returning_page_gets_the_whole_screen_again_at_its_own_size(tmp_path: 
     width, height = 100, 30
 
     async def check(served: Served) -> None:
-        tunnel = Tunnel(port_of(served))
-        try:
-            async with with_cookie(served) as http:
-                page = Page(http, served, tunnel.port)
-                session = await page.open(width, height)
-                await page.until(whole_screen(height))
-                await asyncio.sleep(1.5)  # settled: what follows are updates of numbers only
-                tunnel.cut()
-                await page.ws.close()
-                log_until(served, "session 1 from 127.0.0.1 lost its page")
-                back = Page(http, served, tunnel.port)
-                assert await back.open(width, height, session) == session
-                await back.until(whole_screen(height), timeout=10)
-                await asyncio.sleep(1)  # the repaint is done (the server waits 0.15 s in it)
-                await back.until(lambda p: True)
-                drawn = {int(r) for r in ROW.findall(back.data)}
-                assert max(drawn) == height, sorted(drawn)  # no row the page does not have
-                await back.alive()
-                await back.ws.close()
-        finally:
-            tunnel.close()
+        async with tunnelled(served) as (http, tunnel):
+            page = Page(http, served, tunnel.port)
+            session = await page.open(width, height)
+            await page.until(whole_screen(height))
+            await asyncio.sleep(1.5)  # settled: what follows are updates of numbers only
+            tunnel.cut()
+            await page.ws.close()
+            log_until(served, "session 1 from 127.0.0.1 lost its page")
+            back = Page(http, served, tunnel.port)
+            assert await back.open(width, height, session) == session
+            await back.until(whole_screen(height), timeout=10)
+            await asyncio.sleep(1)  # the repaint is done (the server waits 0.15 s in it)
+            await back.until(lambda p: True)
+            drawn = {int(r) for r in ROW.findall(back.data)}
+            assert max(drawn) == height, sorted(drawn)  # no row the page does not have
+            await back.alive()
+            await back.ws.close()
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
@@ -176,30 +184,26 @@ def test_a_page_that_vanishes_mid_send_keeps_its_session_for_the_grace(tmp_path:
     same grace, in its unit (ms)."""
 
     async def check(served: Served) -> None:
-        tunnel = Tunnel(port_of(served))
-        try:
-            async with with_cookie(served) as http:
-                async with http.get(served.base + "page.js") as r:
-                    script = await r.text()
-                page = Page(http, served, tunnel.port)
-                session = await page.open(100, 30)
-                await page.until(whole_screen(30))
-                tunnel.freeze()
-                for i in range(40):  # the page (still sending) makes the app paint whole screens
-                    size = {"width": 600 + i % 2, "height": 200}
-                    await page.ws.send_str(json.dumps(["resize", size]))
-                    await asyncio.sleep(0.1)
-                tunnel.cut()
-                await page.ws.close()
-                log = log_until(served, "session 1 from 127.0.0.1 lost its page")
-                await asyncio.sleep(2)
-                back = Page(http, served, tunnel.port)
-                assert await back.open(100, 30, session) == session, served.log()
-                await back.until(whole_screen(30), timeout=10)
-                await back.alive()
-                await back.ws.close()
-        finally:
-            tunnel.close()
+        async with tunnelled(served) as (http, tunnel):
+            async with http.get(served.base + "page.js") as r:
+                script = await r.text()
+            page = Page(http, served, tunnel.port)
+            session = await page.open(100, 30)
+            await page.until(whole_screen(30))
+            tunnel.freeze()
+            for i in range(40):  # the page (still sending) makes the app paint whole screens
+                size = {"width": 600 + i % 2, "height": 200}
+                await page.ws.send_str(json.dumps(["resize", size]))
+                await asyncio.sleep(0.1)
+            tunnel.cut()
+            await page.ws.close()
+            log = log_until(served, "session 1 from 127.0.0.1 lost its page")
+            await asyncio.sleep(2)
+            back = Page(http, served, tunnel.port)
+            assert await back.open(100, 30, session) == session, served.log()
+            await back.until(whole_screen(30), timeout=10)
+            await back.alive()
+            await back.ws.close()
         kept = re.search(r"lost its page; kept (\d+) s", log)
         assert kept, log
         grace_ms = re.search(r"GRACE_MS = (\d+)", script)
@@ -295,15 +299,19 @@ def test_a_stopping_server_waits_for_the_pages_answer_before_it_hangs_up(tmp_pat
                          log), log  # and not "its page did not answer": its answer was read
 
 
-def frozen(page: Page) -> Any:
-    """A page asleep behind `tunnel.freeze()` while the app draws: whole repaints of
-    250x80 (~150 KB each) it never reads, past what the kernel holds for a connection
-    nobody reads (4 MB by default): the server's sends to it wait."""
-    async def fill() -> None:
-        for i in range(60):
-            await page.ws.send_str(json.dumps(["resize", {"width": 250 - i % 2, "height": 80}]))
-            await asyncio.sleep(0.1)
-    return fill()
+async def asleep(http: aiohttp.ClientSession, served: Served, tunnel: Tunnel) -> tuple[Page, str]:
+    """A page opened through `tunnel` at 250x80 and drawn, then asleep behind
+    `tunnel.freeze()` while the app draws: whole repaints (~150 KB each) it never reads,
+    past what the kernel holds for a connection nobody reads (4 MB by default): the
+    server's sends to it wait. The page and its session."""
+    page = Page(http, served, tunnel.port)
+    session = await page.open(250, 80)
+    await page.until(whole_screen(80))
+    tunnel.freeze()
+    for i in range(60):
+        await page.ws.send_str(json.dumps(["resize", {"width": 250 - i % 2, "height": 80}]))
+        await asyncio.sleep(0.1)
+    return page, session
 
 
 def test_a_stopping_server_does_not_wait_for_ever_on_a_page_that_reads_nothing(tmp_path: Path) -> None:
@@ -313,22 +321,14 @@ def test_a_stopping_server_does_not_wait_for_ever_on_a_page_that_reads_nothing(t
     not hung until the tunnel dies."""
 
     async def check(served: Served) -> list[int]:
-        tunnel = Tunnel(port_of(served))
-        try:
-            async with with_cookie(served) as http:
-                page = Page(http, served, tunnel.port)
-                await page.open(250, 80)
-                await page.until(whole_screen(80))
-                apps = descendants(served.proc.pid)
-                tunnel.freeze()
-                await frozen(page)
-                t0 = time.monotonic()
-                served.proc.send_signal(signal.SIGTERM)
-                await asyncio.to_thread(served.proc.wait, GOODBYE_S + 15)
-                assert time.monotonic() - t0 < GOODBYE_S + 5
-                return [pid for pid in apps if pid_alive(pid)]
-        finally:
-            tunnel.close()
+        async with tunnelled(served) as (http, tunnel):
+            await asleep(http, served, tunnel)
+            apps = descendants(served.proc.pid)
+            t0 = time.monotonic()
+            served.proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(served.proc.wait, GOODBYE_S + 15)
+            assert time.monotonic() - t0 < GOODBYE_S + 5
+            return [pid for pid in apps if pid_alive(pid)]
 
     with serve(tmp_path) as served:
         assert asyncio.run(check(served)) == []  # the session's app ended with the server
@@ -341,22 +341,14 @@ def test_a_tab_taking_over_from_one_asleep_gets_the_session(tmp_path: Path) -> N
     session, drawn, its app alive: A's stalled connection must not end the session."""
 
     async def check(served: Served) -> None:
-        tunnel = Tunnel(port_of(served))
-        try:
-            async with with_cookie(served) as http:
-                a = Page(http, served, tunnel.port)
-                session = await a.open(250, 80)
-                await a.until(whole_screen(80))
-                tunnel.freeze()
-                await frozen(a)
-                b = Page(http, served, port_of(served))
-                assert await b.open(120, 40, session) == session
-                await b.until(whole_screen(40), timeout=GOODBYE_S + 15)
-                await asyncio.sleep(GOODBYE_S + 1)  # past A's cut
-                await b.alive()
-                await b.ws.close()
-        finally:
-            tunnel.close()
+        async with tunnelled(served) as (http, tunnel):
+            _, session = await asleep(http, served, tunnel)  # tab A
+            b = Page(http, served, port_of(served))
+            assert await b.open(120, 40, session) == session
+            await b.until(whole_screen(40), timeout=GOODBYE_S + 15)
+            await asyncio.sleep(GOODBYE_S + 1)  # past A's cut
+            await b.alive()
+            await b.ws.close()
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
@@ -370,22 +362,14 @@ def test_a_page_the_heartbeat_gave_up_on_comes_back_to_a_live_session(tmp_path: 
     the page that comes back (`?session=ID`) is drawn at once."""
 
     async def check(served: Served) -> None:
-        tunnel = Tunnel(port_of(served))
-        try:
-            async with with_cookie(served) as http:
-                page = Page(http, served, tunnel.port)
-                session = await page.open(250, 80)
-                await page.until(whole_screen(80))
-                tunnel.freeze()
-                await frozen(page)
-                await asyncio.to_thread(log_until, served, "session 1 from 127.0.0.1 lost its page", 60)
-                back = Page(http, served, port_of(served))
-                assert await back.open(120, 40, session) == session
-                await back.until(whole_screen(40), timeout=10)
-                await back.alive()
-                await back.ws.close()
-        finally:
-            tunnel.close()
+        async with tunnelled(served) as (http, tunnel):
+            _, session = await asleep(http, served, tunnel)
+            await asyncio.to_thread(log_until, served, "session 1 from 127.0.0.1 lost its page", 60)
+            back = Page(http, served, port_of(served))
+            assert await back.open(120, 40, session) == session
+            await back.until(whole_screen(40), timeout=10)
+            await back.alive()
+            await back.ws.close()
 
     with serve(tmp_path) as served:
         asyncio.run(check(served))
