@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from tests import checkout
 from tests.test_mutants_webserve import Page, port_of, whole_screen, with_cookie
 from tests.test_serve import Served, serve
+from tui.views.served import SESSIONS_ENV
 
 EXIT_HANGUP = 129  # as a shell reports a process that SIGHUP ended
 
@@ -105,6 +107,9 @@ def test_a_browser_sessions_app_ends_when_its_server_is_killed(tmp_path: Path) -
         apps = [pid for pid in descendants(served.proc.pid)
                 if b"\0connect\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert apps, "no session app found under the server"
+        environ = Path(f"/proc/{apps[0]}/environ").read_bytes().split(b"\0")
+        private = Path(next(v for v in environ if v.startswith(SESSIONS_ENV.encode() + b"=")).decode()
+                       .split("=", 1)[1]).parent  # serve's own temp dir, which its kill leaves behind
         served.proc.send_signal(signal.SIGKILL)
         served.proc.wait()
 
@@ -120,6 +125,8 @@ def test_a_browser_sessions_app_ends_when_its_server_is_killed(tmp_path: Path) -
         try:
             ended_within(apps[0], gone, 10)
         finally:
+            if private.name.startswith("eagle3-tui-serve-"):
+                shutil.rmtree(private, ignore_errors=True)  # the suite leaves nothing in /tmp
             for pid in apps:
                 try:
                     os.kill(pid, signal.SIGKILL)
