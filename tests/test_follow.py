@@ -255,3 +255,34 @@ def test_a_host_whose_libc_cannot_be_loaded_follows_logs_by_polling(monkeypatch:
     watcher.sync({"/tmp"})  # no-ops, no error
     watcher.drain()
     assert watcher.watches == {}
+
+
+def test_a_busy_log_goes_gathered_and_a_line_after_a_quiet_spell_at_once(agent: AgentProc,
+                                                                        tmp_path: Path) -> None:
+    """A log written at 20 lines/s (one `write()` a line, as a logger writes) reaches the
+    client in a few messages a second, each holding the lines since the last, every byte
+    in order; the agent sleeps meanwhile instead of waking for each line. A line after a
+    quiet spell is not held: it goes as soon as it is seen."""
+    from remote.agent.follow import GATHER_S
+
+    path = tmp_path / "run.log"
+    path.write_bytes(b"start\n")
+    _, stream = subscribe(agent, path)
+    stream.wait_equal(path)
+    time.sleep(GATHER_S + 0.1)
+    mark, wakes, t0 = agent.mark(), wakeups(agent.proc.pid), time.monotonic()
+    for i in range(40):
+        append(path, b"(VllmWorker TP%d) INFO step %d: Avg prompt throughput: 1234.5 tokens/s\n" % (i % 8, i))
+        time.sleep(0.05)
+    busy = time.monotonic() - t0
+    stream.wait_equal(path)
+    wakes = wakeups(agent.proc.pid) - wakes
+    sent = [m for m in agent.since(mark) if m.get("type") == "log"]
+    assert len(sent) <= busy / GATHER_S + 3, (len(sent), busy)  # not one a line (40)
+    assert wakes <= 2 * busy / GATHER_S + 6, (wakes, busy)  # not one (or two) a line
+    time.sleep(GATHER_S + 0.1)  # quiet: the next line is not held
+    t1 = time.monotonic()
+    append(path, b"a line after a quiet spell\n")
+    stream.wait_equal(path)
+    seen = time.monotonic() - t1
+    assert seen < (0.15 if inotify_watched_inodes(agent.proc.pid) is not None else 0.4), seen  # poll: 0.25 s

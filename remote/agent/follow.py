@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import os
 import struct
-from typing import Any, Dict, Optional, Set, Tuple
+import time
+from typing import Any, Dict, Iterable, Optional, Set, Tuple
 
 from remote.agent.fileops import NotRegularFile, open_regular
 from remote.base.wire import b64, emit, one_line
 
 CHUNK = 256 * 1024
 PUMP_BUDGET = 16 * CHUNK  # per subscription per wake, so one huge backlog cannot starve the loop
+# A log that keeps growing: its new bytes go at most this often, gathered in one message.
+# A line after a quiet spell goes at once. At 20 lines/s that is 5 messages a second, not
+# 20, and each message costs the client a wake-up, a parse and a pass of its reducer; the
+# dashboard draws a busy log twice a second anyway (tui/views/widgets/logtail.py BUSY_S).
+GATHER_S = 0.2
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_IGNORED = 0x8000
@@ -71,6 +78,14 @@ class Inotify:
                             del self.watches[d]
 
 
+def holds(subs: Iterable["Sub"], now: float) -> Tuple[float, bool]:
+    """Seconds until the first held subscription may send again (inf: none is held), and
+    whether every one is held (then a file event can wait for that moment: the agent's
+    loop leaves the inotify fd alone until then, and reads the events it missed after)."""
+    left = [s.held_until - now for s in subs]
+    return min((t for t in left if t > 0), default=math.inf), bool(left) and min(left) > 0
+
+
 class Sub:
     """One log subscription: (path, inode, offset) plus the open fd of that inode."""
 
@@ -81,6 +96,7 @@ class Sub:
         self.offset = 0
         self.missing = False  # a `missing` reset was sent and no file has appeared since
         self.warned = False
+        self.held_until = 0.0  # monotonic: bytes sent less than GATHER_S ago; new ones wait until then
 
     @property
     def inode(self) -> Optional[int]:
@@ -118,7 +134,10 @@ class Sub:
                   "offset": self.offset, "b64": b64(data)})
             self.offset += len(data)
             sent += len(data)
-        return self.offset < size
+        behind = self.offset < size
+        if sent and limit is not None and not behind:  # a backlog goes on at once, budget by budget
+            self.held_until = time.monotonic() + GATHER_S
+        return behind
 
     def start(self, offset: int, inode: Optional[int]) -> Dict[str, Any]:
         """Open at subscribe time; resume at `offset` only if `inode` still matches."""
@@ -145,7 +164,10 @@ class Sub:
         return pos + cut if cut >= 0 else pos
 
     def pump(self) -> bool:
-        """Follow the file once: resets as needed, then new bytes. True if behind."""
+        """Follow the file once: resets as needed, then new bytes. True if behind.
+        Nothing while held (the agent's loop wakes again at `held_until`)."""
+        if time.monotonic() < self.held_until:
+            return False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:

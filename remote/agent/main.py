@@ -45,7 +45,7 @@ if not __package__:  # started as a file: docs/architecture.md, "Upload layout a
     _ABOVE = os.path.dirname(os.path.dirname(_HERE))
     sys.path[:] = [_ABOVE] + [p for p in sys.path if os.path.abspath(p) != _HERE]
 from remote.agent import fileops, journal  # noqa: F401 - fileops declares the file ops (@op)
-from remote.agent.follow import Inotify, Sub
+from remote.agent.follow import Inotify, Sub, holds
 from remote.agent.node import Follower
 from remote.agent.outcomes import read_outcomes, record_outcome, valid_id
 from remote.agent.proctable import ProcTable
@@ -435,10 +435,11 @@ class Agent:
         poll = 1.0 if self.inotify.fd is not None else 0.25
         fds = [self.wake_r] + ([self.inotify.fd] if self.inotify.fd is not None else [])
         while True:
-            timeout = 0.0 if behind else poll
+            release, all_held = holds(self.subs.values(), time.monotonic())
+            timeout = 0.0 if behind else min(poll, release)
             if self.configured:
                 timeout = max(0.0, min(timeout, self.next_snap - time.monotonic()))
-            ready, _, _ = select.select(fds, [], [], timeout)
+            ready, _, _ = select.select(fds[:1] if all_held else fds, [], [], timeout)
             if self.wake_r in ready:
                 os.read(self.wake_r, 4096)
             if self.inotify.fd in ready:

@@ -7,7 +7,9 @@ written in one append: the first tail of a log as soon as all of it is in, a lin
 follows a quiet spell with the next frame, and, only while lines keep coming (more than
 `SPARSE_PER_S` updates in the last second), at most once per `BUSY_S`. A log of 20
 or 2,000 lines/s so costs two repaints a second, not one per line (each repaint redraws
-every visible row), and a line every few seconds is on screen within a frame."""
+every visible row), and a line every few seconds is on screen within a frame. (The agent
+sends a busy log's bytes at most every 0.2 s, remote/agent/follow.py GATHER_S: five
+updates a second, still more than SPARSE_PER_S.)"""
 
 from __future__ import annotations
 
