@@ -4,6 +4,7 @@ as a one-line plot over the whole run), then the outcome with the failure's root
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -95,20 +96,21 @@ def loss_plot(losses: tuple[float, ...], width: int) -> Text:
     cells: list[float | None] = []
     for i in range(n):
         chunk = vals[i * len(vals) // n:(i + 1) * len(vals) // n] or [vals[-1]]
-        cells.append(None if any(not math.isfinite(v) for v in chunk) else sum(chunk) / len(chunk))
+        cells.append(sum(chunk) / len(chunk) if all(map(math.isfinite, chunk)) else None)
     finite = [c for c in cells if c is not None]
     if finite and min(finite) > 0 and max(finite) > 10 * min(finite):
         # a loss falling by orders of magnitude: on a log scale, or the tail is all ▁
         cells = [None if c is None else math.log(c) for c in cells]
         finite = [c for c in cells if c is not None]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    top = len(BLOCKS) - 1
+    marks = "".join("✗" if c is None else BLOCKS[0 if hi <= lo else min(int((c - lo) / (hi - lo) * len(BLOCKS)), top)]
+                    for c in cells)
+    # One span per run of a style, not one per cell: the row is drawn twice a second while
+    # a training log streams, and each span is a segment all the way to the terminal.
     out = Text()
-    for c in cells:
-        if c is None:
-            out.append("✗", style="bold red")
-            continue
-        level = 0.0 if hi <= lo else (c - lo) / (hi - lo)
-        out.append(BLOCKS[min(int(level * len(BLOCKS)), len(BLOCKS) - 1)], style="magenta")
+    for bad, run in itertools.groupby(marks, key="✗".__eq__):
+        out.append("".join(run), style="bold red" if bad else "magenta")
     return out
 
 
