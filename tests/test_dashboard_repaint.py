@@ -18,9 +18,10 @@ from textual.geometry import Region
 from tests.replay import ReplayClient, resnap, snapshot
 from tests.test_app import CFG, RUN, log_event, until
 from tui.state.format import clock
+from tui.state.model import LOG_LINES
 from tui.views.app import make_app
 from tui.views.driver import NarrowCompositor
-from tui.views.widgets.logtail import LogPane
+from tui.views.widgets.logtail import LogPane, TailLog
 from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
 
 
@@ -271,3 +272,52 @@ async def test_a_partial_update_renders_only_what_is_under_it_and_sends_what_tex
                 await pilot.pause(0.3)
         assert len(compared) >= 8, compared
         assert differ == [], f"{len(differ)} of {len(compared)} updates differ: {differ[:3]}"
+
+
+async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the_thumb_moves() -> None:
+    """Lines that arrive repaint the log pane's rows; its scrollbar is drawn again only
+    while its thumb moves (the tail still short of LOG_LINES), never behind what the
+    screen shows, and not at all once the tail is full and stays at its end (it was
+    redrawn with every frame of a busy log)."""
+    client = ReplayClient([snapshot(2, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        tail = app.query_one(TailLog)
+        bar = tail.vertical_scrollbar
+        drawn: list[list[str]] = []  # the whole scrollbar as it was at each render
+        render_lines = bar.render_lines
+
+        def whole() -> list[str]:
+            return [str(list(strip)) for strip in render_lines(Region(0, 0, *bar.outer_size))]
+
+        def spy(crop: Region) -> Any:
+            out = render_lines(crop)
+            drawn.append(whole())
+            return out
+
+        bar.render_lines = spy  # type: ignore[method-assign]
+        offset, n = 0, 0
+
+        async def lines(count: int) -> None:
+            nonlocal offset, n
+            data = b"".join(f"INFO step {n + i}: a line of the run's log\n".encode() for i in range(count))
+            n += count
+            client.push(log_event(data, offset))
+            offset += len(data)
+            await until(pilot, lambda: tail.lines and tail.lines[-1].endswith(f"step {n - 1}: a line of the run's log"))
+            await pilot.pause(0.3)
+
+        for count in (20, 8, 12, 40, 300):  # short of LOG_LINES: the thumb shrinks and moves down
+            await lines(count)
+            assert drawn and drawn[-1] == whole(), "the scrollbar on screen is behind its thumb"
+        thumbs = len({tuple(d) for d in drawn})
+        assert thumbs >= 3, thumbs
+        await lines(LOG_LINES)  # full now
+        before = len(drawn)
+        for _ in range(4):
+            await lines(20)
+            row = [ln for ln in on_screen(tail) if "step" in ln][-1]
+            assert f"step {n - 1}:" in row, row  # the newest line is on screen
+        assert len(drawn) == before, f"the scrollbar was drawn {len(drawn) - before} times more"
+        assert drawn[-1] == whole()

@@ -140,13 +140,21 @@ class TailLog(ScrollView, can_focus=True):
             self.vertical_scrollbar.window_virtual_size = size.height
         else:
             self.virtual_size = size
-        self.refresh()
+        self._refresh_rows()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
             if laid_out:
                 # A first wide line brings the horizontal scrollbar, which takes a row only
                 # once laid out: end again then, or the newest line sits under the bar.
                 self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+
+    def _refresh_rows(self) -> None:
+        """Repaint the rows, not the scrollbars beside them: a full `refresh()` marks the
+        whole region dirty, scrollbar gutters too, and at 20 lines/s a log past its
+        `max_lines` redrew an unchanged scrollbar with every frame (a tenth of the
+        dashboard's render time). A scrollbar whose thumb moves repaints itself."""
+        rows = self.scrollable_content_region
+        self.refresh(Region(0, 0, rows.width, rows.height))
 
     def clear(self) -> None:
         self._rows.clear()
