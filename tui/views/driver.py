@@ -170,13 +170,16 @@ def end_app(app: Any) -> None:
 
 
 class NarrowCompositor(Compositor):
-    """Textual's compositor, rendering for a partial update only the widgets whose
-    visible part meets one of the regions updated. Textual's renders every widget whose
-    clip meets the box around them all, and a top-level panel's clip is the whole screen:
-    a clock cell and a CPU% cell that moved rendered every panel's lines again. The
-    widgets left out draw nothing inside the regions, so the terminal gets the same bytes
-    (tests/test_dashboard_repaint.py compares the two). A screen takes it as its
-    `_compositor`, in its `__init__`."""
+    """Textual's compositor, rendering for a partial update only the widgets that show
+    in one of the regions updated: whose visible part meets the region, and that are not
+    behind a widget whose visible part holds all of it. Textual's renders every widget
+    whose clip meets the box around them all, and a top-level panel's clip is the whole
+    screen: a clock cell and a CPU% cell that moved rendered every panel's lines again,
+    and the containers behind a table or the log (the panel, its column, the screen) were
+    rendered for a line that the table covers. Chops are filled front to back, the first
+    widget to cover a cell wins, so the widgets left out draw nothing that is sent: the
+    terminal gets the same bytes (tests/test_dashboard_repaint.py compares the two). A
+    screen takes it as its `_compositor`, in its `__init__`."""
 
     _updating: list[Region] | None = None  # the regions of the partial update being rendered
     _only: list[Region] | None = None  # while its widgets are rendered: those regions
@@ -197,9 +200,16 @@ class NarrowCompositor(Compositor):
 
     @property
     def visible_widgets(self) -> dict[Widget, tuple[Region, Region]]:
-        shown = super().visible_widgets
+        shown = super().visible_widgets  # front to back
         only = self._only
         if not only:
             return shown
-        return {w: (region, clip) for w, (region, clip) in shown.items()
-                if any(r.overlaps(region.intersection(clip)) for r in only)}
+        kept = {}
+        for r in only:
+            for w, (region, clip) in shown.items():
+                seen = region.intersection(clip)
+                if r.overlaps(seen):
+                    kept[w] = (region, clip)
+                    if seen.contains_region(r):
+                        break  # all of `r` is this widget's: those behind it show nothing there
+        return {w: place for w, place in shown.items() if w in kept}  # Textual's order
