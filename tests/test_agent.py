@@ -808,3 +808,41 @@ def test_external_run_listed_and_killed_through_the_agent(plain: AgentProc) -> N
     finally:
         child.kill()
         child.wait()
+
+
+def test_periodic_snapshots_carry_only_the_runs_that_changed(plain: AgentProc, tmp_path: Path) -> None:
+    """A host keeps every run it ran. Each periodic snapshot names all of them in
+    `run_ids`, in order, and sends only the records that are new or changed since the
+    last one (a running run's duration moves, an ended run's record does not); the first
+    snapshot after `configure` and the `snapshot` op's reply carry every record."""
+    runs_dir = tmp_path / "runs"
+    plain.call("configure", {"interval": 0.2, "runs_dir": str(runs_dir)})
+    ended = [plain.call("launch", {"name": f"old{i}", "argv": ["true"], "cwd": str(tmp_path), "env": {},
+                                   "patch_state": None, "log": None})["run_id"] for i in range(4)]
+    live = plain.call("launch", {"name": "live", "argv": [sys.executable, "-c", "import time; time.sleep(600)"],
+                                 "cwd": str(tmp_path), "env": {}, "patch_state": None, "log": None})
+    deadline = time.monotonic() + 15
+    while {r["run_id"]: r["state"] for r in plain.call("runs")["runs"]} != {**dict.fromkeys(ended, "exited"),
+                                                                          live["run_id"]: "running"}:
+        assert time.monotonic() < deadline, plain.call("runs")
+        time.sleep(0.1)
+    mark = plain.mark()
+    plain.call("configure", {"interval": 0.2, "runs_dir": str(runs_dir)})
+    first = plain.wait_for(lambda m: m["type"] == "snapshot", since=mark)
+    order = [r["run_id"] for r in first["runs"]]
+    assert "run_ids" not in first and sorted(order) == sorted([*ended, live["run_id"]])
+    later = [plain.wait_for(lambda m, s=s: m["type"] == "snapshot" and m["seq"] == first["seq"] + s, since=mark)
+             for s in (1, 2, 3)]
+    for snap in later:
+        assert snap["run_ids"] == order
+        assert [r["run_id"] for r in snap["runs"]] == [live["run_id"]]  # its duration moved
+    assert later[-1]["runs"][0]["duration"] > first["runs"][order.index(live["run_id"])]["duration"]
+    whole = plain.call("snapshot")
+    assert "run_ids" not in whole and [r["run_id"] for r in whole["runs"]] == order
+    mark = plain.mark()
+    os.kill(live["pid"], 9)
+    gone = plain.wait_for(lambda m: m["type"] == "snapshot" and any(r["state"] != "running" for r in m["runs"]),
+                          since=mark, what="the killed run's record")
+    assert [r["run_id"] for r in gone["runs"]] == [live["run_id"]] and gone["run_ids"] == order
+    quiet = plain.wait_for(lambda m: m["type"] == "snapshot" and m["seq"] == gone["seq"] + 2, since=mark)
+    assert quiet["runs"] == [] and quiet["run_ids"] == order  # nothing changed: no record at all

@@ -49,6 +49,7 @@ from remote.agent.follow import Inotify, Sub, holds
 from remote.agent.node import Follower
 from remote.agent.outcomes import read_outcomes, record_outcome, valid_id
 from remote.agent.proctable import ProcTable
+from remote.agent.rundelta import RunsSent
 from remote.base.gpus import Gpus, host_info
 from remote.base.wire import (
     CLIENT_GONE,
@@ -106,6 +107,7 @@ class Agent:
         self.wake_r, self.wake_w = os.pipe()
         self.lock = threading.Lock()  # guards last_procs for workers
         self.runs_error: Optional[str] = None
+        self.runs_sent = RunsSent()
         self.next_snap = time.monotonic()
         self.workers: List[threading.Thread] = []  # running ops declared `finish`
 
@@ -186,9 +188,7 @@ class Agent:
                                 "gpus": gpus, "processes": procs, "runs": runs}, self.slurm, self.interval)
 
     def send_snapshot(self) -> None:
-        msg: Dict[str, Any] = {"type": "snapshot"}
-        msg.update(self.snapshot())
-        emit(msg)
+        emit(self.runs_sent.trim({"type": "snapshot", **self.snapshot()}))  # rundelta.py
 
     # -- requests
 
@@ -281,6 +281,7 @@ class Agent:
             self.runs_dir = user_path_or_none(arg(args, "runs_dir", str, None)) or self.cli_runs_dir
         self.configured = True
         self.next_snap = time.monotonic() + self.interval
+        self.runs_sent.reset()  # its snapshot whole: the client may be new
         return {}, self.send_snapshot
 
     @op("snapshot")

@@ -56,6 +56,10 @@ class Snapshot:
     gpu_error: str | None = None
     # a followed Slurm job's nodes, each with where its view comes from or why there is none
     job_nodes: tuple[JobNode, ...] = ()
+    # A periodic snapshot's every run id, in order, with `runs` only those that changed
+    # since the last one (the others as they were: the reducer keeps them); None: `runs`
+    # is all of them (remote/agent/rundelta.py)
+    run_ids: tuple[str, ...] | None = None
     wire: JSONObject = field(default_factory=dict, compare=False, repr=False)  # as sent: `--json` only
 
     def as_dict(self) -> JSONObject:
@@ -218,6 +222,7 @@ def _parse_message(obj: dict[str, Any]) -> Message:
             gpu_source=_maybe(obj.get("gpu_source")),
             gpu_error=_maybe(obj.get("gpu_error")),
             job_nodes=tuple(n for d in _seq(obj.get("job_nodes")) if (n := JobNode.parse(d)) is not None),
+            run_ids=tuple(_shown(i) for i in _list(obj, "run_ids")) if "run_ids" in obj else None,
             wire={k: v for k, v in obj.items() if k != "type"},
         )
     if kind == "log":

@@ -19,6 +19,7 @@ from dataclasses import replace
 from tui import protocol as p
 from tui.protocol.hosttext import clean
 from tui.protocol.ops import ActionReply, KillReport
+from tui.protocol.records import RunRecord
 from tui.protocol.stream import LinkStatus
 from tui.state import view, watch
 from tui.state.events import (
@@ -198,11 +199,19 @@ def _snapshot(state: AppState, snap: p.Snapshot, now: float) -> AppState:
         gpu_history=history,
         job_nodes=snap.job_nodes,
         processes=procs,
-        runs=snap.runs,
+        runs=snap.runs if snap.run_ids is None else _kept_runs(state.runs, snap),
         snapshot_time=snap.time,
         seq=snap.seq,
         link=_seen(state.link, now),
     )
+
+
+def _kept_runs(runs: tuple[RunRecord, ...], snap: p.Snapshot) -> tuple[RunRecord, ...]:
+    """A periodic snapshot's runs: those it sent, and the others as the last one had them
+    (the same objects: what did not change is not parsed or drawn again)."""
+    new = {r.run_id: r for r in snap.runs}
+    old = {r.run_id: r for r in runs}
+    return tuple(r for i in snap.run_ids or () if (r := new.get(i) or old.get(i)) is not None)
 
 
 def feed_log(log: LogTail, event: p.LogData, now: float) -> LogTail:
