@@ -46,6 +46,11 @@ class KeyedTable(DataTable[Any]):
     _drawn: list[tuple[Any, ...]] = []  # the cells on screen, row by row in their order
     _cell_strips: LRUCache[tuple[Any, ...], Any] | None = None
     _clips: dict[tuple[str, str], tuple[tuple[Any, int | None], Any]] = {}  # (row, column) -> (cell, width), clipped
+    # A row's cells object as last given, with its cells' widths and its clipped row: a
+    # row given again as the same object (a host's ended runs, snapshot after snapshot)
+    # is neither measured, clipped nor compared again.
+    _needs: dict[str, tuple[tuple[Any, ...], list[int]]] = {}
+    _rows_clipped: dict[str, tuple[tuple[Any, ...], Any, tuple[Any, ...]]] = {}
 
     # Rows that come or go change the table's virtual size, and Widget's virtual_size
     # lays the whole screen out (every scroll view's scrollbars repainted, the regions
@@ -112,9 +117,14 @@ class KeyedTable(DataTable[Any]):
         """The columns shown at `width` and the columns cut to a width (SHRINK, FLEX)."""
         keys = [k for k, _ in self.COLUMNS]
         need = {k: cell_len(self.SHORT_LABELS.get(k, label)) for k, label in self.COLUMNS}
-        for cells in rows.values():
-            for k, c in zip(keys, cells):
-                need[k] = max(need[k], _cell_len(c))
+        measured, self._needs = self._needs, {}
+        for rk, cells in rows.items():
+            kept = measured.get(rk)
+            lens = kept[1] if kept is not None and kept[0] is cells else [_cell_len(c) for c in cells]
+            self._needs[rk] = (cells, lens)
+            for k, n in zip(keys, lens):
+                if n > need[k]:
+                    need[k] = n
         shown, cut = list(keys), dict[str, int]()
         pad = 2 * self.cell_padding
 
@@ -153,19 +163,28 @@ class KeyedTable(DataTable[Any]):
         index = [keys.index(k) for k in cols]
         # A cell is clipped (made a `Text`) again only when it or its width changed: a
         # snapshot moves a few cells of many rows, and the same objects mean "unchanged" below.
-        clips, made = self._clips, {}
+        clips, made = self._clips, dict[tuple[str, str], tuple[tuple[Any, int | None], Any]]()
+        before, self._rows_clipped = self._rows_clipped, {}
+        layout = (cols, sorted(cut.items()))
         shown = {}
         for rk, cells in rows.items():
-            row = []
-            for i in index:
-                k, w, what = keys[i], cut.get(keys[i]), _what(cells[i])
-                old = clips.get((rk, k))
-                if old is None or old[0] != (what, w):
-                    old = ((what, w), _clip(cells[i], w, k in self.SHRINK))
-                made[(rk, k)] = old
-                row.append(old[1])
-            shown[rk] = tuple(row)
+            kept = before.get(rk)
+            if kept is not None and kept[0] is cells and kept[1] == layout:
+                shown[rk] = kept[2]
+                made.update(((rk, k), clips[(rk, k)]) for k in cols)
+            else:
+                row = []
+                for i in index:
+                    k, w, what = keys[i], cut.get(keys[i]), _what(cells[i])
+                    old = clips.get((rk, k))
+                    if old is None or old[0] != (what, w):
+                        old = ((what, w), _clip(cells[i], w, k in self.SHRINK))
+                    made[(rk, k)] = old
+                    row.append(old[1])
+                shown[rk] = tuple(row)
+            self._rows_clipped[rk] = (cells, layout, shown[rk])
         self._clips = made
+        unchanged = {rk for rk, kept in before.items() if kept[2] is shown.get(rk)}
         labels = dict(self.COLUMNS)
         heads = tuple(self.SHORT_LABELS.get(k, labels[k]) if cut.get(k, len(labels[k])) < len(labels[k])
                       else labels[k] for k in cols)
@@ -201,6 +220,8 @@ class KeyedTable(DataTable[Any]):
                     self.move_cursor(row=list(shown).index(selected), animate=False)
                 return
             for y, (key, cells) in enumerate(shown.items()):
+                if key in unchanged:
+                    continue  # the same cells as drawn
                 current = self.get_row(key)
                 for x, (col, old, new) in enumerate(zip(cols, current, cells)):
                     if old is not new and (str(old) != str(new) or (isinstance(new, Text) and old != new)):
@@ -312,11 +333,28 @@ class RunsTable(KeyedTable):
     def show(self, runs: tuple[RunRecord, ...], notes: dict[str, str] | None = None) -> None:
         notes = notes or {}
         ordered = sorted(runs, key=lambda r: (r.launched_at or 0.0, r.run_id), reverse=True)
-        self.sync({r.run_id: self._cells(r, notes.get(r.run_id, "")) for r in ordered})
+        now = time.time()
+        day = time.localtime(now)[:3]
+        ended = self._ended
+        self._ended = {}
+        rows = {}
+        for r in ordered:
+            note = notes.get(r.run_id, "")
+            kept = ended.get(r.run_id)
+            if kept is not None and kept[0] is r and kept[1:3] == (note, day):
+                cells = kept[3]
+            else:
+                cells = self._cells(r, note, now)
+            if not r.alive and r.restart_at is None:  # its row moves only with its record, its note, the day
+                self._ended[r.run_id] = (r, note, day, cells)
+            rows[r.run_id] = cells
+        self.sync(rows)
+
+    _ended: dict[str, tuple[RunRecord, str, Any, tuple[Any, ...]]] = {}  # an ended run's row, as last made
 
     @staticmethod
-    def _cells(r: RunRecord, note: str) -> tuple[Any, ...]:
-        row = run_row(r, note, time.time())  # the view model's row: the CLI prints the same
+    def _cells(r: RunRecord, note: str, now: float) -> tuple[Any, ...]:
+        row = run_row(r, note, now)  # the view model's row: the CLI prints the same
         return (
             row.run_id, row.name[:20], Text(row.state, style=STATE_STYLE.get(row.state, "")),
             row.started, row.duration, row.exit, row.patch, row.note,
