@@ -3,7 +3,7 @@
     python bench/bench_client.py [--case launched|generated|both] [--base CHECKOUT]
                                  [--idle 30] [--steady 60] [--burst 60] [--rss-minutes 10]
                                  [--ssh] [--toolong PATH_TO_tl] [--py-spy PATH] [--serve]
-                                 [--profile S] [--aged S]
+                                 [--profile S] [--aged S] [--history N]
 
 Two cases, each printed as its own rows.
 
@@ -24,7 +24,10 @@ headless chromium page (Playwright), measured in the same phases: the server and
 session's app (the `connect` process Textual's web driver draws; their sum is the
 browser dashboard's server side), its agent, and chromium's processes together. With
 `--profile S`, py-spy records the client S s at 20 lines/s (100 Hz) and S s idle at the
-end (500 Hz); the top entries are printed, the raw stacks kept.
+end (500 Hz); the top entries are printed, the raw stacks kept. With `--history N` the
+host first keeps N ended runs of the same name (each launched with `eagle3-tui launch`,
+a command that exits at once), as a host does after weeks of runs: every snapshot
+names them and the runs table shows them.
 
 **generated** (the earlier figure): the dashboard follows a log the bench writes itself
 (no launched run, so no process rows or run record change):
@@ -407,6 +410,8 @@ def main() -> int:
     ap.add_argument("--aged", type=float, default=30,
                     help="launched case: seconds of idle once the run is over 10 min old (its clocks then show"
                          " minutes; the bench waits for that moment), last; 0: none")
+    ap.add_argument("--history", type=int, default=0,
+                    help="launched case: ended runs of the same name the host keeps before the measured one")
     ap.add_argument("--py-spy", dest="py_spy", default=shutil.which("py-spy"), help="path of py-spy")
     args = ap.parse_args()
     if not shutil.which("tmux"):
@@ -627,6 +632,26 @@ def served(cfg: Path, work: Path, procs: Procs) -> ServeSession:
     return serve
 
 
+def history(cfg: Path, work: Path, n: int) -> None:
+    """`n` ended runs of the config's run name on the host, one after another."""
+    quick = work / "history.toml"
+    quick.write_text(cfg.read_text().replace("command = ", 'command = ["true"]\n# was: ', 1))
+
+    def e3(*argv: str) -> str:
+        return subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(quick), *argv, "local", "--json"],
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                              check=True, timeout=60, cwd=ROOT).stdout
+
+    for _ in range(n):
+        e3("launch")
+        deadline = time.monotonic() + 30
+        while any(r.get("state") == "running" for r in json.loads(e3("runs"))["runs"]):  # one of a name at a time
+            if time.monotonic() > deadline:
+                raise SystemExit("a history run did not end in 30 s")
+            time.sleep(0.1)
+    print(f"history: {n} ended runs of the same name on the host before the measured one")
+
+
 def launched_case(args: argparse.Namespace) -> None:
     """A run launched with `eagle3-tui launch`, its job paced through a FIFO
     (bench/bench_job.py), followed by the dashboard (and, with --base, by the base
@@ -641,6 +666,8 @@ def launched_case(args: argparse.Namespace) -> None:
                    f"command = {json.dumps(argv)}\n")
     py = shlex.quote(sys.executable)
     trees = {"client": ROOT, **({"client@base": args.base.resolve()} if args.base else {})}
+    if args.history:
+        history(cfg, work, args.history)
     launched = subprocess.run([sys.executable, "-m", "tui.cli", "--config", str(cfg), "launch", "local", "--json"],
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
                               cwd=ROOT)
