@@ -118,3 +118,19 @@ async def test_an_ended_runs_row_follows_its_record() -> None:
         await pilot.pause(0.2)
         cells = [str(c) for c in table.get_row(lost["run_id"])]
         assert cells[2] == "failed" and cells[5] == "3", cells
+
+
+def test_runs_that_are_not_one_record_per_id_go_whole() -> None:
+    """The agent's side (remote/agent/rundelta.py): two records of one id (a run dir
+    copied by hand), an id that is not a string, or no list at all: the snapshot goes
+    whole, and so does the next one (there is nothing to compare it with)."""
+    from remote.agent.rundelta import RunsSent
+
+    sent = RunsSent()
+    a, b = {"run_id": "a", "duration": 1}, {"run_id": "b", "duration": 9}
+    assert "run_ids" not in sent.trim({"runs": [a, b]})
+    assert sent.trim({"runs": [dict(a, duration=2), b]}) == {"runs": [dict(a, duration=2)], "run_ids": ["a", "b"]}
+    for odd in ([a, dict(a)], [a, {"run_id": 7}], [a, "b"], None):
+        assert sent.trim({"runs": odd}) == {"runs": odd}  # whole, as it was
+        assert sent.trim({"runs": [a, b]}) == {"runs": [a, b]}  # whole again: nothing to compare with
+        assert sent.trim({"runs": [a, b]}) == {"runs": [], "run_ids": ["a", "b"]}
