@@ -22,6 +22,7 @@ from tui.state.model import LOG_LINES
 from tui.views.app import make_app
 from tui.views.driver import NarrowCompositor
 from tui.views.widgets.logtail import LogPane, TailLog
+from tui.views.widgets.status import StatusBar
 from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
 
 
@@ -333,3 +334,22 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
             assert f"step {n - 1}:" in row, row  # the newest line is on screen
         assert len(drawn) == before, f"the scrollbar was drawn {len(drawn) - before} times more"
         assert drawn[-1] == whole()
+
+
+async def test_once_the_snapshots_stop_the_stale_age_keeps_counting() -> None:
+    """While snapshots come each second the once-a-second tick leaves the screen to
+    them; once they stop, the status bar says "stale for N s" and N counts on."""
+    client = ReplayClient([snapshot(1, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        bar = app.query_one(StatusBar)
+
+        def age() -> int | None:
+            m = re.search(r"stale for (\d+)s", str(bar.render()))
+            return None if m is None else int(m.group(1))
+
+        await until(pilot, lambda: age() is not None, timeout=6)
+        first = age()
+        await pilot.pause(2.2)
+        assert age() is not None and age() >= first + 2, (first, age())  # type: ignore[operator]

@@ -77,6 +77,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._repaint_timer: Any = None
         self._repainted_at = 0.0
         self._tables_drawn = False  # the first snapshot's tables are drawn at once, never deferred
+        self._drawn_at = 0.0  # monotonic time of the last `_render_all`
         self._unlisten: Any = None
 
     # The host's state lives in its feed; the screen reads it from there.
@@ -135,7 +136,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._render_all()
         if not self.attached:  # `connect HOST`: this screen starts its host's feed
             self.connect_agent()
-        self.set_interval(1.0, self._tick)
+        self.set_interval(1.0, self._each_second)
         self._check_liveness()
 
     def on_unmount(self) -> None:
@@ -227,6 +228,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._due = "progress" if throttled else None
         st = self.state
         self._tables_drawn = self._tables_drawn or st.snapshot_time is not None
+        self._drawn_at = time.monotonic()
         self._status.show(st)
         self._gpus.show(st)
         self._procs.show(st)
@@ -281,6 +283,13 @@ class DashboardScreen(DashboardActions, Screen[None]):
         banner.set_class(kind == "error", "error")
         banner.set_class(kind == "ok", "ok")
         set_content(banner, text or "")
+
+    def _each_second(self) -> None:
+        """The ages on screen ("stale for N s", a kill's verdict expiring), unless a
+        snapshot drew them within the last second: with the link alive at the default
+        interval that is every second, and the tick only did it again."""
+        if time.monotonic() - self._drawn_at >= 1.0:
+            self._tick()
 
     def _tick(self) -> None:
         self._status.show(self.state)
