@@ -123,9 +123,10 @@ async def test_a_training_log_burst_repaints_the_progress_a_few_times_a_second_a
         progress, runs = app.query_one(RunProgress), app.query_one(RunsTable)
         await until(pilot, lambda: "step 0" in str(progress.render()))
         await pilot.pause(0.6)
-        updates: list[bool] = []  # layout flag of each progress update
-        update, show = progress.update, runs.show
-        progress.update = lambda content, layout=True: (updates.append(layout), update(content, layout=layout))  # type: ignore[method-assign,func-returns-value,misc]
+        updates: list[bool] = []  # layout flag of each progress repaint
+        refresh, show = progress.refresh, runs.show
+        progress.refresh = lambda *rows, layout=False, **k: (  # type: ignore[method-assign,misc]
+            updates.append(layout), refresh(*rows, layout=layout, **k))[1]
         tables: list[int] = []
         runs.show = lambda *a, **k: (tables.append(1), show(*a, **k))  # type: ignore[method-assign,func-returns-value]
         offset, i, t0 = len(first), 0, time.monotonic()

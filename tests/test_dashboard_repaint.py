@@ -14,6 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual._compositor import Compositor
 from textual.geometry import Region
+from textual.widget import Widget
 
 from tests.replay import ReplayClient, resnap, snapshot
 from tests.test_app import CFG, RUN, log_event, until
@@ -22,29 +23,30 @@ from tui.state.model import LOG_LINES
 from tui.views.app import make_app
 from tui.views.driver import NarrowCompositor
 from tui.views.widgets.logtail import LogPane, TailLog
+from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.status import StatusBar
-from tui.views.widgets.tables import KeyedTable, ProcessTable, RunsTable
+from tui.views.widgets.tables import ProcessTable, RunsTable
 
 
-def on_screen(table: KeyedTable) -> list[str]:
-    """The table's lines, border included, as the compositor has them (its render cache
+def on_screen(widget: Widget) -> list[str]:
+    """The widget's lines, border included, as the compositor has them (its render cache
     included: a cell repainted in the wrong place, or not at all, shows here as the old
     text)."""
-    width, height = table.outer_size
+    width, height = widget.outer_size
     return [Text.assemble(*((s.text, s.style) for s in strip)).plain
-            for strip in table.render_lines(Region(0, 0, width, height))]
+            for strip in widget.render_lines(Region(0, 0, width, height))]
 
 
-def spy_rows(table: KeyedTable) -> list[int]:
-    """The content rows `table` renders from now on (0: the header)."""
+def spy_rows(widget: Widget) -> list[int]:
+    """The content rows `widget` renders from now on (a table's 0: its header)."""
     seen: list[int] = []
-    render_line = table.render_line
+    render_line = widget.render_line
 
     def spy(y: int) -> Any:
         seen.append(y)
         return render_line(y)
 
-    table.render_line = spy  # type: ignore[method-assign]
+    widget.render_line = spy  # type: ignore[method-assign]
     return seen
 
 
@@ -353,3 +355,38 @@ async def test_once_the_snapshots_stop_the_stale_age_keeps_counting() -> None:
         first = age()
         await pilot.pause(2.2)
         assert age() is not None and age() >= first + 2, (first, age())  # type: ignore[operator]
+
+
+async def test_a_training_line_repaints_the_progress_rows_it_changed() -> None:
+    """A metrics line moves the loss (its row); a step bar moves the step (its row): each
+    repaints that row of the progress panel, not the panel (at 20 lines/s every one of
+    its rows was rendered again twice a second), and the panel on screen shows the
+    newest step and loss."""
+    client = ReplayClient([snapshot(2, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        panel = app.query_one(RunProgress)
+        offset = 0
+
+        async def line(text: str, shown: str) -> None:
+            nonlocal offset
+            data = (text + "\n").encode()
+            client.push(log_event(data, offset))
+            offset += len(data)
+            await until(pilot, lambda: shown in str(panel.render()))
+            await pilot.pause(0.3)
+
+        await line(" 10%|██        | 100/1000 [00:50<07:30,  2.00it/s]", "step 100/1000")
+        await line("{'loss': 1.2345, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': 0.1}", "loss  1.234")
+        rows = [ln.plain for ln in panel.render().split("\n")]
+        train, loss = (next(y for y, row in enumerate(rows) if row.startswith(head)) for head in ("train ", "loss "))
+        seen = spy_rows(panel)
+        await line("{'loss': 0.9876, 'grad_norm': 0.8, 'learning_rate': 2e-05, 'epoch': 0.1}", "loss  0.9876")
+        assert set(seen) == {loss}, (seen, rows)
+        seen.clear()
+        await line(" 10%|██        | 101/1000 [00:50<07:29,  2.00it/s]", "step 101/1000")
+        assert set(seen) == {train}, (seen, rows)
+        drawn = on_screen(panel)
+        assert "step 101/1000" in drawn[train] and "loss  0.9876" in drawn[loss], drawn
+

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import Static
+from textual.geometry import Region, Size
+from textual.selection import Selection
+from textual.strip import Strip
+from textual.widget import Widget
 
 from tui.state.format import duration, num
 from tui.state.model import AppState
-from tui.views.widgets.render import BLOCKS, bar, set_content
+from tui.views.widgets.render import BLOCKS, bar
 
 PHASE_STYLE = {
     "starting": "yellow",
@@ -131,11 +136,38 @@ def loss_line(tr: Any, width: int) -> Text:
     return head
 
 
-class RunProgress(Static):
+# Never drawn raw, whatever the source (a signature table's title, a config path): a
+# control becomes U+FFFD and a TAB a space, one character for one, so the styles stay put.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _drawable(line: Text) -> Text:
+    if _CONTROL.search(line.plain) is None:
+        return line
+    plain = _CONTROL.sub(lambda m: " " if m.group() == "\t" else "\ufffd", line.plain)
+    return Text(plain, style=line.style, spans=line.spans)
+
+
+class RunProgress(Widget):
+    """The panel, one row per line of its text (Textual's line API): a new step, loss or
+    batch repaints the rows it changed, not the panel. A `Static` rendered all of its
+    rows again with each update, through Textual's content pipeline, at ~4 times a log
+    row's cost; a training log changes the panel twice a second."""
+
     DEFAULT_CSS = """
-    RunProgress { height: auto; min-height: 3; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    RunProgress { height: auto; min-height: 3; padding: 0 1; }
     """
-    _rows: int | None = None  # rows of the content shown
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._text = Text()
+        self._lines: list[Text] = []
+        self._keys: list[tuple[Any, ...]] = []  # each row's text and styles, as drawn
+        self._base: Style | None = None  # the widget's style while a repaint runs
+
+    def render(self) -> Text:
+        """The whole panel as text (what is shown, before a narrow panel cuts its rows)."""
+        return self._text
 
     def show(self, state: AppState, phase: str | None, run_label: str, history: str | None = None) -> None:
         """``history``: the load from history (`tui.state.history.load_line`), under the bars."""
@@ -185,9 +217,54 @@ class RunProgress(Static):
                 fix = getattr(root, "fix", None)
                 if fix:
                     out.append(f"\n  fix: {fix}", style="yellow")
-        out.no_wrap, out.overflow = True, "ellipsis"  # a narrow panel cuts lines, never wraps them
-        # Its height is its rows: only a change in their number lays the screen out again
-        # (a training loop's step and loss change with every line, the rows seldom).
-        rows = len(out.plain.split("\n"))
-        if set_content(self, out, layout=rows != self._rows):
-            self._rows = rows
+        self.put(out)
+
+    def put(self, text: Text) -> None:
+        """Show ``text``: repaint the rows that changed; lay the screen out again only
+        when the number of rows changes (the panel's height is its rows)."""
+        lines = [_drawable(ln) for ln in text.split("\n", allow_blank=True)]
+        keys = [(ln.plain, tuple(ln.spans), str(ln.style)) for ln in lines]
+        if keys == self._keys:
+            return
+        changed = [y for y, key in enumerate(keys) if y >= len(self._keys) or self._keys[y] != key]
+        layout = len(keys) != len(self._keys)
+        self._text, self._lines, self._keys = text, lines, keys
+        width = self.size.width
+        if layout or not width:
+            self.refresh(layout=layout)
+        else:
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._lines)
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        return max((ln.cell_len for ln in self._lines), default=0)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style  # one walk up the DOM per repaint, not one per row
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
+    def render_line(self, y: int) -> Strip:
+        """Row ``y``, cut to the panel's width with an ellipsis (a narrow panel cuts rows,
+        never wraps them); Textual keeps the rows it drew and asks only for changed ones."""
+        width, base = self.size.width, self._base or self.rich_style
+        if y >= len(self._lines):
+            return Strip.blank(width, base)
+        text = self._lines[y].copy()
+        text.end = ""
+        text.truncate(width, overflow="ellipsis")
+        text.stylize_before(base)
+        selection = self.text_selection
+        if selection is not None and (span := selection.get_span(y)) is not None:
+            start, end = span
+            text.stylize(self.screen.get_component_rich_style("screen--selection"), start,
+                         len(text) if end == -1 else end)
+        return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width, base).apply_offsets(0, y)
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        return selection.extract(self._text.plain), "\n"
+
