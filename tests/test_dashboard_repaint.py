@@ -390,3 +390,52 @@ async def test_a_training_line_repaints_the_progress_rows_it_changed() -> None:
         drawn = on_screen(panel)
         assert "step 101/1000" in drawn[train] and "loss  0.9876" in drawn[loss], drawn
 
+
+async def test_while_lines_stream_a_snapshot_joins_their_next_repaint() -> None:
+    """The agent's snapshot comes once a second, the busy log's repaint twice, each at its
+    own steady phase. A snapshot that came just after the lines' repaint was drawn in a
+    screen update of its own: one frame more each second for the whole run. Its changed
+    cell is now drawn with the lines' next repaint, and it is on screen then."""
+    first = snapshot(3, runs=[RUN])
+    client = ReplayClient([first])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(0.5)
+        frames: list[set[str]] = []  # what each screen update rendered, of the log and the process table
+        compositor = app.screen._compositor
+        render_update = compositor.render_update
+
+        def frame(*a: Any, **k: Any) -> Any:
+            frames.append(set())
+            return render_update(*a, **k)
+
+        compositor.render_update = frame  # type: ignore[method-assign]
+        procs, tail = app.query_one(ProcessTable), app.query_one(TailLog)
+        for widget in (procs, tail):
+            render_line = widget.render_line
+            widget.render_line = (  # type: ignore[method-assign]
+                lambda y, w=widget, r=render_line: (frames and frames[-1].add(type(w).__name__), r(y))[1])
+        sent, n, offset = [time.monotonic()], 0, 0  # when each snapshot was sent
+        repainted: list[float] = []
+        repaint_due = app.dashboard._repaint_due
+        app.dashboard._repaint_due = lambda: (repainted.append(time.monotonic()), repaint_due())[1]  # type: ignore[method-assign]
+        while len(sent) <= 3 or time.monotonic() - sent[-1] < 0.7:  # lines until the last one's repaint
+            line = f"INFO step {n}: a line of the run's log\n".encode()
+            client.push(log_event(line, offset))
+            offset, n = offset + len(line), n + 1
+            await pilot.pause(0.05)
+            now = time.monotonic()
+            if len(sent) <= 3 and n > 20 and now - sent[-1] > 1.0 and repainted and now - repainted[-1] < 0.1:
+                await pilot.pause(0.01)  # the worst phase: the lines' repaint is on screen, their next not due
+                sent.append(time.monotonic())
+                moved = [dict(pr) for pr in first.wire["processes"]]
+                moved[1]["cpu"] = 10.0 + len(sent) - 1
+                client.push(snapshot(3, seq=len(sent) - 1, runs=[RUN], processes=moved))
+                await pilot.pause(0.03)
+        await until(pilot, lambda: app.dashboard.state.seq == 3)
+        await pilot.pause(0.7)
+        line = next(ln for ln in on_screen(procs) if ln.strip("│ ").startswith("1001 "))
+        assert " 13 " in line, line
+        drawn = [f for f in frames if "ProcessTable" in f]
+        assert len(drawn) >= 3 and all("TailLog" in f for f in drawn), frames

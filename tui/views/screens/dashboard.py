@@ -110,7 +110,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
             with VerticalScroll(id="gpu-box"):
                 yield GpuPanel(id="gpus")
         yield ProcessTable(id="procs")
-        yield LogPane(id="log")
+        yield LogPane(id="log", pace=self._pace_log)
         yield ModeFooter()
 
     def on_mount(self) -> None:
@@ -197,23 +197,38 @@ class DashboardScreen(DashboardActions, Screen[None]):
             self._repaint_soon("progress" if self.state.log.backlog else "all")
         elif isinstance(event, p.KillProgress):
             self._render_banner()
-        elif isinstance(event, p.Snapshot) and self._repaint_timer is not None and self._tables_drawn:
-            self._repaint_soon("all")  # lines keep coming: the tables join their repaint, one frame
+        elif isinstance(event, p.Snapshot) and self._tables_drawn and self._lines_coming():
+            self._repaint_soon("all")  # the tables join the lines' next repaint: one frame, not two
         else:
             self._render_all()
 
-    def _repaint_soon(self, what: str) -> None:
+    def _repaint_soon(self, what: str, wait: float | None = None) -> None:
         """Draw `what` ("progress", or "all" the panels) with the next frame, or while
         lines keep coming at most once per BUSY_S: a training log at 20 lines/s changes
         the step and loss with every line, and each repaint lays the screen out again."""
         self._due = "all" if "all" in (what, self._due) else what
         if self._repaint_timer is None:
-            self._repaint_timer = self.set_timer(repaint_wait(time.monotonic(), self._repainted_at),
-                                                 self._repaint_due)
+            if wait is None:
+                wait = repaint_wait(time.monotonic(), self._repainted_at)
+            self._repaint_timer = self.set_timer(wait, self._repaint_due)
+
+    def _pace_log(self, wait: float) -> None:
+        """The log pane's throttled lines, drawn by the panels' one repaint timer: with a
+        timer of its own, the pane's repaint and the panels' fell into two screen updates
+        whenever the two timers fired a few ms apart."""
+        self._repaint_soon("progress", wait)
+
+    def _lines_coming(self) -> bool:
+        """A repaint is due, or the log is busy (`LogPane.busy`). A snapshot drawn at once
+        just after the lines' repaint cost a frame of its own each second (the agent's
+        1 Hz snapshots and the lines' slots keep their phase for the whole run); while
+        lines keep coming it waits for their next slot instead, at most BUSY_S."""
+        return self._repaint_timer is not None or self._log_pane.busy(time.monotonic())
 
     def _repaint_due(self) -> None:
         self._repaint_timer, self._repainted_at = None, time.monotonic()
         with contextlib.suppress(NoMatches):  # the screen is being torn down
+            self._log_pane.flush()
             if self._due == "all":
                 self._render_all()
             elif self._due == "progress":

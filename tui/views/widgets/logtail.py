@@ -17,7 +17,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.cells import cell_len
@@ -212,8 +212,12 @@ class LogPane(Vertical):
     LogPane #note { height: auto; max-height: 1; color: $warning; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, pace: Callable[[float], None] | None = None, **kwargs: Any) -> None:
+        """``pace(wait)``: have `flush` run in ``wait`` seconds, on an owner's timer that
+        repaints its other panels in the same screen update (the default: a timer of the
+        pane's own)."""
         super().__init__(**kwargs)
+        self._pace = pace or (lambda wait: self.set_timer(wait, self.flush))
         self._shown = 0  # log.total_lines (less log.prepended) already written
         self._generation = 0
         self._path: str | None = None
@@ -244,7 +248,7 @@ class LogPane(Vertical):
             return
         now = time.monotonic()
         self._arrivals.append(now)
-        busy = len(self._arrivals) > SPARSE_PER_S and now - self._arrivals[0] < 1.0
+        busy = self.busy(now)
         if self._pending is None and not busy and not first:  # a line after a quiet spell: this frame
             self._pending = log
             self.flush()
@@ -252,8 +256,12 @@ class LogPane(Vertical):
         if self._pending is None:
             # Throttle only while lines keep coming; while the first tail still comes, a
             # partial draw would only be drawn over.
-            self.set_timer(BUSY_S if first else repaint_wait(now, self._flushed_at), self.flush)
+            self._pace(BUSY_S if first else repaint_wait(now, self._flushed_at))
         self._pending = log
+
+    def busy(self, now: float) -> bool:
+        """Lines keep coming: more than SPARSE_PER_S updates in the last second."""
+        return len(self._arrivals) > SPARSE_PER_S and now - self._arrivals[0] < 1.0
 
     def flush(self) -> None:
         log, self._pending = self._pending, None
