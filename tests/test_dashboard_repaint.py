@@ -439,3 +439,27 @@ async def test_while_lines_stream_a_snapshot_joins_their_next_repaint() -> None:
         assert " 13 " in line, line
         drawn = [f for f in frames if "ProcessTable" in f]
         assert len(drawn) >= 3 and all("TailLog" in f for f in drawn), frames
+
+
+async def test_a_snapshot_that_moves_nothing_the_progress_shows_does_not_make_its_text_again() -> None:
+    """Each 1 Hz snapshot asked the progress panel to make its text again (a training
+    run's bars and its loss plot over the whole run) to find it unchanged; it is made
+    only when the analysis or the phase moved: here the run killed, the same log."""
+    client = ReplayClient([snapshot(2, runs=[RUN]),
+                           log_event(b"{'loss': 1.5, 'grad_norm': 0.9, 'learning_rate': 2e-05, 'epoch': 0.1}\n")])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        panel = app.query_one(RunProgress)
+        await until(pilot, lambda: "loss  1.5" in str(panel.render()))
+        await pilot.pause(0.3)
+        made: list[str] = []
+        put = panel.put
+        panel.put = lambda text: (made.append(text.plain), put(text))[1]  # type: ignore[method-assign]
+        for seq in (1, 2, 3):
+            client.push(snapshot(2, seq=seq, runs=[RUN]))
+            await until(pilot, lambda: app.dashboard.state.seq == seq)
+        await pilot.pause(0.3)
+        assert made == [], made
+        client.push(snapshot(2, seq=4, runs=[dict(RUN, state="killed", pid=None)]))
+        await until(pilot, lambda: "Phase killed" in str(panel.render()))
+        assert len(made) == 1 and "loss  1.5" in made[0], made

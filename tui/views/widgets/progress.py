@@ -164,6 +164,8 @@ class RunProgress(Widget):
         self._lines: list[Text] = []
         self._keys: list[tuple[Any, ...]] = []  # each row's text and styles, as drawn
         self._base: Style | None = None  # the widget's style while a repaint runs
+        self._analysis: Any = None  # what `show` was last given: the analysis, and the rest
+        self._inputs: tuple[Any, ...] | None = None
 
     def render(self) -> Text:
         """The whole panel as text (what is shown, before a narrow panel cuts its rows)."""
@@ -173,6 +175,12 @@ class RunProgress(Widget):
         """``history``: the load from history (`tui.state.history.load_line`), under the bars."""
         a = state.log.analysis
         width = max(self.content_region.width, 20)
+        # Each snapshot asks again (once a second): the text is made only when what it
+        # shows came from moved (the analysis is a new object whenever a line changed it).
+        inputs = (phase, run_label, history, width, state.settings.config)
+        if a is self._analysis and inputs == self._inputs:
+            return
+        self._analysis, self._inputs = a, inputs
         out = Text.assemble(("Phase ", "dim"), (phase or "waiting for log", PHASE_STYLE.get(phase or "", "dim")))
         out.append(f"   {run_label}", style="dim")
         if run_label == "no run" and phase is None:  # an empty host: what would fill this, and how
