@@ -463,3 +463,24 @@ async def test_a_snapshot_that_moves_nothing_the_progress_shows_does_not_make_it
         client.push(snapshot(2, seq=4, runs=[dict(RUN, state="killed", pid=None)]))
         await until(pilot, lambda: "Phase killed" in str(panel.render()))
         assert len(made) == 1 and "loss  1.5" in made[0], made
+
+
+async def test_the_tables_follow_a_theme_change() -> None:
+    """The tables make their style once per repaint, not once per line: after a theme
+    change (the command palette's "Change theme") their lines are drawn in the new one."""
+    client = ReplayClient([snapshot(2, runs=[RUN])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        await pilot.pause(0.3)
+        tables = (app.query_one(RunsTable), app.query_one(ProcessTable))
+
+        def backgrounds() -> list[set[Any]]:
+            return [{s.style.bgcolor for strip in t.render_lines(Region(0, 0, *t.outer_size)) for s in strip
+                     if s.style is not None and s.style.bgcolor is not None} for t in tables]
+
+        dark = backgrounds()
+        app.theme = "textual-light"
+        await pilot.pause(0.5)
+        light = backgrounds()
+        assert all(light) and all(not (was & now) for was, now in zip(dark, light)), (dark, light)

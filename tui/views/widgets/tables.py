@@ -7,11 +7,13 @@ import time
 from typing import Any, Sequence
 
 from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import Reactive
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -98,6 +100,23 @@ class KeyedTable(DataTable[Any]):
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             self._cell_strips[key] = lines
         return lines
+
+    _base: Style | None = None  # the table's style while a repaint runs
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = super().rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
+    @property
+    def rich_style(self) -> Style:
+        """The table's style, made once per repaint: DataTable asks for it three times for
+        each line it renders (its component styles return the table's own), each a walk up
+        the DOM: a third of a changed line's render, the line a young run's DURATION moves
+        each second."""
+        return self._base if self._base is not None else super().rich_style
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
