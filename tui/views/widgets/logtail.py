@@ -35,7 +35,7 @@ from textual.widgets import Static
 from tui import trace
 from tui.protocol.hosttext import clean
 from tui.state.model import LOG_LINES, LogTail
-from tui.views.widgets.render import set_title
+from tui.views.widgets.render import StyleOncePerRepaint, set_title
 
 # `\b[A-Za-z_]\w*Error` starts only at word boundaries, so a long run of word characters
 # costs one linear scan (an unanchored `\w+Error` was quadratic: minutes on a 1 MB line).
@@ -84,7 +84,7 @@ def style_line(line: str) -> Text:
     return Text(clip(line), style=line_style(line))
 
 
-class TailLog(ScrollView, can_focus=True):
+class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
     """The newest `max_lines` lines of a log, one row each, coloured by severity.
 
     It owns its lines and a cache of their rendered rows keyed by (text, style), so a
@@ -104,7 +104,6 @@ class TailLog(ScrollView, can_focus=True):
         self._rows: list[str] = []
         self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
-        self._base: Style | None = None  # the widget's style while a repaint runs
 
     @property
     def lines(self) -> Sequence[str]:
@@ -163,16 +162,9 @@ class TailLog(ScrollView, can_focus=True):
         self.virtual_size = Size(0, 0)
         self.refresh()
 
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._base = self.rich_style  # one walk up the DOM per repaint, not one per row
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._base = None
-
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
-        index, width, base = scroll_y + y, self.size.width, self._base or self.rich_style
+        index, width, base = scroll_y + y, self.size.width, self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, base)
         return self._row(index, base).crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)

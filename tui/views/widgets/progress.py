@@ -9,7 +9,6 @@ import math
 import re
 from typing import Any
 
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.selection import Selection
@@ -18,7 +17,7 @@ from textual.widget import Widget
 
 from tui.state.format import duration, num
 from tui.state.model import AppState
-from tui.views.widgets.render import BLOCKS, bar
+from tui.views.widgets.render import BLOCKS, StyleOncePerRepaint, bar
 
 PHASE_STYLE = {
     "starting": "yellow",
@@ -148,7 +147,7 @@ def _drawable(line: Text) -> Text:
     return Text(plain, style=line.style, spans=line.spans)
 
 
-class RunProgress(Widget):
+class RunProgress(StyleOncePerRepaint, Widget):
     """The panel, one row per line of its text (Textual's line API): a new step, loss or
     batch repaints the rows it changed, not the panel. A `Static` rendered all of its
     rows again with each update, through Textual's content pipeline, at ~4 times a log
@@ -163,7 +162,6 @@ class RunProgress(Widget):
         self._text = Text()
         self._lines: list[Text] = []
         self._keys: list[tuple[Any, ...]] = []  # each row's text and styles, as drawn
-        self._base: Style | None = None  # the widget's style while a repaint runs
         self._analysis: Any = None  # what `show` was last given: the analysis, and the rest
         self._inputs: tuple[Any, ...] | None = None
 
@@ -249,17 +247,10 @@ class RunProgress(Widget):
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return max((ln.cell_len for ln in self._lines), default=0)
 
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._base = self.rich_style  # one walk up the DOM per repaint, not one per row
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._base = None
-
     def render_line(self, y: int) -> Strip:
         """Row ``y``, cut to the panel's width with an ellipsis (a narrow panel cuts rows,
         never wraps them); Textual keeps the rows it drew and asks only for changed ones."""
-        width, base = self.size.width, self._base or self.rich_style
+        width, base = self.size.width, self.rich_style
         if y >= len(self._lines):
             return Strip.blank(width, base)
         text = self._lines[y].copy()

@@ -3,9 +3,20 @@ terminal writer for notification escapes."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
+from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
+
+# A plain mixin at run time: Textual inherits CSS and component classes along each
+# class's first DOMNode base, so a Widget subclass put first would hide DataTable's.
+if TYPE_CHECKING:
+    _Mixin = Widget
+else:
+    _Mixin = object
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -70,3 +81,22 @@ def set_content(static: Any, content: Text | str, layout: bool = True) -> bool:
     static._shown_content = key
     static.update(content, layout=layout)
     return True
+
+
+class StyleOncePerRepaint(_Mixin):
+    """A line-API widget's `rich_style`, made once per repaint: each call walks up the
+    DOM, and `render_line` wants it for every line (DataTable three times a line). Put
+    it first among the bases (`class TailLog(StyleOncePerRepaint, ScrollView)`)."""
+
+    _base: Style | None = None  # the widget's style while a repaint runs
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = super().rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
+    @property
+    def rich_style(self) -> Style:
+        return self._base if self._base is not None else super().rich_style

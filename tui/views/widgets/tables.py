@@ -7,13 +7,11 @@ import time
 from typing import Any, Sequence
 
 from rich.cells import cell_len
-from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.coordinate import Coordinate
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.reactive import Reactive
-from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -21,10 +19,10 @@ from tui.protocol.records import ProcReading, RunRecord
 from tui.state.format import clock, gib, num
 from tui.state.model import AppState
 from tui.state.view import run_row
-from tui.views.widgets.render import set_title
+from tui.views.widgets.render import StyleOncePerRepaint, set_title
 
 
-class KeyedTable(DataTable[Any]):
+class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
     """A DataTable kept in sync with a dict of row key -> cells, fitted to its width.
 
     When the columns do not fit, they give way in a stated order: those in `DROP` hide,
@@ -100,23 +98,6 @@ class KeyedTable(DataTable[Any]):
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
             self._cell_strips[key] = lines
         return lines
-
-    _base: Style | None = None  # the table's style while a repaint runs
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._base = super().rich_style
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._base = None
-
-    @property
-    def rich_style(self) -> Style:
-        """The table's style, made once per repaint: DataTable asks for it three times for
-        each line it renders (its component styles return the table's own), each a walk up
-        the DOM: a third of a changed line's render, the line a young run's DURATION moves
-        each second."""
-        return self._base if self._base is not None else super().rich_style
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
