@@ -54,6 +54,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests import timeouts
 
     timeouts.apply(items)  # a test's timeout: pyproject's 120 s, or its `slow(timeout=..., reason=...)`
+    # The files with a test marked slow first (in their order), then the rest: ./tests/run
+    # hands whole files to its workers (xdist, --dist loadfile) in this order, and a
+    # minute-long file handed out last kept one worker busy while the others had none.
+    slow_files = {i.path for i in items if i.get_closest_marker("slow") is not None}
+    items.sort(key=lambda i: i.path not in slow_files)
     userns = os.environ.get("EAGLE3_TESTS_USERNS", "")
     if userns == "inside":  # only what a user namespace's root can do
         keep = [i for i in items if (m := _root_only(i)) is not None and m.kwargs.get("userns")]
@@ -214,6 +219,23 @@ def _counts(terminalreporter: pytest.TerminalReporter) -> dict[bool, Counter[str
     return counts
 
 
+_SLURM_STORY: list[str] = []  # the Slurm tier's lines, as the test reports brought them
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The Slurm tier's lines travel with the report of the test that said them: under
+    ./tests/run's workers (xdist) the summary is written by another process."""
+    outcome = yield
+    if SLURM_LINES:
+        outcome.get_result().user_properties.extend(("slurm tier", line) for line in SLURM_LINES)
+        SLURM_LINES.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SLURM_STORY.extend(str(v) for k, v in report.user_properties if k == "slurm tier")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Behaviour tests counted apart from the parametrized architecture checks; and the
     Slurm tier's story (submit → pending reason → running → kill → GPUs free; a failed
@@ -224,9 +246,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none"
         terminalreporter.write_line(f"behaviour tests: {said(counts[False])}; "
                                     f"architecture checks (marker arch): {said(counts[True])}")
-    if SLURM_LINES:
+    if _SLURM_STORY:
         terminalreporter.section("Slurm tier")
-        for line in SLURM_LINES:
+        for line in _SLURM_STORY:
             terminalreporter.write_line(line)
 
 

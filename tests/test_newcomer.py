@@ -207,23 +207,30 @@ def test_the_demos_first_line_names_the_torch(tmp_path: Path) -> None:
 
 
 def test_tests_run_counts_its_disk_and_leaves_no_temp_dir(tmp_path: Path) -> None:
-    """tests/run on one tiny test file, with its own cache: pytest's tmp_path lies in a
-    per-run dir under the cache, removed at the end; the total is printed."""
+    """tests/run on two tiny test files, with its own cache and two workers (as on a
+    2-core machine): each file goes to a worker, every tmp_path lies in a per-run dir
+    under the cache, removed at the end; the total is printed."""
     stamp = Path(sys.prefix, ".eagle3-test-deps")
     want = f"{deps_hash(checkout.ROOT / 'pyproject.toml')} torch==2.13.0"
     if not stamp.is_file() or stamp.read_text().strip() != want:  # it would reinstall this venv
         pytest.skip(f"{sys.prefix} was not made by ./tests/run from this pyproject.toml")
-    cache = tmp_path / "cache"
-    probe = tmp_path / "test_probe.py"
-    probe.write_text("import tempfile\n\ndef test_where(tmp_path):\n"
-                     "    print('TMP', tmp_path, tempfile.gettempdir())\n")
-    env = checkout.env(EAGLE3_TEST_VENV=sys.prefix, EAGLE3_TUI_TEST_CACHE=str(cache))
-    proc = subprocess.run([str(checkout.ROOT / "tests" / "run"), str(probe), "-s"],
+    cache, said_at = tmp_path / "cache", tmp_path / "where"
+    probes = [tmp_path / f"test_probe{i}.py" for i in range(2)]
+    for probe in probes:  # a file each, slow enough that one worker cannot take both
+        probe.write_text("import os, sys, tempfile, time\n\ndef test_where(tmp_path):\n"
+                         "    time.sleep(2)\n"
+                         "    with open(os.environ['PROBE_OUT'], 'a') as f:\n"
+                         "        print(tmp_path, tempfile.gettempdir(), os.environ['PYTEST_XDIST_WORKER'], file=f)\n")
+    env = checkout.env(EAGLE3_TEST_VENV=sys.prefix, EAGLE3_TUI_TEST_CACHE=str(cache), EAGLE3_TESTS_WORKERS="2",
+                       PROBE_OUT=str(said_at))
+    proc = subprocess.run([str(checkout.ROOT / "tests" / "run"), *map(str, probes)],
                           cwd=checkout.ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    where = next(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("TMP "))
-    run_dir = Path(where[0]).parent.parent
-    assert run_dir.parent == cache and run_dir.name.startswith("run.")
+    where = [line.split() for line in said_at.read_text().splitlines()]
+    assert sorted(w[2] for w in where) == ["gw0", "gw1"], where
+    run_dir = next(p for p in Path(where[0][0]).parents if p.name.startswith("run."))
+    assert all(Path(w[0]).is_relative_to(run_dir) for w in where), where
+    assert run_dir.parent == cache
     assert not run_dir.exists()  # removed at the end
     assert list(cache.iterdir()) == [cache / "pytest-cache"]  # pytest's cache: counted there
     said = proc.stderr[proc.stderr.index("tests/run: disk used by the tests"):].splitlines()

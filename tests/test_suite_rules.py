@@ -125,3 +125,56 @@ def test_no_test_module_defines_a_top_level_name_twice() -> None:
                     twice.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
                 seen.add(node.name)
     assert not twice, twice
+
+
+HOOKS = """\
+from tests.conftest import (pytest_collection_modifyitems, pytest_runtest_logreport,  # noqa: F401
+                            pytest_runtest_makereport, pytest_terminal_summary)
+"""
+
+
+def _scratch_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Two scratch files under the project's conftest hooks: test_a.py says a Slurm tier
+    line in each of its tests; test_z.py has a test marked slow."""
+    (tmp_path / "conftest.py").write_text(HOOKS)
+    (tmp_path / "test_a.py").write_text(textwrap.dedent("""\
+        from tests.slurm import LINES
+
+        def test_one():
+            LINES.append("story line one")
+
+        def test_two():
+            LINES.append("story line two")
+    """))
+    (tmp_path / "test_z.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        def test_quick():
+            pass
+
+        @pytest.mark.slow
+        def test_long():
+            pass
+    """))
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=100, env=checkout.env())
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "load"]], ids=["one process", "two workers"])
+def test_the_slurm_tiers_story_reaches_the_summary_once_with_or_without_workers(
+        tmp_path: Path, workers: list[str]) -> None:
+    """./tests/run spreads the suite over workers (xdist); the story a worker's tests say
+    is printed by the process that writes the summary, each line once."""
+    out = _scratch_suite(tmp_path, *workers)
+    assert out.returncode == 0, out.stdout + out.stderr
+    story = out.stdout[out.stdout.index("Slurm tier"):]
+    assert story.count("story line one") == story.count("story line two") == 1, out.stdout
+
+
+def test_the_files_with_a_slow_test_are_handed_out_first(tmp_path: Path) -> None:
+    """A minute-long file handed out last keeps one worker busy while the others idle."""
+    out = _scratch_suite(tmp_path, "--collect-only")
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert ids == ["test_z.py::test_quick", "test_z.py::test_long", "test_a.py::test_one", "test_a.py::test_two"], \
+        out.stdout
