@@ -6,6 +6,7 @@ machine's own is never touched."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,8 @@ PROBE = """\
 import os, pwd, sys
 sys.path.insert(0, sys.argv[1])
 from remote.base import trust
-me = pwd.getpwuid(os.geteuid())
-print(trust.private_group(me.pw_gid))
+uid = int(sys.argv[2])  # the user outside: in a user namespace (a normal user's run) we are its root
+print(trust.private_group(pwd.getpwuid(uid).pw_gid, uid))
 """
 
 
@@ -29,22 +30,21 @@ def _private_with_members(tmp_path: Path, members: list[str]) -> bool:
     if unshare is None:
         pytest.fail("needs util-linux's unshare (a private mount namespace): apt-get install util-linux")
     real = Path("/etc/group").read_text().splitlines()
-    ours = os.getgid() if os.geteuid() != 0 else 0
+    ours = pwd.getpwuid(os.geteuid()).pw_gid
     lines = [ln if ln.split(":")[2:3] != [str(ours)] else ":".join(ln.split(":")[:3] + [",".join(members)])
              for ln in real]
     fake = tmp_path / ("group-" + "-".join(members or ["none"]))
     fake.write_text("\n".join(lines) + "\n")
     argv = [unshare, "--mount"] + (["--map-root-user"] if os.geteuid() != 0 else [])
-    script = 'mount --bind "$1" /etc/group && exec "$2" -c "$3" "$4"'
-    out = subprocess.run([*argv, "sh", "-c", script, "sh", str(fake), sys.executable, PROBE, str(ROOT)],
+    script = 'mount --bind "$1" /etc/group && exec "$2" -c "$3" "$4" "$5"'
+    out = subprocess.run([*argv, "sh", "-c", script, "sh", str(fake), sys.executable, PROBE, str(ROOT),
+                          str(os.geteuid())],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip() == "True"
 
 
 def test_a_group_is_private_only_while_no_one_else_is_in_it(tmp_path: Path) -> None:
-    import pwd
-
     me = pwd.getpwuid(os.geteuid()).pw_name
     other = next(p.pw_name for p in pwd.getpwall() if p.pw_name != me)
     if not _private_with_members(tmp_path, []):
