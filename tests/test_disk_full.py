@@ -277,13 +277,17 @@ def test_why_a_run_could_not_start_is_kept_on_a_full_disk(small_fs: Path, tmp_pa
 
 def test_no_inode_left_for_the_run_dir_is_one_line(small_fs: Path, tmp_path: Path) -> None:
     """No room for the run dir itself (no inode left: mkdir's ENOSPC): one line too."""
-    runs = small_fs / "runs"
+    # A tmpfs of 16 inodes of its own (on the small one, which takes it down with it): a
+    # remount with nr_inodes is refused in a user namespace, where a normal user runs this.
+    tight = small_fs / "tight"
+    tight.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=16,mode=0700", "tmpfs", str(tight)], check=True)
+    runs = tight / "runs"
     runs.mkdir(mode=0o700)
     (runs / ".launch.lock").touch(mode=0o600)
-    subprocess.run(["mount", "-o", "remount,nr_inodes=16", str(small_fs)], check=True)
     with pytest.raises(OSError) as full:
         for n in range(16):
-            (small_fs / f"inode{n}").touch()
+            (tight / f"inode{n}").touch()
     assert full.value.errno == errno.ENOSPC
     with pytest.raises(rundir.RunnerError) as err:
         launch.launch(str(runs), "full", [sys.executable, "-c", SLEEPER], str(tmp_path), {})
