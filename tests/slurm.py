@@ -52,7 +52,7 @@ elif arg.startswith("--query-compute-apps="):
         if b"HOLDS_GPU=1" in env and mine and state not in (b"Z", b"X"):
             print("GPU-node-0, %s, 1024" % pid)
 """
-LINES: list[str] = []  # the tier's story; tests/conftest.py prints it in the summary
+LINES: list[str] = []  # the tier's story; tests/conftest.py moves it into the test reports and prints it
 PACKAGES = {"slurm-wlm": ("slurmctld", "slurmd", "sbatch", "squeue", "scancel"), "munge": ("munged",)}
 ACCOUNTING_PACKAGES = {"slurmdbd": ("slurmdbd", "sacct", "sacctmgr"),
                        "mariadb-server": ("mariadbd", "mariadb-install-db", "mariadb")}

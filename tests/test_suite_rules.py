@@ -30,13 +30,18 @@ def pytest_collection_modifyitems(items):
 """
 
 
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest under the project's config, rooted at the scratch dir `tmp_path`."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", "-q", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=100, env=checkout.env())
+
+
 def _pytest(tmp_path: Path, test_text: str) -> subprocess.CompletedProcess[str]:
     """A scratch test file under the project's pytest config and its timeout rule."""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_scratch.py").write_text(textwrap.dedent(test_text))
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
-                           str(tmp_path), "-p", "no:cacheprovider", "-q", str(tmp_path / "test_scratch.py")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=100, env=checkout.env())
+    return _run(tmp_path, str(tmp_path / "test_scratch.py"))
 
 
 def test_the_default_timeout_is_two_minutes_at_most() -> None:
@@ -156,9 +161,7 @@ def _scratch_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[st
         def test_long():
             pass
     """))
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
-                           str(tmp_path), "-p", "no:cacheprovider", "-q", *args, str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=100, env=checkout.env())
+    return _run(tmp_path, *args, str(tmp_path))
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "load"]], ids=["one process", "two workers"])
