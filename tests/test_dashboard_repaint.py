@@ -21,7 +21,7 @@ from tests.test_app import CFG, RUN, log_event, until
 from tui.state.format import clock
 from tui.state.model import LOG_LINES
 from tui.views.app import make_app
-from tui.views.driver import NarrowCompositor
+from tui.views.driver import ChopsWithKeptMoves, NarrowCompositor
 from tui.views.widgets.logtail import LogPane, TailLog
 from tui.views.widgets.progress import RunProgress
 from tui.views.widgets.status import StatusBar
@@ -228,7 +228,8 @@ async def test_a_partial_update_renders_only_what_is_under_it_and_sends_what_tex
     the box around them, and a panel's clip is the whole screen.
     Every partial update of a busy session (young clocks, a CPU% cell, processes that
     come and go, log lines, the help screen over it all and gone again) is rendered both
-    ways, and the terminal would get the same bytes; an update of the runs table's clock
+    ways, and the terminal would get the same bytes (ours written by `ChopsWithKeptMoves`,
+    whose cursor moves are made once); an update of the runs table's clock
     alone renders neither the log pane nor the process table, nor the runs panel and the
     screen behind the table."""
     compared: list[Any] = []
@@ -244,6 +245,7 @@ async def test_a_partial_update_renders_only_what_is_under_it_and_sends_what_tex
         textual = Compositor.render_partial_update(self)  # unfiltered: not inside ours
         del rendered[kept:]
         if update is not None:
+            assert type(update) is ChopsWithKeptMoves
             compared.append(sorted(regions))
             console = app.console
             if written(update.render_segments(console)) != written(textual.render_segments(console)):

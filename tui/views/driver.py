@@ -20,8 +20,10 @@ import time
 from codecs import getincrementaldecoder
 from typing import Any, Callable, Iterable, Iterator
 
+from rich.console import Console
+from rich.control import Control
 from textual import constants
-from textual._compositor import Compositor
+from textual._compositor import ChopsUpdate, Compositor
 from textual._xterm_parser import XTermParser
 from textual.driver import Driver
 from textual.drivers.linux_driver import LinuxDriver
@@ -187,9 +189,12 @@ class NarrowCompositor(Compositor):
     def render_partial_update(self) -> Any:
         self._updating = list(self._dirty_regions)
         try:
-            return super().render_partial_update()
+            update = super().render_partial_update()
         finally:
             self._updating = None
+        if type(update) is ChopsUpdate:
+            return ChopsWithKeptMoves(update.chops, update.spans, update.chop_ends)
+        return update
 
     def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
         self._only = self._updating  # read by visible_widgets as Textual's generator starts
@@ -213,3 +218,35 @@ class NarrowCompositor(Compositor):
                     if seen.contains_region(r):
                         break  # all of `r` is this widget's: those behind it show nothing there
         return {w: place for w, place in shown.items() if w in kept}  # Textual's order
+
+
+MOVES_KEPT = 8192  # cursor-move sequences kept: a few screens' worth of (x, y)
+
+
+class ChopsWithKeptMoves(ChopsUpdate):
+    """Textual's partial update, written with each cursor move made once: Textual builds
+    a Rich `Control` for every chop of every line it sends (a log pane of 16 rows beside
+    its scrollbar and borders is ~50 of them), and that was a twentieth of a busy
+    dashboard's CPU. The bytes are the same (tests/test_dashboard_repaint.py)."""
+
+    _moves: dict[tuple[int, int], str] = {}
+
+    def render_segments(self, console: Console) -> str:
+        moves, out = self._moves, list[str]()
+        if len(moves) > MOVES_KEPT:
+            moves.clear()
+        last_y = self.spans[-1][0]
+        for y, x1, x2 in self.spans:
+            for end, (x, strip) in zip(self.chop_ends[y], self.chops[y].items()):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                if not (x2 > x >= x1 and end <= x2):
+                    strip = strip.crop(0, min(end, x2) - x)
+                move = moves.get((x, y))
+                if move is None:
+                    move = moves[(x, y)] = Control.move_to(x, y).segment.text
+                out.append(move)
+                out.append(strip.render(console))
+            if y != last_y:
+                out.append("\n")
+        return "".join(out)
