@@ -86,3 +86,46 @@ async def test_the_newest_line_stays_in_sight_when_a_wide_line_brings_the_scroll
             assert view.scroll_y == view.max_scroll_y
             shown = [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
             assert shown[-1].startswith(f"wide {i} "), shown[-3:]
+
+
+class _TailApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield TailLog(max_lines=50)
+
+
+async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_more_arrive() -> None:
+    """Dragging the mouse over the tail selects those lines; as new lines arrive and the
+    oldest are let go, the selection (what is copied, what is highlighted) stays on the
+    same lines, not on whatever now sits at the same place in the tail. Once they are
+    let go too, nothing of them is copied."""
+    app = _TailApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        view = app.query_one(TailLog)
+        view.write_lines([f"row {i:03d}" for i in range(120)])  # 70 let go already
+        await pilot.pause()
+        top = view.scroll_offset.y
+        a, b, c = (view.lines[top + y] for y in (2, 3, 4))
+        await pilot.mouse_down(TailLog, offset=(0, 2))
+        await pilot.hover(TailLog, offset=(5, 4))
+        await pilot.mouse_up(TailLog, offset=(5, 4))
+        await pilot.pause()
+        copied = app.screen.get_selected_text()
+        assert copied is not None
+        first, second, third = copied.split("\n")
+        assert (first, second) == (a, b) and third and c.startswith(third), copied
+
+        def highlighted() -> list[str]:
+            marked = app.screen.get_component_rich_style("screen--selection").bgcolor
+            rows = [view.render_line(y) for y in range(view.size.height)]
+            return [row.text.rstrip() for row in rows if any(seg.style and seg.style.bgcolor == marked for seg in row)]
+
+        assert highlighted() == [a, b, c]
+        view.write_lines(["row 120", "row 121"])  # two more, two let go: the three rows move up two
+        await pilot.pause()
+        assert view.lines[top + 2] != a  # the place dragged over shows another line now
+        assert app.screen.get_selected_text() == copied
+        assert highlighted() == [a, b, c]
+        view.write_lines([f"row {i:03d}" for i in range(122, 185)])  # the selected lines let go too
+        await pilot.pause()
+        assert not app.screen.get_selected_text()
+        assert highlighted() == []

@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
-from textual.geometry import Region, Size
+from textual.geometry import Offset, Region, Size
 from textual.scroll_view import ScrollView
 from textual.selection import Selection
 from textual.strip import Strip
@@ -102,8 +103,13 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.max_lines = max_lines
         self._rows: list[str] = []
+        self._first = 0  # the number of `_rows[0]`: rows count on from the first one written
         self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
+        # Rows as drawn, by (number, scroll_x, width, style): a tail that scrolls by N
+        # rows draws only those N again; the rest were drawn at their numbers before.
+        self._drawn: LRUCache[tuple[int, int, int, Style], Strip] = LRUCache(512)
+        self._frame: tuple[int, int, int, Selection | None] | None = None  # while a repaint runs
 
     @property
     def lines(self) -> Sequence[str]:
@@ -113,10 +119,11 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
     def clear_render_cache(self) -> None:
         """Forget every rendered row (they are made again when next shown)."""
         self._strips.clear()
+        self._drawn.clear()
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._strips.clear()
+        self.clear_render_cache()
 
     def write_lines(self, lines: Iterable[str]) -> None:
         """Append rows (a line holding line breaks becomes several); keep the view at
@@ -127,7 +134,9 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
         at_end = self.is_vertical_scroll_end
         self._rows.extend(new)
         if len(self._rows) > self.max_lines:
-            del self._rows[: len(self._rows) - self.max_lines]
+            drop = len(self._rows) - self.max_lines
+            del self._rows[:drop]
+            self._first += drop
         self._widest = max(self._widest, max(cell_len(ln) for ln in new))
         size = Size(self._widest, len(self._rows))
         laid_out = not (size.width == self.virtual_size.width and self.virtual_size.height and self.is_mounted)
@@ -157,38 +166,71 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
 
     def clear(self) -> None:
         self._rows.clear()
-        self._widest = 0
-        self._strips.clear()
+        self._first = self._widest = 0
+        self.clear_render_cache()
         self.virtual_size = Size(0, 0)
         self.refresh()
 
-    def render_line(self, y: int) -> Strip:
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """What every row of one repaint shares (the scroll, the width, the selection),
+        read once: each is a walk up the DOM or a reactive read."""
         scroll_x, scroll_y = self.scroll_offset
-        index, width, base = scroll_y + y, self.size.width, self.rich_style
+        self._frame = (scroll_x, scroll_y, self.size.width, self.text_selection)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y, width, selection = self._frame or (*self.scroll_offset, self.size.width,
+                                                              self.text_selection)
+        index, base = scroll_y + y, self.rich_style
         if index >= len(self._rows):
             return Strip.blank(width, base)
-        return self._row(index, base).crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
+        # A row's mouse offsets carry its number, not its place in `_rows` (which moves
+        # as old rows go): so a row drawn once is the same strip while it scrolls up.
+        number = self._first + index
+        key = (number, scroll_x, width, base)
+        if selection is None and (strip := self._drawn.get(key)) is not None:
+            return strip
+        strip = self._row(index, base, selection).crop_extend(scroll_x, scroll_x + width, base)
+        strip = strip.apply_offsets(scroll_x, number)
+        if selection is None:
+            self._drawn[key] = strip
+        return strip
 
-    def _row(self, index: int, base: Style) -> Strip:
+    def _row(self, index: int, base: Style, selection: Selection | None) -> Strip:
         line = self._rows[index]
-        selection = self.text_selection
-        if selection is None and (strip := self._strips.get((line, base))) is not None:
+        span = selection.get_span(self._first + index) if selection is not None else None
+        if span is None:
+            strip = self._strips.get((line, base))
+            if strip is None:
+                # One style for the whole row (its severity's over the widget's): one
+                # segment, made directly; Rich's Text rendering (span stacks, style
+                # combining per span) made the same segment at twice the cost.
+                style = line_style(line)
+                segments = [Segment(line, base + Style.parse(style) if style else base)] if line else []
+                strip = self._strips[(line, base)] = Strip(segments, cell_len(line))
             return strip
         text = Text(line, no_wrap=True, end="")
         text.stylize(base)
         if style := line_style(line):
             text.stylize(style)
-        if selection is not None and (span := selection.get_span(index)) is not None:
-            start, end = span
-            text.stylize(self.screen.get_component_rich_style("screen--selection"), start,
-                         len(text) if end == -1 else end)
-        strip = Strip(text.render(self.app.console), cell_len(line))
-        if selection is None:
-            self._strips[(line, base)] = strip
-        return strip
+        start, end = span
+        text.stylize(self.screen.get_component_rich_style("screen--selection"), start, len(text) if end == -1 else end)
+        return Strip(text.render(self.app.console), cell_len(line))
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
-        return selection.extract("\n".join(self._rows)), "\n"
+        """The selected text; `selection` counts rows by number (see `render_line`),
+        and rows that went since it was made are left out."""
+        first = self._first
+        start, end = selection
+        if end is not None and end.y < first:
+            return None  # all of it went
+        if start is not None and start.y < first:
+            start = Offset(0, first)
+        held = Selection(*(None if o is None else Offset(o.x, o.y - first) for o in (start, end)))
+        return held.extract("\n".join(self._rows)), "\n"
 
     def selection_updated(self, selection: Selection | None) -> None:
         self.refresh()
