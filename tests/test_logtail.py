@@ -9,7 +9,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 
 from tui.state.model import LogTail
-from tui.views.widgets.logtail import BUSY_S, LogPane, TailLog, style_line
+from tui.views.widgets.logtail import BUSY_S, FILL, LogPane, TailLog, style_line
 
 
 def test_long_lines_are_coloured_quickly_and_shown_cut() -> None:
@@ -86,6 +86,38 @@ async def test_the_newest_line_stays_in_sight_when_a_wide_line_brings_the_scroll
             assert view.scroll_y == view.max_scroll_y
             shown = [view.render_line(y).text for y in range(view.scrollable_content_region.height)]
             assert shown[-1].startswith(f"wide {i} "), shown[-3:]
+
+
+async def test_a_steady_stream_repaints_about_once_a_paneful_and_no_line_passes_unseen() -> None:
+    """Lines at a steady rate that fills the pane in 0.8 s (updates every 0.2 s, as the
+    agent sends a busy log): the pane repaints about once per paneful, not twice a
+    second, and nearly every line is on screen after some repaint (a repaint that brings
+    more lines than the pane has rows scrolls the surplus by unseen)."""
+    app = _PaneApp()
+    async with app.run_test(size=(100, 24)) as pilot:
+        pane, view = app.query_one(LogPane), app.query_one(TailLog)
+        await pilot.pause()
+        rows = view.scrollable_content_region.height
+        batch = max(1, round(rows / 4))  # a paneful every 0.8 s
+        n = 0
+        for _ in range(8):  # the stream gets going: its first lines are drawn at once
+            n += batch
+            pane.show(_tail(n))
+            await pilot.pause(0.2)
+        writes: list[int] = []
+        write = view.write_lines
+        view.write_lines = lambda lines: (writes.append(len(lines)), write(lines))  # type: ignore[method-assign,func-returns-value]
+        n0, t0 = n, time.monotonic()
+        while time.monotonic() - t0 < 4.0:
+            n += batch
+            pane.show(_tail(n))
+            await pilot.pause(0.2)
+        seconds = time.monotonic() - t0
+        await pilot.pause(1.2)
+        assert view.lines[-1] == f"line {n - 1}"  # all of it on screen in the end
+        assert sum(max(0, w - rows) for w in writes) <= 0.1 * (n - n0), (rows, writes)
+        rate = (n - n0) / seconds
+        assert len(writes) <= seconds * rate / (FILL * rows) + 2, (rows, rate, writes)  # twice a second: ~9
 
 
 class _TailApp(App[None]):

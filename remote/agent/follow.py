@@ -19,7 +19,7 @@ PUMP_BUDGET = 16 * CHUNK  # per subscription per wake, so one huge backlog canno
 # A log that keeps growing: its new bytes go at most this often, gathered in one message.
 # A line after a quiet spell goes at once. At 20 lines/s that is 5 messages a second, not
 # 20, and each message costs the client a wake-up, a parse and a pass of its reducer; the
-# dashboard draws a busy log twice a second anyway (tui/views/widgets/logtail.py BUSY_S).
+# dashboard draws a busy log once or twice a second anyway (tui/views/widgets/logtail.py busy_slot).
 GATHER_S = 0.2
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200

@@ -71,8 +71,8 @@ class DashboardScreen(DashboardActions, Screen[None]):
         self._notified = feed.state.notice_serial if attached else 0  # last notice shown
         self._stale_shown = False
         self._bindings_shown: tuple[Any, ...] | None = None  # check_action results on the footer
-        # What the log's lines call for (None, "progress" or "all"), drawn by one timer at
-        # most once per BUSY_S while lines keep coming (`_repaint_soon`).
+        # What the log's lines call for (None, "progress" or "all"), drawn by one timer
+        # once per slot while lines keep coming (`_repaint_soon`, logtail.busy_slot).
         self._due: str | None = None
         self._repaint_timer: Any = None
         self._repainted_at = 0.0
@@ -204,12 +204,12 @@ class DashboardScreen(DashboardActions, Screen[None]):
 
     def _repaint_soon(self, what: str, wait: float | None = None) -> None:
         """Draw `what` ("progress", or "all" the panels) with the next frame, or while
-        lines keep coming at most once per BUSY_S: a training log at 20 lines/s changes
-        the step and loss with every line, and each repaint lays the screen out again."""
+        lines keep coming once per the log pane's slot (`LogPane.slot`): a training log at
+        20 lines/s changes the step and loss with every line."""
         self._due = "all" if "all" in (what, self._due) else what
         if self._repaint_timer is None:
             if wait is None:
-                wait = repaint_wait(time.monotonic(), self._repainted_at)
+                wait = repaint_wait(time.monotonic(), self._repainted_at, self._log_pane.slot())
             self._repaint_timer = self.set_timer(wait, self._repaint_due)
 
     def _pace_log(self, wait: float) -> None:
@@ -222,7 +222,7 @@ class DashboardScreen(DashboardActions, Screen[None]):
         """A repaint is due, or the log is busy (`LogPane.busy`). A snapshot drawn at once
         just after the lines' repaint cost a frame of its own each second (the agent's
         1 Hz snapshots and the lines' slots keep their phase for the whole run); while
-        lines keep coming it waits for their next slot instead, at most BUSY_S."""
+        lines keep coming it waits for their next slot instead, at most CALM_S."""
         return self._repaint_timer is not None or self._log_pane.busy(time.monotonic())
 
     def _repaint_due(self) -> None:

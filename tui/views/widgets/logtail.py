@@ -5,15 +5,16 @@ bar being redrawn in place (`\\r` without a newline).
 `show()` only records the newest tail; the lines that arrived since the last frame are
 written in one append: the first tail of a log as soon as all of it is in, a line that
 follows a quiet spell with the next frame, and, only while lines keep coming (more than
-`SPARSE_PER_S` updates in the last second), at most once per `BUSY_S`. A log of 20
-or 2,000 lines/s so costs two repaints a second, not one per line (each repaint redraws
-every visible row), and a line every few seconds is on screen within a frame. (The agent
-sends a busy log's bytes at most every 0.2 s, remote/agent/follow.py GATHER_S: five
+`SPARSE_PER_S` updates in the last second), once per slot (`busy_slot`): as seldom as
+the pane allows while every line still reaches the screen (its rows fill in rows / rate
+seconds), at most twice a second (`BUSY_S`) and at least once (`CALM_S`). A log of 20
+or 2,000 lines/s so costs one or two repaints a second, not one per line (each repaint
+redraws every visible row), and a line every few seconds is on screen within a frame. (The
+agent sends a busy log's bytes at most every 0.2 s, remote/agent/follow.py GATHER_S: five
 updates a second, still more than SPARSE_PER_S.)"""
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections import deque
@@ -47,19 +48,28 @@ SCAN = 4096  # only a line's head decides its colour
 SHOW = 2000  # characters of a line shown in the tail pane (the viewer shows more)
 FRAME_S = 0.05  # the shortest wait before a throttled repaint
 BUSY_S = 0.5  # while lines keep coming, one repaint per this many seconds at most
+CALM_S = 1.0  # ... and at least one per this many seconds
+FILL = 0.9  # the share of the pane a busy repaint brings, on average (`busy_slot`)
 SPARSE_PER_S = 4  # up to this many updates in the last second, each is drawn at once
 MARK = "── "  # a restart marker line: "── log was truncated ──"
 
 
-def repaint_wait(now: float, last: float) -> float:
+def busy_slot(rows: int, lines_per_s: float) -> float:
+    """Seconds between repaints while lines keep coming: a little less than the pane's
+    `rows` take to fill at `lines_per_s` (lines come in bursts), so each repaint brings
+    about a paneful and few lines scroll by unseen; between BUSY_S (a flood, whose lines
+    cannot all be seen anyway) and CALM_S. At 20 lines/s a 16-row pane repaints every
+    0.72 s, not every 0.5 s: each repaint redraws every row, so it costs 0.7 as much."""
+    if rows <= 0 or lines_per_s <= 0:
+        return BUSY_S
+    return min(CALM_S, max(BUSY_S, FILL * rows / lines_per_s))
+
+
+def repaint_wait(now: float, last: float, slot: float = BUSY_S) -> float:
     """Seconds until a throttled repaint, `last` the previous one (monotonic times):
-    the next frame after a quiet spell; while updates keep coming, the next slot of one
-    grid of BUSY_S slots that every throttled panel shares, so the log and the progress
-    panel repaint in the same frame (one screen update, not two)."""
-    if now - last >= BUSY_S:
-        return FRAME_S
-    earliest = max(now, last + BUSY_S - FRAME_S)  # about once per BUSY_S, at most
-    return max(FRAME_S, math.ceil(earliest / BUSY_S) * BUSY_S - now)
+    the next frame after a quiet spell; while updates keep coming, `slot` after the last
+    (one timer draws the log and the panels together: dashboard.py `_repaint_soon`)."""
+    return max(FRAME_S, last + slot - now)
 
 
 def line_style(line: str) -> str:
@@ -259,6 +269,7 @@ class LogPane(Vertical):
         self._drawn: LogTail | None = None
         self._flushed_at = 0.0  # monotonic time of the last repaint
         self._arrivals: deque[float] = deque(maxlen=SPARSE_PER_S + 1)  # when the last updates came
+        self._counted: deque[tuple[float, int]] = deque(maxlen=12)  # (when, log.total_lines): the rate
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
         self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
@@ -282,6 +293,7 @@ class LogPane(Vertical):
             return
         now = time.monotonic()
         self._arrivals.append(now)
+        self._counted.append((now, log.total_lines))
         busy = self.busy(now)
         if self._pending is None and not busy and not first:  # a line after a quiet spell: this frame
             self._pending = log
@@ -290,8 +302,17 @@ class LogPane(Vertical):
         if self._pending is None:
             # Throttle only while lines keep coming; while the first tail still comes, a
             # partial draw would only be drawn over.
-            self._pace(BUSY_S if first else repaint_wait(now, self._flushed_at))
+            self._pace(BUSY_S if first else repaint_wait(now, self._flushed_at, self.slot()))
         self._pending = log
+
+    def slot(self) -> float:
+        """`busy_slot` for this pane's visible rows and the lines' rate over the last
+        updates (~2 s of them)."""
+        if len(self._counted) < 2:
+            return BUSY_S
+        (t0, n0), (t1, n1) = self._counted[0], self._counted[-1]
+        rate = (n1 - n0) / (t1 - t0) if t1 - t0 >= 0.2 else 0.0
+        return busy_slot(self.query_one(TailLog).scrollable_content_region.height, rate)
 
     def busy(self, now: float) -> bool:
         """Lines keep coming: more than SPARSE_PER_S updates in the last second."""

@@ -110,7 +110,7 @@ def loss_plot(losses: tuple[float, ...], width: int) -> Text:
     top = len(BLOCKS) - 1
     marks = "".join("✗" if c is None else BLOCKS[0 if hi <= lo else min(int((c - lo) / (hi - lo) * len(BLOCKS)), top)]
                     for c in cells)
-    # One span per run of a style, not one per cell: the row is drawn twice a second while
+    # One span per run of a style, not one per cell: the row is drawn up to twice a second while
     # a training log streams, and each span is a segment all the way to the terminal.
     out = Text()
     for bad, run in itertools.groupby(marks, key="✗".__eq__):
@@ -151,7 +151,7 @@ class RunProgress(StyleOncePerRepaint, Widget):
     """The panel, one row per line of its text (Textual's line API): a new step, loss or
     batch repaints the rows it changed, not the panel. A `Static` rendered all of its
     rows again with each update, through Textual's content pipeline, at ~4 times a log
-    row's cost; a training log changes the panel twice a second."""
+    row's cost; a training log changes the panel up to twice a second."""
 
     DEFAULT_CSS = """
     RunProgress { height: auto; min-height: 3; padding: 0 1; }
