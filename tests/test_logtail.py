@@ -129,7 +129,7 @@ async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_
     """Dragging the mouse over the tail selects those lines; as new lines arrive and the
     oldest are let go, the selection (what is copied, what is highlighted) stays on the
     same lines, not on whatever now sits at the same place in the tail. Once they are
-    let go too, nothing of them is copied."""
+    let go too, nothing of them is copied; nor when the tail is cleared for another log."""
     app = _TailApp()
     async with app.run_test(size=(40, 12)) as pilot:
         view = app.query_one(TailLog)
@@ -161,3 +161,11 @@ async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_
         await pilot.pause()
         assert not app.screen.get_selected_text()
         assert highlighted() == []
+        await pilot.mouse_down(TailLog, offset=(0, 2))  # a selection, then another log
+        await pilot.hover(TailLog, offset=(5, 4))
+        await pilot.mouse_up(TailLog, offset=(5, 4))
+        assert app.screen.get_selected_text()
+        view.clear()
+        view.write_lines([f"new {i:03d}" for i in range(200)])  # numbered from 0 again, past the old numbers
+        await pilot.pause()
+        assert not app.screen.get_selected_text() and highlighted() == []

@@ -175,9 +175,13 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
         self.refresh(Region(0, 0, rows.width, rows.height))
 
     def clear(self) -> None:
+        """Empty the tail (another log follows): rows count from 0 again, so a selection
+        made in the old log goes too, or it would mark the new log's rows of its numbers."""
         self._rows.clear()
         self._first = self._widest = 0
         self.clear_render_cache()
+        if self.is_mounted and self in self.screen.selections:
+            self.screen.selections = {w: sel for w, sel in self.screen.selections.items() if w is not self}
         self.virtual_size = Size(0, 0)
         self.refresh()
 
