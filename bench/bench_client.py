@@ -50,6 +50,10 @@ names them and the runs table shows them.
    the first connect uploads the agent when this version is new to the host) and on the
    bench's grown log, then idle.
 
+For both, a floor peer runs in the same window: bench/textual_clock.py, a bare Textual
+app (eagle3-tui's driver) whose one text changes each second, the least a dashboard
+draws each second; an idle dashboard's CPU is read against it ("client / clock").
+
 For both: CPU is the process's own CPU time (utime+stime from /proc, in % of one core over the
 phase), not its share of wall time, so other load on the machine changes it less; the
 local agent is counted apart from the client. The load averages before and after each
@@ -356,6 +360,9 @@ def peers(args: argparse.Namespace, log: Path, sessions: list[Tmux], procs: Proc
     tail = Tmux("tail", f"tail -F {shlex.quote(str(log))}")
     sessions.append(tail)
     procs.pids["tail -F"] = tail.pid
+    clock = Tmux("clock", f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'bench' / 'textual_clock.py'))}")
+    sessions.append(clock)
+    procs.pids[CLOCK] = clock.pid
     time.sleep(5)
     return tail
 
@@ -446,7 +453,7 @@ def generated_case(args: argparse.Namespace) -> int:
     writer = Writer(log)
     procs = Procs()
     sessions: list[Tmux] = []
-    order = ["client", "agent", "toolong", "tail -F"]
+    order = ["client", "agent", "toolong", "tail -F", CLOCK]
     results: dict[str, dict[str, float]] = {}
     try:
         dash, _ = first_frame("dash", client_cmd, ["Runs", "GPUs", "Processes", "Log", "Progress", "connected",
@@ -542,16 +549,7 @@ def generated_case(args: argparse.Namespace) -> int:
         return 0
 
     print(f"\nload at end {load()}; log lines written {writer.lines:,} ({burst_lines:,} by the burst's end)")
-    print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
-    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F | load |")
-    print("|---|" + "---:|" * (len(order) + 2) + "---|")
-    loads = procs.loads + ssh_procs.loads
-    for (phase, fig), (l0, l1) in zip(results.items(), loads):
-        c, tl_, tf = fig.get("client"), fig.get("toolong"), fig.get("tail -F")
-        ratio_tl = c / tl_ if c is not None and tl_ else None
-        ratio_tf = c / tf if c is not None and tf else None
-        print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
-              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} | {l0} -> {l1} |")
+    print_table(results, procs.loads + ssh_procs.loads, order)
     print_sparse(sparse, args.sparse)
     print("\nburst (2,000 lines/s):")
     for what, times in (("`?` -> help on the pane", keys), ("Escape -> dashboard back", closes)):
@@ -591,20 +589,23 @@ def print_table(results: dict[str, dict[str, float]], loads: list[tuple[str, str
     dashboard when there is one) and the load averages around each phase."""
     base = "client@base" in order
     print("\nCPU, % of one core (process CPU time / wall time); load 1/5/15 min before -> after each phase:\n")
-    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F |"
+    print("| phase | " + " | ".join(order) + " | client / toolong | client / tail -F | client / clock |"
           + (" client / client@base |" if base else "") + " load |")
-    print("|---|" + "---:|" * (len(order) + 2 + base) + "---|")
+    print("|---|" + "---:|" * (len(order) + 3 + base) + "---|")
     for (phase, fig), (l0, l1) in zip(results.items(), loads):
-        c, tl_, tf, b = fig.get("client"), fig.get("toolong"), fig.get("tail -F"), fig.get("client@base")
-        ratio_tl = c / tl_ if c is not None and tl_ else None
-        ratio_tf = c / tf if c is not None and tf else None
-        ratio_b = c / b if c is not None and b else None
+        c = fig.get("client")
+
+        def ratio(peer: str) -> float | None:
+            other = fig.get(peer)
+            return c / other if c is not None and other else None
+
         print(f"| {phase} | " + " | ".join(fmt(fig.get(k)) for k in order)
-              + f" | {fmt(ratio_tl)} | {fmt(ratio_tf, '{:.0f}')} |" + (f" {fmt(ratio_b)} |" if base else "")
-              + f" {l0} -> {l1} |")
+              + f" | {fmt(ratio('toolong'))} | {fmt(ratio('tail -F'), '{:.0f}')} | {fmt(ratio(CLOCK))} |"
+              + (f" {fmt(ratio('client@base'))} |" if base else "") + f" {l0} -> {l1} |")
 
 
 SERVED = ("served: server+session", "serve", "serve session", "agent@serve")
+CLOCK = "Textual clock"  # the floor peer: bench/textual_clock.py
 
 
 def served(cfg: Path, work: Path, procs: Procs) -> ServeSession:
@@ -682,7 +683,7 @@ def launched_case(args: argparse.Namespace) -> None:
         ctl.flush()
 
     procs, sessions, dashes = Procs(), [], {}
-    order = [*trees, *(f"agent{label[6:]}" for label in trees), "toolong", "tail -F"]
+    order = [*trees, *(f"agent{label[6:]}" for label in trees), "toolong", "tail -F", CLOCK]
     if args.serve:
         order += [*SERVED, "chromium"]
     serve: ServeSession | None = None
