@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.style import Style
 from textual.app import App, ComposeResult
 
 from tui.state.model import LogTail
@@ -169,3 +170,24 @@ async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_
         view.write_lines([f"new {i:03d}" for i in range(200)])  # numbered from 0 again, past the old numbers
         await pilot.pause()
         assert not app.screen.get_selected_text() and highlighted() == []
+
+
+async def test_each_row_shows_its_line_in_the_colour_of_its_severity() -> None:
+    """A row is its line, whole (wide characters too), in its severity's colour over the
+    pane's background; nothing of it is read as markup."""
+    lines = ["ERROR 12-07 04:00:00 [x.py:1] boom", "WARNING slow [bold]not markup[/bold]",
+             "Loading safetensors checkpoint shards: Completed | 3/5", "── log restarted ──",
+             "INFO plain line", "wide 漢字 and 🙂", "ValueError: bad"]
+    app = _TailApp()
+    async with app.run_test(size=(80, 12)) as pilot:
+        view = app.query_one(TailLog)
+        view.write_lines(lines)
+        await pilot.pause()
+        base = view.rich_style
+        for y, line in enumerate(lines):
+            row = view.render_line(y)
+            assert row.text.rstrip() == line
+            want = base + Style.parse(style_line(line).style or "none")
+            text_segments = [seg for seg in row if seg.text.strip()]
+            assert text_segments and all(seg.style.color == want.color and seg.style.bgcolor == base.bgcolor
+                                         and seg.style.bold == want.bold for seg in text_segments), (line, list(row))
