@@ -5,9 +5,10 @@ bar being redrawn in place (`\\r` without a newline).
 `show()` only records the newest tail; the lines that arrived since the last frame are
 written in one append: the first tail of a log as soon as all of it is in, a line that
 follows a quiet spell with the next frame, and, only while lines keep coming (more than
-`SPARSE_PER_S` updates in the last second), once per slot (`busy_slot`): as seldom as
-the pane allows while every line still reaches the screen (its rows fill in rows / rate
-seconds), at most twice a second (`BUSY_S`) and at least once (`CALM_S`). A log of 20
+`SPARSE_PER_S` updates in the last second), once per slot (`busy_slot`): about the time
+the pane's rows take to fill at the lines' rate, so each repaint brings about a paneful
+and few lines scroll by unseen, at most twice a second (`BUSY_S`) and at least once
+(`CALM_S`). A log of 20
 or 2,000 lines/s so costs one or two repaints a second, not one per line (each repaint
 redraws every visible row), and a line every few seconds is on screen within a frame. (The
 agent sends a busy log's bytes at most every 0.2 s, remote/agent/follow.py GATHER_S: five
@@ -310,11 +311,12 @@ class LogPane(Vertical):
         self._pending = log
 
     def slot(self) -> float:
-        """`busy_slot` for this pane's visible rows and the lines' rate over the last
-        updates (~2 s of them)."""
+        """`busy_slot` for this pane's visible rows and the lines' rate over the updates
+        of the last 2 s (at most 12 of them)."""
         if len(self._counted) < 2:
             return BUSY_S
-        (t0, n0), (t1, n1) = self._counted[0], self._counted[-1]
+        t1, n1 = self._counted[-1]
+        t0, n0 = next((t, n) for t, n in self._counted if t1 - t <= 2.0)
         rate = (n1 - n0) / (t1 - t0) if t1 - t0 >= 0.2 else 0.0
         return busy_slot(self.query_one(TailLog).scrollable_content_region.height, rate)
 
