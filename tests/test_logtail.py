@@ -89,7 +89,7 @@ async def test_the_newest_line_stays_in_sight_when_a_wide_line_brings_the_scroll
             assert shown[-1].startswith(f"wide {i} "), shown[-3:]
 
 
-async def test_a_steady_stream_repaints_about_once_a_paneful_and_no_line_passes_unseen() -> None:
+async def test_a_steady_stream_repaints_about_once_a_paneful_and_few_lines_pass_unseen() -> None:
     """Lines at a steady rate that fills the pane in 0.8 s (updates every 0.2 s, as the
     agent sends a busy log): the pane repaints about once per paneful, not twice a
     second, and nearly every line is on screen after some repaint (a repaint that brings
