@@ -126,6 +126,13 @@ class _TailApp(App[None]):
         yield TailLog(max_lines=50)
 
 
+async def _drag(pilot: Any) -> None:
+    """The mouse dragged over the tail from row 2 to row 4."""
+    await pilot.mouse_down(TailLog, offset=(0, 2))
+    await pilot.hover(TailLog, offset=(5, 4))
+    await pilot.mouse_up(TailLog, offset=(5, 4))
+
+
 async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_more_arrive() -> None:
     """Dragging the mouse over the tail selects those lines; as new lines arrive and the
     oldest are let go, the selection (what is copied, what is highlighted) stays on the
@@ -138,9 +145,7 @@ async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_
         await pilot.pause()
         top = view.scroll_offset.y
         a, b, c = (view.lines[top + y] for y in (2, 3, 4))
-        await pilot.mouse_down(TailLog, offset=(0, 2))
-        await pilot.hover(TailLog, offset=(5, 4))
-        await pilot.mouse_up(TailLog, offset=(5, 4))
+        await _drag(pilot)
         await pilot.pause()
         copied = app.screen.get_selected_text()
         assert copied is not None
@@ -162,9 +167,7 @@ async def test_a_selection_in_a_live_tail_keeps_to_the_lines_dragged_over_while_
         await pilot.pause()
         assert not app.screen.get_selected_text()
         assert highlighted() == []
-        await pilot.mouse_down(TailLog, offset=(0, 2))  # a selection, then another log
-        await pilot.hover(TailLog, offset=(5, 4))
-        await pilot.mouse_up(TailLog, offset=(5, 4))
+        await _drag(pilot)  # a selection, then another log
         assert app.screen.get_selected_text()
         view.clear()
         view.write_lines([f"new {i:03d}" for i in range(200)])  # numbered from 0 again, past the old numbers

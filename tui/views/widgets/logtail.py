@@ -273,8 +273,8 @@ class LogPane(Vertical):
         self._pending: LogTail | None = None  # the newest tail not on screen yet
         self._drawn: LogTail | None = None
         self._flushed_at = 0.0  # monotonic time of the last repaint
-        self._arrivals: deque[float] = deque(maxlen=SPARSE_PER_S + 1)  # when the last updates came
-        self._counted: deque[tuple[float, int]] = deque(maxlen=12)  # (when, log.total_lines): the rate
+        # The last updates, (when, log.total_lines): whether lines keep coming, and their rate.
+        self._arrivals: deque[tuple[float, int]] = deque(maxlen=12)
         self._live: str | None = None  # None: never drawn (an empty Static is one row high)
         self._note = ""
         self._tail_of: tuple[str | None, str | None] | None = None  # (path, sub) whose first tail is drawn
@@ -297,8 +297,7 @@ class LogPane(Vertical):
             trace.mark("first tail drawn")
             return
         now = time.monotonic()
-        self._arrivals.append(now)
-        self._counted.append((now, log.total_lines))
+        self._arrivals.append((now, log.total_lines))
         busy = self.busy(now)
         if self._pending is None and not busy and not first:  # a line after a quiet spell: this frame
             self._pending = log
@@ -313,16 +312,16 @@ class LogPane(Vertical):
     def slot(self) -> float:
         """`busy_slot` for this pane's visible rows and the lines' rate over the updates
         of the last 2 s (at most 12 of them)."""
-        if len(self._counted) < 2:
+        if len(self._arrivals) < 2:
             return BUSY_S
-        t1, n1 = self._counted[-1]
-        t0, n0 = next((t, n) for t, n in self._counted if t1 - t <= 2.0)
+        t1, n1 = self._arrivals[-1]
+        t0, n0 = next((t, n) for t, n in self._arrivals if t1 - t <= 2.0)
         rate = (n1 - n0) / (t1 - t0) if t1 - t0 >= 0.2 else 0.0
         return busy_slot(self.query_one(TailLog).scrollable_content_region.height, rate)
 
     def busy(self, now: float) -> bool:
         """Lines keep coming: more than SPARSE_PER_S updates in the last second."""
-        return len(self._arrivals) > SPARSE_PER_S and now - self._arrivals[0] < 1.0
+        return len(self._arrivals) > SPARSE_PER_S and now - self._arrivals[-SPARSE_PER_S - 1][0] < 1.0
 
     def flush(self) -> None:
         log, self._pending = self._pending, None
