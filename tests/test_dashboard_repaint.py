@@ -293,9 +293,10 @@ async def test_a_partial_update_renders_only_what_is_under_it_and_sends_what_tex
 
 async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the_thumb_moves() -> None:
     """Lines that arrive repaint the log pane's rows; its scrollbar is drawn again only
-    while its thumb moves (the tail still short of LOG_LINES), never behind what the
-    screen shows, and not at all once the tail is full and stays at its end (it was
-    redrawn with every frame of a busy log)."""
+    when its thumb moves on screen (the tail still short of LOG_LINES and its thumb
+    longer than a cell), never behind what the screen shows, and not at all while the
+    thumb stays put: a tail long enough for the least thumb, or full (it was redrawn
+    with every frame of a busy log)."""
     client = ReplayClient([snapshot(2, runs=[RUN])])
     app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
     async with app.run_test(size=(160, 50)) as pilot:
@@ -330,6 +331,11 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
             assert drawn and drawn[-1] == whole(), "the scrollbar on screen is behind its thumb"
         thumbs = len({tuple(d) for d in drawn})
         assert thumbs >= 3, thumbs
+        before = len(drawn)
+        for _ in range(3):  # still short of LOG_LINES, the thumb at its least size at the bottom
+            await lines(20)
+        assert len(tail.lines) < LOG_LINES
+        assert len(drawn) == before, f"a still thumb was drawn {len(drawn) - before} times more"
         await lines(LOG_LINES)  # full now
         before = len(drawn)
         for _ in range(4):
@@ -338,6 +344,10 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
             assert f"step {n - 1}:" in row, row  # the newest line is on screen
         assert len(drawn) == before, f"the scrollbar was drawn {len(drawn) - before} times more"
         assert drawn[-1] == whole()
+        at_end = drawn[-1]
+        tail.scroll_home(animate=False, immediate=True)  # the user goes to the top: the thumb follows
+        await pilot.pause(0.3)
+        assert len(drawn) > before and drawn[-1] == whole() != at_end
 
 
 async def test_once_the_snapshots_stop_the_stale_age_keeps_counting() -> None:

@@ -20,6 +20,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from math import ceil
 from typing import Any
 
 from rich.cells import cell_len
@@ -30,7 +31,9 @@ from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Offset, Region, Size
+from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.selection import Selection
 from textual.strip import Strip
 from textual.widgets import Static
@@ -94,6 +97,52 @@ def clip(line: str) -> str:
 def style_line(line: str) -> Text:
     """A log line as styled text; markup in the log is never interpreted."""
     return Text(clip(line), style=line_style(line))
+
+
+class TailScrollBar(ScrollBar):
+    """The tail's vertical scrollbar, repainted only when the bar it draws changes.
+
+    While a tail grows toward `max_lines` at its end, every append moves the bar's range
+    and position, and Textual's scrollbar repaints on each move (as many rows as the
+    pane, through the widget render path: as costly as the log rows themselves at 20
+    lines/s). A thumb already at its least size at the bottom does not move on screen,
+    so the bar is compared as Textual draws it (`ScrollBarRender.render_bar`, ~25 us)
+    and repainted only when it differs. Hover and grab still repaint (their reactives
+    are ScrollBar's own)."""
+
+    window_virtual_size: Reactive[int] = Reactive(100, repaint=False)
+    window_size: Reactive[int] = Reactive(0, repaint=False)
+    position: Reactive[float] = Reactive(0, repaint=False)
+    _bar: tuple[int, list[Segment]] | None = None  # (track length, segments) as last drawn
+    _settling = False
+
+    def _moved(self) -> None:
+        # An append moves the range, then the position: the bar is compared once both
+        # are set (the range alone would read as a thumb that moved up and back).
+        if not self._settling:
+            self._settling = True
+            self.call_later(self._settle)
+
+    def _settle(self) -> None:
+        self._settling = False
+        # the arguments ScrollBar._render_bar hands its renderer
+        virtual, window = self.window_virtual_size, self.window_size
+        track = self.size.height if self.vertical else self.size.width
+        bar = (track, self.renderer.render_bar(
+            size=track, virtual_size=ceil(virtual), window_size=ceil(window) if window < virtual else 0,
+            position=self.position, thickness=self.thickness, vertical=self.vertical).segments)
+        if bar != self._bar:
+            self._bar = bar
+            self.refresh()
+
+    def watch_window_virtual_size(self) -> None:
+        self._moved()
+
+    def watch_window_size(self) -> None:
+        self._moved()
+
+    def watch_position(self) -> None:
+        self._moved()
 
 
 class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
@@ -166,6 +215,24 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
                 # A first wide line brings the horizontal scrollbar, which takes a row only
                 # once laid out: end again then, or the newest line sits under the bar.
                 self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Textual's lazily made scrollbar (`Widget.vertical_scrollbar`), a `TailScrollBar`."""
+        if self._vertical_scrollbar is None:
+            bar = self._vertical_scrollbar = TailScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
+            bar.display = False
+            self.app._start_widget(self, bar)
+        return self._vertical_scrollbar
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        """ScrollView's, but a scroll repaints the rows, not the scrollbar beside them
+        (it repaints itself when its bar changes: `TailScrollBar`)."""
+        if self.show_vertical_scrollbar:
+            self.vertical_scrollbar.position = new
+        if round(old) != round(new):
+            self._refresh_rows()
 
     def _refresh_rows(self) -> None:
         """Repaint the rows, not the scrollbars beside them: a full `refresh()` marks the
