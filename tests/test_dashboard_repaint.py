@@ -319,11 +319,13 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
 
         async def lines(count: int) -> None:
             nonlocal offset, n
-            data = b"".join(f"INFO step {n + i}: a line of the run's log\n".encode() for i in range(count))
+            # lines of one width: a wider line lays the pane out (the scrollbar repainted with it)
+            data = b"".join(f"INFO step {n + i:05d}: a line of the run's log\n".encode() for i in range(count))
             n += count
             client.push(log_event(data, offset))
             offset += len(data)
-            await until(pilot, lambda: tail.lines and tail.lines[-1].endswith(f"step {n - 1}: a line of the run's log"))
+            newest = f"step {n - 1:05d}: a line of the run's log"
+            await until(pilot, lambda: tail.lines and tail.lines[-1].endswith(newest))
             await pilot.pause(0.3)
 
         for count in (20, 8, 12, 40, 300):  # short of LOG_LINES: the thumb shrinks and moves down
@@ -341,7 +343,7 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
         for _ in range(4):
             await lines(20)
             row = [ln for ln in on_screen(tail) if "step" in ln][-1]
-            assert f"step {n - 1}:" in row, row  # the newest line is on screen
+            assert f"step {n - 1:05d}:" in row, row  # the newest line is on screen
         assert len(drawn) == before, f"the scrollbar was drawn {len(drawn) - before} times more"
         assert drawn[-1] == whole()
         at_end = drawn[-1]

@@ -31,7 +31,6 @@ from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Offset, Region, Size
-from textual.reactive import Reactive
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.selection import Selection
@@ -99,52 +98,6 @@ def style_line(line: str) -> Text:
     return Text(clip(line), style=line_style(line))
 
 
-class TailScrollBar(ScrollBar):
-    """The tail's vertical scrollbar, repainted only when the bar it draws changes.
-
-    While a tail grows toward `max_lines` at its end, every append moves the bar's range
-    and position, and Textual's scrollbar repaints on each move (as many rows as the
-    pane, through the widget render path: as costly as the log rows themselves at 20
-    lines/s). A thumb already at its least size at the bottom does not move on screen,
-    so the bar is compared as Textual draws it (`ScrollBarRender.render_bar`, ~25 us)
-    and repainted only when it differs. Hover and grab still repaint (their reactives
-    are ScrollBar's own)."""
-
-    window_virtual_size: Reactive[int] = Reactive(100, repaint=False)
-    window_size: Reactive[int] = Reactive(0, repaint=False)
-    position: Reactive[float] = Reactive(0, repaint=False)
-    _bar: tuple[int, list[Segment]] | None = None  # (track length, segments) as last drawn
-    _settling = False
-
-    def _moved(self) -> None:
-        # An append moves the range, then the position: the bar is compared once both
-        # are set (the range alone would read as a thumb that moved up and back).
-        if not self._settling:
-            self._settling = True
-            self.call_later(self._settle)
-
-    def _settle(self) -> None:
-        self._settling = False
-        # the arguments ScrollBar._render_bar hands its renderer
-        virtual, window = self.window_virtual_size, self.window_size
-        track = self.size.height if self.vertical else self.size.width
-        bar = (track, self.renderer.render_bar(
-            size=track, virtual_size=ceil(virtual), window_size=ceil(window) if window < virtual else 0,
-            position=self.position, thickness=self.thickness, vertical=self.vertical).segments)
-        if bar != self._bar:
-            self._bar = bar
-            self.refresh()
-
-    def watch_window_virtual_size(self) -> None:
-        self._moved()
-
-    def watch_window_size(self) -> None:
-        self._moved()
-
-    def watch_position(self) -> None:
-        self._moved()
-
-
 class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
     """The newest `max_lines` lines of a log, one row each, coloured by severity.
 
@@ -164,6 +117,7 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
         self.max_lines = max_lines
         self._rows: list[str] = []
         self._first = 0  # the number of `_rows[0]`: rows count on from the first one written
+        self._bar_drawn: tuple[int, list[Segment]] | None = None  # the scrollbar as last repainted (track, bar)
         self._widest = 0
         self._strips: LRUCache[tuple[str, Style], Strip] = LRUCache(256)
         # Rows as drawn, by (number, scroll_x, width, style): a tail that scrolls by N
@@ -205,9 +159,10 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
             # follows, nothing moves on screen, so no layout of the whole screen, which
             # would repaint every panel the log pane's region crosses.
             self.set_reactive(TailLog.virtual_size, size)
-            self.vertical_scrollbar.window_virtual_size = size.height
+            self.vertical_scrollbar.set_reactive(ScrollBar.window_virtual_size, size.height)
         else:
             self.virtual_size = size
+            self._bar_drawn = None  # the layout repaints the scrollbar as Textual sets it
         self._refresh_rows()
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -215,24 +170,37 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
                 # A first wide line brings the horizontal scrollbar, which takes a row only
                 # once laid out: end again then, or the newest line sits under the bar.
                 self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
-
-    @property
-    def vertical_scrollbar(self) -> ScrollBar:
-        """Textual's lazily made scrollbar (`Widget.vertical_scrollbar`), a `TailScrollBar`."""
-        if self._vertical_scrollbar is None:
-            bar = self._vertical_scrollbar = TailScrollBar(
-                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
-            bar.display = False
-            self.app._start_widget(self, bar)
-        return self._vertical_scrollbar
+        if not laid_out:
+            self._follow_bar()  # its range and position both set now
 
     def watch_scroll_y(self, old: float, new: float) -> None:
-        """ScrollView's, but a scroll repaints the rows, not the scrollbar beside them
-        (it repaints itself when its bar changes: `TailScrollBar`)."""
+        """ScrollView's, but a scroll repaints the rows, and the scrollbar beside them
+        only if its bar moved (`_follow_bar`)."""
         if self.show_vertical_scrollbar:
-            self.vertical_scrollbar.position = new
+            bar = self.vertical_scrollbar
+            bar.set_reactive(ScrollBar.position, bar.validate_position(new))
+            self._follow_bar()
         if round(old) != round(new):
             self._refresh_rows()
+
+    def _follow_bar(self) -> None:
+        """Repaint the vertical scrollbar when the bar it draws changed.
+
+        While a tail grows toward `max_lines` at its end, every append moves the bar's
+        range and position, and Textual's scrollbar repaints on each move (as many rows
+        as the pane, through the widget render path: at 20 lines/s as costly as the log
+        rows). A thumb already at its least size at the bottom does not move on screen.
+        So the tail sets range and position without that repaint (`set_reactive`) and
+        compares the bar as Textual draws it (`ScrollBarRender.render_bar`, ~25 us) with
+        the one it last repainted. Hover, grab and layout repaint it as before."""
+        bar = self.vertical_scrollbar
+        virtual, window, track = bar.window_virtual_size, bar.window_size, bar.size.height
+        drawn = (track, bar.renderer.render_bar(  # the arguments ScrollBar._render_bar hands it
+            size=track, virtual_size=ceil(virtual), window_size=ceil(window) if window < virtual else 0,
+            position=bar.position, thickness=bar.thickness, vertical=True).segments)
+        if drawn != self._bar_drawn:
+            self._bar_drawn = drawn
+            bar.refresh()
 
     def _refresh_rows(self) -> None:
         """Repaint the rows, not the scrollbars beside them: a full `refresh()` marks the
@@ -247,6 +215,7 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
         made in the old log goes too, or it would mark the new log's rows of its numbers."""
         self._rows.clear()
         self._first = self._widest = 0
+        self._bar_drawn = None
         self.clear_render_cache()
         if self.is_mounted and self in self.screen.selections:
             self.screen.selections = {w: sel for w, sel in self.screen.selections.items() if w is not self}
