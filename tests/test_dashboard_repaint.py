@@ -350,6 +350,7 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
         tail.scroll_home(animate=False, immediate=True)  # the user goes to the top: the thumb follows
         await pilot.pause(0.3)
         assert len(drawn) > before and drawn[-1] == whole() != at_end
+        assert on_screen(tail)[0].startswith(tail.lines[0])  # and the rows follow too
 
 
 async def test_once_the_snapshots_stop_the_stale_age_keeps_counting() -> None:
