@@ -303,11 +303,21 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
         await until(pilot, lambda: app.dashboard.state.seq == 0)
         tail = app.query_one(TailLog)
         bar = tail.vertical_scrollbar
-        drawn: list[list[str]] = []  # the whole scrollbar as it was at each render
+        drawn: list[list[list[tuple[str, bool]]]] = []  # the whole scrollbar as it was at each render
         render_lines = bar.render_lines
 
-        def whole() -> list[str]:
-            return [str(list(strip)) for strip in render_lines(Region(0, 0, *bar.outer_size))]
+        def cells(lines: Any) -> list[list[tuple[str, bool]]]:
+            """Each row's cells, (character, reversed): a thumb is glyphs and reversed blanks."""
+            return [[(ch, bool(seg.style and seg.style.reverse)) for seg in line for ch in seg.text]
+                    for line in lines]
+
+        def whole() -> list[list[tuple[str, bool]]]:
+            return cells(render_lines(Region(0, 0, *bar.outer_size)))
+
+        def due() -> list[list[tuple[str, bool]]]:
+            """The bar for its state now, rendered afresh by Textual's ScrollBar (not its cache)."""
+            size = bar.outer_size
+            return cells(app.console.render_lines(bar.render(), app.console.options.update_dimensions(*size)))
 
         def spy(crop: Region) -> Any:
             out = render_lines(crop)
@@ -328,10 +338,17 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
             await until(pilot, lambda: tail.lines and tail.lines[-1].endswith(newest))
             await pilot.pause(0.3)
 
-        for count in (20, 8, 12, 40, 300):  # short of LOG_LINES: the thumb shrinks and moves down
+        for count, up in ((20, False), (8, False), (12, True), (40, False), (300, False)):
+            # short of LOG_LINES: the thumb shrinks and moves down; once while the user
+            # reads from the top, where only the tail's range moves
+            if up:
+                tail.scroll_home(animate=False, immediate=True)
+                await pilot.pause(0.3)
             await lines(count)
-            assert drawn and drawn[-1] == whole(), "the scrollbar on screen is behind its thumb"
-        thumbs = len({tuple(d) for d in drawn})
+            assert drawn and drawn[-1] == whole() == due(), "the scrollbar on screen is behind its thumb"
+            if up:
+                tail.scroll_end(animate=False, immediate=True)
+        thumbs = len({str(d) for d in drawn})
         assert thumbs >= 3, thumbs
         before = len(drawn)
         for _ in range(3):  # still short of LOG_LINES, the thumb at its least size at the bottom
@@ -345,11 +362,11 @@ async def test_a_streaming_log_repaints_its_rows_and_its_scrollbar_only_when_the
             row = [ln for ln in on_screen(tail) if "step" in ln][-1]
             assert f"step {n - 1:05d}:" in row, row  # the newest line is on screen
         assert len(drawn) == before, f"the scrollbar was drawn {len(drawn) - before} times more"
-        assert drawn[-1] == whole()
+        assert drawn[-1] == whole() == due()
         at_end = drawn[-1]
         tail.scroll_home(animate=False, immediate=True)  # the user goes to the top: the thumb follows
         await pilot.pause(0.3)
-        assert len(drawn) > before and drawn[-1] == whole() != at_end
+        assert len(drawn) > before and drawn[-1] == whole() == due() != at_end
         assert on_screen(tail)[0].startswith(tail.lines[0])  # and the rows follow too
 
 
