@@ -164,14 +164,15 @@ class TailLog(StyleOncePerRepaint, ScrollView, can_focus=True):
             self.virtual_size = size
             self._bar_drawn = None  # the layout repaints the scrollbar as Textual sets it
         self._refresh_rows()
+        scrolled_from = self.scroll_y
         if at_end and not self.is_vertical_scrollbar_grabbed:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
             if laid_out:
                 # A first wide line brings the horizontal scrollbar, which takes a row only
                 # once laid out: end again then, or the newest line sits under the bar.
                 self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
-        if not laid_out:
-            self._follow_bar()  # its range and position both set now
+        if not laid_out and self.scroll_y == scrolled_from:
+            self._follow_bar()  # its range moved alone (a scroll follows it: watch_scroll_y)
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         """ScrollView's, but a scroll repaints the rows, and the scrollbar beside them
