@@ -210,6 +210,38 @@ async def test_when_processes_outgrow_the_table_its_scrollbar_comes_and_reaches_
         assert sum(ln.strip("│ ").startswith(("1000 ", "1001 ")) for ln in shown) == 2, shown
 
 
+async def test_the_tables_fit_their_panels_again_when_a_wide_row_comes_or_goes() -> None:
+    """A process whose WHY is wide (run,match,gpu) comes, goes and comes back; a run
+    killed days ago (its EXIT and STARTED wider) comes and goes: each table stays as
+    wide as its panel (no horizontal scrollbar to hide its last row), and COMMAND and
+    FAILURE / NOTE take the room the others leave, their ellipsis in sight. DataTable
+    widens a column for a wider cell but never narrows one again: the process table
+    once ran 10 cells past its panel, the cut commands' ends out of sight."""
+    base = snapshot(2).wire["processes"][0]
+    long = ["python", "/srv/" + "x" * 200]
+    narrow = dict(base, pid=1000, why=["run"], cmdline=long)
+    wide = dict(base, pid=1001, why=["run", "match", "gpu"], cmdline=long)
+    failed = dict(RUN, state="exited", exit_code=1, ended_at=time.time(), error="x" * 300)  # a long note
+    old = dict(RUN, run_id="20261130-015600-cd34", state="killed", signal="SIGKILL", pid=None,
+               launched_at=time.time() - 3 * 86400, ended_at=time.time() - 2 * 86400)
+    client = ReplayClient([snapshot(2, runs=[failed], processes=[narrow])])
+    app = make_app(client, CFG, "gpu-box")  # type: ignore[arg-type]
+    async with app.run_test(size=(200, 50)) as pilot:  # wide enough that the runs table shows all its columns
+        await until(pilot, lambda: app.dashboard.state.seq == 0)
+        procs, runs = app.query_one(ProcessTable), app.query_one(RunsTable)
+        steps = (([narrow, wide], [failed]), ([narrow], [failed, old]),
+                 ([narrow, wide], [failed]), ([narrow], [failed]))
+        for seq, (ps, rs) in enumerate(steps, 1):
+            client.push(snapshot(2, seq=seq, runs=rs, processes=ps))
+            await until(pilot, lambda: app.dashboard.state.seq == seq)
+            await pilot.pause(0.4)
+            for table, rows in ((procs, len(ps)), (runs, 1)):  # the rows cut: every process, the failed run
+                assert table.virtual_size.width <= table.scrollable_content_region.width, (seq, table)
+                assert not table.show_horizontal_scrollbar, (seq, table)
+                cut = [ln for ln in on_screen(table) if "…" in ln]
+                assert len(cut) == rows and all(ln.rstrip(" │").endswith("…") for ln in cut), (seq, on_screen(table))
+
+
 # A cursor move that writes nothing before the next move or line: Textual sends one for a
 # cut that starts where an updated region ends, when the widget behind it was rendered.
 _IDLE_MOVE = re.compile(r"\x1b\[\d+;\d+H(?=\x1b\[\d+;\d+H|\n|$)")

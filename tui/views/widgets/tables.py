@@ -43,6 +43,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
     _all_rows: dict[str, tuple[Any, ...]] = {}
     _shown_cols: tuple[str, ...] = ()
     _shown_heads: tuple[str, ...] | None = None
+    _widths: dict[str, int] = {}  # each shown column's width as the last sync fitted it
     _drawn: list[tuple[Any, ...]] = []  # the cells on screen, row by row in their order
     _cell_strips: LRUCache[tuple[Any, ...], Any] | None = None
     _clips: dict[tuple[str, str], tuple[tuple[Any, int | None], Any]] = {}  # (row, column) -> (cell, width), clipped
@@ -113,8 +114,10 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
         if self._synced is not None:
             self.call_later(self.sync, self._all_rows)
 
-    def layout_for(self, rows: dict[str, tuple[Any, ...]], width: int) -> tuple[tuple[str, ...], dict[str, int]]:
-        """The columns shown at `width` and the columns cut to a width (SHRINK, FLEX)."""
+    def layout_for(self, rows: dict[str, tuple[Any, ...]],
+                   width: int) -> tuple[tuple[str, ...], dict[str, int], dict[str, int]]:
+        """The columns shown at `width`, the columns cut to a width (SHRINK, FLEX), and
+        each column's width uncut (its widest cell, or its short label)."""
         keys = [k for k, _ in self.COLUMNS]
         need = {k: cell_len(self.SHORT_LABELS.get(k, label)) for k, label in self.COLUMNS}
         measured, self._needs = self._needs, {}
@@ -132,7 +135,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
             return sum(cut.get(k, need[k]) + pad for k in shown)
 
         if width <= 0:
-            return tuple(shown), cut
+            return tuple(shown), cut, need
         if self.FLEX:
             cut[self.FLEX] = min(need[self.FLEX], max(self.FLEX_WANT, self.FLEX_MIN))
         for k in self.DROP:
@@ -146,7 +149,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
                 cut[k] = n
         if self.FLEX:
             cut[self.FLEX] = max(width - (total() - cut[self.FLEX] - pad) - pad, self.FLEX_MIN)
-        return tuple(shown), cut
+        return tuple(shown), cut, need
 
     def sync(self, rows: dict[str, tuple[Any, ...]]) -> None:
         """Show `rows` in their given order. Cells update in place; only a change in
@@ -158,7 +161,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
             return  # nothing changed: no cell touched, nothing repainted
         self._all_rows = rows
         keys = [k for k, _ in self.COLUMNS]
-        cols, cut = self.layout_for(rows, width)
+        cols, cut, need = self.layout_for(rows, width)
         self._synced, self._fitted = rows, (width, cols)
         index = [keys.index(k) for k in cols]
         # A cell is clipped (made a `Text`) again only when it or its width changed: a
@@ -192,6 +195,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
         # ("FAILURE / NOTE" left as it was ran past the edge as "FAILURE / NO")
         new_cols = (cols, heads) != (self._shown_cols, self._shown_heads)
         self._drawn = list(shown.values())
+        fitted = {k: min(n, cut.get(k, n)) for k, n in need.items()}  # each column's width, cut as shown
         with self.app.batch_update():
             had = [rk.value for rk in self.rows if rk.value is not None]
             if not new_cols and had != list(shown) and [k for k in had if k in shown] + [
@@ -218,6 +222,7 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
                     self.add_row(*cells, key=key)
                 if selected in shown:
                     self.move_cursor(row=list(shown).index(selected), animate=False)
+                self._narrow(cols, heads, shown, fitted)  # `clear` keeps the columns' widths
                 return
             for y, (key, cells) in enumerate(shown.items()):
                 if key in unchanged:
@@ -229,6 +234,26 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
                             self.update_cell(key, col, new, update_width=True)  # the columns move
                         else:
                             self._set_cell(key, col, new, Coordinate(y, x))
+            self._narrow(cols, heads, shown, fitted)
+
+    def _narrow(self, cols: tuple[str, ...], heads: tuple[str, ...], shown: dict[str, tuple[Any, ...]],
+                widths: dict[str, int]) -> None:
+        """Give back the width a column no longer needs. DataTable widens a column for a
+        wider cell but never narrows one for a row removed or a cell cut shorter: a row
+        that went (a process with a long WHY) left its width behind while COMMAND took
+        the room it freed, and the table ran past its panel, behind a horizontal
+        scrollbar that hid its last row. Asked only when the widths the columns should
+        have moved; `update_cell(..., update_width=True)` has DataTable measure the
+        column's cells again."""
+        want = {k: max(widths[k], cell_len(head)) for k, head in zip(cols, heads)}
+        if want == self._widths or not shown:
+            return
+        self._widths = want
+        key, cells = next(iter(shown.items()))
+        for x, col in enumerate(cols):
+            column = self.columns.get(ColumnKey(col))
+            if column is not None and column.content_width > want[col]:
+                self.update_cell(key, col, cells[x], update_width=True)
 
     def _set_cell(self, row_key: str, column_key: str, value: Any, at: Coordinate) -> None:
         """`update_cell` for a cell that fits its column, repainting that cell only.
