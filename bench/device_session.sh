@@ -53,5 +53,5 @@ sed -i 's#"--shard-delay", "0.0"\]#"--shard-delay", "0.0", "--device", "cuda", "
 cd /tmp/g && tmux new-session -d -s g -x 160 -y 50 "$E3 connect local"; sleep 3; tmux send-keys -t g l
 for i in $(seq 1 20); do sleep 1; tmux capture-pane -p -t g | grep -q "batch [2-9]" && break; done; tmux capture-pane -p -t g > "$OUT/dashboard_hf_gpu.txt"
 for i in $(seq 1 120); do grep -q "\[extract\] done" /tmp/g/runs/*/output.log ~/.cache/eagle3-tui/runs/*/output.log 2>/dev/null && break; sleep 1; done
-tmux capture-pane -p -t g > "$OUT/dashboard_hf_done.txt"; tmux kill-session -t g
-grep -h "\[extract\] done\|Loading weights took" ~/.cache/eagle3-tui/runs/*/output.log | tail -3
+sleep 2; tmux capture-pane -p -t g > "$OUT/dashboard_hf_done.txt"; tmux kill-session -t g  # the screen a frame after the log says done
+grep -h "\[extract\] done\|Loading weights took" /tmp/g/runs/*/output.log ~/.cache/eagle3-tui/runs/*/output.log 2>/dev/null | tail -3
