@@ -7,6 +7,7 @@ and what the screen then shows."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from typing import Any
@@ -231,13 +232,17 @@ async def test_the_tables_fit_their_panels_again_when_a_wide_row_comes_or_goes()
         procs, runs = app.query_one(ProcessTable), app.query_one(RunsTable)
         steps = (([narrow, wide], [failed]), ([narrow], [failed, old]),
                  ([narrow, wide], [failed]), ([narrow], [failed]))
+        def fits(table: Any) -> bool:
+            return (table.virtual_size.width <= table.scrollable_content_region.width
+                    and not table.show_horizontal_scrollbar)
+
         for seq, (ps, rs) in enumerate(steps, 1):
             client.push(snapshot(2, seq=seq, runs=rs, processes=ps))
-            await until(pilot, lambda: app.dashboard.state.seq == seq)
-            await pilot.pause(0.4)
+            await until(pilot, lambda: app.dashboard.state.seq == seq and procs.row_count == len(ps))
+            with contextlib.suppress(AssertionError):  # a table that never fits is told below
+                await until(pilot, lambda: fits(procs) and fits(runs))
             for table, rows in ((procs, len(ps)), (runs, 1)):  # the rows cut: every process, the failed run
-                assert table.virtual_size.width <= table.scrollable_content_region.width, (seq, table)
-                assert not table.show_horizontal_scrollbar, (seq, table)
+                assert fits(table), (seq, table, table.virtual_size.width, table.scrollable_content_region.width)
                 cut = [ln for ln in on_screen(table) if "…" in ln]
                 assert len(cut) == rows and all(ln.rstrip(" │").endswith("…") for ln in cut), (seq, on_screen(table))
 
