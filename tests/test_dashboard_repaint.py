@@ -217,7 +217,9 @@ async def test_the_tables_fit_their_panels_again_when_a_wide_row_comes_or_goes()
     wide as its panel (no horizontal scrollbar to hide its last row), and COMMAND and
     FAILURE / NOTE take the room the others leave, their ellipsis in sight. DataTable
     widens a column for a wider cell but never narrows one again: the process table
-    once ran 10 cells past its panel, the cut commands' ends out of sight."""
+    once ran 10 cells past its panel, the cut commands' ends out of sight. The same when
+    the terminal narrows (it ran 40 cells past), and the runs table, its height its rows',
+    must drop the horizontal scrollbar it needed before."""
     base = snapshot(2).wire["processes"][0]
     long = ["python", "/srv/" + "x" * 200]
     narrow = dict(base, pid=1000, why=["run"], cmdline=long)
@@ -236,15 +238,22 @@ async def test_the_tables_fit_their_panels_again_when_a_wide_row_comes_or_goes()
             return (table.virtual_size.width <= table.scrollable_content_region.width
                     and not table.show_horizontal_scrollbar)
 
+        async def both_fit(step: Any, processes: int) -> None:
+            with contextlib.suppress(AssertionError):  # a table that never fits is told below
+                await until(pilot, lambda: fits(procs) and fits(runs))
+            for table, rows in ((procs, processes), (runs, 1)):  # the rows cut: every process, the failed run
+                assert fits(table), (step, table, table.virtual_size.width, table.scrollable_content_region.width)
+                cut = [ln for ln in on_screen(table) if "…" in ln]
+                assert len(cut) == rows and all(ln.rstrip(" │").endswith("…") for ln in cut), (step, on_screen(table))
+
         for seq, (ps, rs) in enumerate(steps, 1):
             client.push(snapshot(2, seq=seq, runs=rs, processes=ps))
             await until(pilot, lambda: app.dashboard.state.seq == seq and procs.row_count == len(ps))
-            with contextlib.suppress(AssertionError):  # a table that never fits is told below
-                await until(pilot, lambda: fits(procs) and fits(runs))
-            for table, rows in ((procs, len(ps)), (runs, 1)):  # the rows cut: every process, the failed run
-                assert fits(table), (seq, table, table.virtual_size.width, table.scrollable_content_region.width)
-                cut = [ln for ln in on_screen(table) if "…" in ln]
-                assert len(cut) == rows and all(ln.rstrip(" │").endswith("…") for ln in cut), (seq, on_screen(table))
+            await both_fit(seq, len(ps))
+        for size in ((160, 50), (120, 40), (200, 50)):  # the terminal narrowed, then widened again
+            await pilot.resize_terminal(*size)
+            await until(pilot, lambda: app.size == size)
+            await both_fit(size, 1)
 
 
 # A cursor move that writes nothing before the next move or line: Textual sends one for a

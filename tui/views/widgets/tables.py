@@ -57,15 +57,24 @@ class KeyedTable(StyleOncePerRepaint, DataTable[Any]):
     # lays the whole screen out (every scroll view's scrollbars repainted, the regions
     # that moved rendered again). A table whose height is set (the process table: 1fr)
     # needs only its scrollbars to follow; one whose height follows its rows (auto, the
-    # runs table) still lays the screen out.
+    # runs table) still lays the screen out, and its scrollbars follow once that layout is
+    # done: the layout itself updates them only when the table's size moved, so a runs
+    # table narrowed to fit a smaller terminal kept the horizontal scrollbar it had needed,
+    # a row of its height (asked before the layout, they read the old height and a new
+    # row flashed a vertical one).
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
     def watch_virtual_size(self, size: Size) -> None:
         height = self.styles.height
         if height is None or height.is_auto:
             self.refresh(layout=True)
+            self.call_after_refresh(self._scrollbars_follow)
         elif self.is_mounted:
             self._scroll_update(size)
+
+    def _scrollbars_follow(self) -> None:
+        if self.is_mounted:
+            self._scroll_update(self.virtual_size)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
